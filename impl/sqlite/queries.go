@@ -1,0 +1,123 @@
+package sqlite
+
+// SQL for the SQLite store. Parameters are named (:name). Each guarded
+// statement shows its predicate inline; the lease guard is written once, here.
+
+// leaseGuard is the predicate of every write made under a lease (renew,
+// complete, retry, fail, release, effect writes): the row is this tenant's
+// run, leased, by this owner, at this generation, and not expired at :now.
+// Zero matching rows means the caller's lease is not current; spec.LeaseError
+// then names the precise reason from the row as it is.
+const leaseGuard = `tenant = :tenant AND run_id = :run_id AND state = 'leased'
+	AND lease_owner = :owner AND lease_generation = :generation AND lease_expires_at > :now`
+
+// claimEligible is the claim predicate: available, within budget, and queued
+// or leased with an expired lease.
+const claimEligible = `tenant = :tenant AND available_at <= :now AND attempts < max_attempts
+	AND (state = 'queued' OR (state = 'leased' AND lease_expires_at <= :now))`
+
+const jobColumns = `tenant, run_id, operation, state, available_at, lease_owner, lease_expires_at,
+	lease_generation, attempts, max_attempts, last_error_code`
+
+const runColumns = `tenant, run_id, operation, state, version, last_event_seq, payload, fingerprint,
+	max_attempts, error_code, result, created_at, deadline_at, replay_of, replay_depth`
+
+const attemptColumns = `tenant, run_id, generation, number, worker, claimed_at, renewed_at, finished_at,
+	outcome, error_code, error_class, retry_at`
+
+const effectColumns = `tenant, run_id, step, effect_key, state, provider_ref, generation, updated_at`
+
+const (
+	selectIdempotency = `SELECT fingerprint, run_id, expires_at FROM idempotency_keys
+		WHERE tenant = :tenant AND operation = :operation AND idempotency_key = :key`
+	deleteIdempotency = `DELETE FROM idempotency_keys
+		WHERE tenant = :tenant AND operation = :operation AND idempotency_key = :key`
+	insertRun = `INSERT INTO runs (tenant, run_id, operation, state, version, last_event_seq, payload, fingerprint,
+		max_attempts, created_at, deadline_at, replay_of, replay_depth)
+		VALUES (:tenant, :run_id, :operation, 'queued', 1, 1, :payload, :fingerprint,
+		:max_attempts, :now, :deadline_at, :replay_of, :replay_depth)`
+	insertEvent = `INSERT INTO run_events (tenant, run_id, seq, kind, at, payload)
+		VALUES (:tenant, :run_id, :seq, :kind, :now, :payload)`
+	insertJob = `INSERT INTO jobs (tenant, run_id, operation, state, available_at, lease_generation, attempts, max_attempts)
+		VALUES (:tenant, :run_id, :operation, 'queued', :now, :generation, 0, :max_attempts)`
+	insertIdempotency = `INSERT INTO idempotency_keys (tenant, operation, idempotency_key, fingerprint, run_id, created_at, expires_at)
+		VALUES (:tenant, :operation, :key, :fingerprint, :run_id, :now, :expires_at)`
+
+	// claimJobs leases up to :limit eligible jobs in (available_at, run_id)
+	// order. The outer WHERE repeats the eligibility predicate so that the
+	// update never trusts the subquery's view alone.
+	claimJobs = `UPDATE jobs SET state = 'leased', lease_owner = :worker, lease_expires_at = :expires_at,
+		lease_generation = lease_generation + 1, attempts = attempts + 1
+		WHERE ` + claimEligible + ` AND run_id IN (
+			SELECT run_id FROM jobs WHERE ` + claimEligible + `
+			ORDER BY available_at, run_id LIMIT :limit)
+		RETURNING run_id, available_at, lease_generation, attempts`
+	closeSupersededAttempt = `UPDATE attempts SET outcome = 'expired', finished_at = :now
+		WHERE tenant = :tenant AND run_id = :run_id AND generation = :generation AND outcome = 'running'`
+	insertAttempt = `INSERT INTO attempts (tenant, run_id, generation, number, worker, claimed_at, renewed_at, outcome)
+		VALUES (:tenant, :run_id, :generation, :number, :worker, :now, :now, 'running')`
+	markRunRunning = `UPDATE runs SET state = 'running', version = version + 1
+		WHERE tenant = :tenant AND run_id = :run_id AND state = 'queued'`
+
+	// renewLease extends the lease, never past the run's deadline.
+	renewLease = `UPDATE jobs SET lease_expires_at = :expires_at
+		WHERE ` + leaseGuard + ` AND :expires_at <= (SELECT deadline_at FROM runs
+			WHERE runs.tenant = jobs.tenant AND runs.run_id = jobs.run_id)`
+	touchAttempt = `UPDATE attempts SET renewed_at = :now
+		WHERE tenant = :tenant AND run_id = :run_id AND generation = :generation`
+
+	// finishJob moves a leased job to a terminal state under the lease guard.
+	finishJob = `UPDATE jobs SET state = :state, lease_owner = NULL, lease_expires_at = NULL,
+		last_error_code = coalesce(:error_code, last_error_code)
+		WHERE ` + leaseGuard
+	requeueJob = `UPDATE jobs SET state = 'queued', lease_owner = NULL, lease_expires_at = NULL,
+		available_at = :available_at, last_error_code = :error_code
+		WHERE ` + leaseGuard
+	releaseJob = `UPDATE jobs SET state = 'queued', lease_owner = NULL, lease_expires_at = NULL,
+		available_at = :now, attempts = attempts - 1
+		WHERE ` + leaseGuard
+	selectGuarded = `SELECT attempts, max_attempts FROM jobs WHERE ` + leaseGuard
+
+	// finishRun terminalizes a run and reserves the next event sequence. The
+	// state predicate makes a second terminal transition impossible.
+	finishRun = `UPDATE runs SET state = :state, version = version + 1, last_event_seq = last_event_seq + 1,
+		error_code = :error_code, result = :result
+		WHERE tenant = :tenant AND run_id = :run_id AND state NOT IN ('completed', 'failed', 'cancelled')
+		RETURNING last_event_seq`
+	finishAttempt = `UPDATE attempts SET outcome = :outcome, finished_at = :now, error_code = :error_code,
+		error_class = :error_class, retry_at = :retry_at
+		WHERE tenant = :tenant AND run_id = :run_id AND generation = :generation AND outcome = 'running'`
+
+	// cancelJob ends any non-terminal job.
+	cancelJob = `UPDATE jobs SET state = 'cancelled', lease_owner = NULL, lease_expires_at = NULL
+		WHERE tenant = :tenant AND run_id = :run_id AND state IN ('queued', 'leased')`
+
+	selectReapable = `SELECT run_id, lease_generation FROM jobs
+		WHERE tenant = :tenant AND state = 'leased' AND lease_expires_at <= :now AND attempts >= max_attempts
+		ORDER BY lease_expires_at, run_id LIMIT :limit`
+	// reapJob re-checks the reap predicate for the generation it selected.
+	reapJob = `UPDATE jobs SET state = 'dead', lease_owner = NULL, lease_expires_at = NULL, last_error_code = :error_code
+		WHERE tenant = :tenant AND run_id = :run_id AND state = 'leased' AND lease_generation = :generation
+		AND lease_expires_at <= :now AND attempts >= max_attempts`
+
+	purgeIdempotency = `DELETE FROM idempotency_keys WHERE (tenant, operation, idempotency_key) IN (
+		SELECT tenant, operation, idempotency_key FROM idempotency_keys WHERE expires_at <= :now
+		ORDER BY expires_at, tenant, operation, idempotency_key LIMIT :limit)`
+
+	selectReplayOf = `SELECT run_id FROM runs WHERE tenant = :tenant AND replay_of = :run_id`
+
+	selectEffect = `SELECT state, generation FROM effects WHERE tenant = :tenant AND run_id = :run_id AND step = :step AND effect_key = :key`
+	insertEffect = `INSERT INTO effects (tenant, run_id, step, effect_key, state, generation, updated_at)
+		VALUES (:tenant, :run_id, :step, :key, 'reserved', :generation, :now)`
+	reReserveEffect = `UPDATE effects SET state = 'reserved', provider_ref = '', generation = :generation, updated_at = :now
+		WHERE tenant = :tenant AND run_id = :run_id AND step = :step AND effect_key = :key AND state = 'failed'`
+	// recordEffect: only the generation that reserved the row records its outcome.
+	recordEffect = `UPDATE effects SET state = :state, provider_ref = :provider_ref, updated_at = :now
+		WHERE tenant = :tenant AND run_id = :run_id AND step = :step AND effect_key = :key
+		AND state = 'reserved' AND generation = :generation`
+	// reconcileEffect: only an unknown row, or one reserved by an older
+	// generation, is resolved by the current generation.
+	reconcileEffect = `UPDATE effects SET state = :state, provider_ref = :provider_ref, generation = :generation, updated_at = :now
+		WHERE tenant = :tenant AND run_id = :run_id AND step = :step AND effect_key = :key
+		AND (state = 'unknown' OR (state = 'reserved' AND generation < :generation))`
+)

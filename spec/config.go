@@ -1,0 +1,139 @@
+package spec
+
+import (
+	"fmt"
+	"math"
+
+	"github.com/leasehold/leasehold/clock"
+)
+
+// Size limits. Inputs past them are CodeInvalidArgument.
+const (
+	MaxTenantBytes   = 64
+	MaxRunIDBytes    = 64
+	MaxKeyBytes      = 255 // idempotency keys and effect keys
+	MaxWorkerBytes   = 128
+	MaxCodeBytes     = 64 // error codes and cancel reasons
+	MaxStepBytes     = 64
+	MaxPayloadBytes  = 64 << 10 // request payloads and results, before and after canonicalization
+	MaxProviderBytes = 512
+	MaxBatch         = 1000 // Claim, Reap and Purge limits
+)
+
+// ReapErrorCode is the run error code Reap records.
+const ReapErrorCode = "lease_expired"
+
+// DefaultCancelReason is the reason recorded when CancelRequest.Reason is empty.
+const DefaultCancelReason = "cancelled"
+
+// OperationPolicy is what the store knows about one operation name.
+type OperationPolicy struct {
+	// SchemaVersion is part of the fingerprint: bump it when the meaning of
+	// the payload changes, so old keys cannot replay into new semantics.
+	SchemaVersion      int
+	DefaultMaxAttempts int
+	MaxMaxAttempts     int
+	DefaultTimeoutMs   int64
+	MaxTimeoutMs       int64
+}
+
+// Backoff computes the delay before a retried job is available again:
+// min(CapMs, BaseMs * 2^(attempt-1)) plus a jitter in [0, JitterMs], and
+// at least min(RetryAfterMs, RetryAfterCapMs).
+type Backoff struct {
+	BaseMs          int64
+	CapMs           int64
+	JitterMs        int64
+	RetryAfterCapMs int64
+}
+
+// Config is the policy a store (and the model) runs under. Stores and the
+// model must be given the same Config to agree.
+type Config struct {
+	Operations map[string]OperationPolicy
+	// Tenants, when non-empty, is the allowlist of tenant names.
+	Tenants                []string
+	IdempotencyRetentionMs int64
+	MaxLeaseMs             int64
+	MaxReplays             int
+	Backoff                Backoff
+}
+
+// DefaultConfig is a small, valid configuration with one operation, "work".
+func DefaultConfig() Config {
+	return Config{
+		Operations: map[string]OperationPolicy{
+			"work": {SchemaVersion: 1, DefaultMaxAttempts: 3, MaxMaxAttempts: 25, DefaultTimeoutMs: 3_600_000, MaxTimeoutMs: 86_400_000},
+		},
+		IdempotencyRetentionMs: 24 * 3_600_000,
+		MaxLeaseMs:             3_600_000,
+		MaxReplays:             3,
+		Backoff:                Backoff{BaseMs: 1000, CapMs: 60_000, JitterMs: 250, RetryAfterCapMs: 300_000},
+	}
+}
+
+// Validate reports a configuration that cannot be run.
+func (c Config) Validate() error {
+	if len(c.Operations) == 0 {
+		return Errorf(CodeInvalidArgument, "config: no operations configured")
+	}
+	for name, p := range c.Operations {
+		if err := checkName("operation", name, MaxCodeBytes, isCodeByte); err != nil {
+			return err
+		}
+		if p.SchemaVersion < 1 || p.DefaultMaxAttempts < 1 || p.MaxMaxAttempts < p.DefaultMaxAttempts ||
+			p.DefaultTimeoutMs < 1 || p.MaxTimeoutMs < p.DefaultTimeoutMs {
+			return Errorf(CodeInvalidArgument, "config: operation %q: need SchemaVersion >= 1, 1 <= DefaultMaxAttempts <= MaxMaxAttempts, 1 <= DefaultTimeoutMs <= MaxTimeoutMs", name)
+		}
+	}
+	for _, t := range c.Tenants {
+		if err := checkName("tenant", t, MaxTenantBytes, isTenantByte); err != nil {
+			return err
+		}
+	}
+	b := c.Backoff
+	if c.IdempotencyRetentionMs < 1 || c.MaxLeaseMs < 1 || c.MaxReplays < 0 ||
+		b.BaseMs < 0 || b.CapMs < b.BaseMs || b.JitterMs < 0 || b.RetryAfterCapMs < 0 {
+		return Errorf(CodeInvalidArgument, "config: retention and max lease must be >= 1 ms, MaxReplays >= 0, 0 <= BaseMs <= CapMs, JitterMs and RetryAfterCapMs >= 0")
+	}
+	if b.CapMs > math.MaxInt64-b.JitterMs {
+		return Errorf(CodeInvalidArgument, "config: Backoff.CapMs + JitterMs overflows")
+	}
+	return nil
+}
+
+// Random is the injected random source for retry jitter. *rand.Rand from
+// math/rand/v2 satisfies it. Int64N must return a value in [0, n) for n > 0.
+type Random interface {
+	Int64N(n int64) int64
+}
+
+// JitterBound is the n a store passes to Random.Int64N for one retry: the
+// jitter is drawn from [0, JitterMs], so n = JitterMs + 1.
+func (b Backoff) JitterBound() int64 { return b.JitterMs + 1 }
+
+// Delay returns the backoff delay for the attempt (1-based) that just failed,
+// given the caller's Retry-After and a jitter draw in [0, JitterBound()).
+func (b Backoff) Delay(attempt int, retryAfterMs, jitter int64) (int64, error) {
+	if attempt < 1 || retryAfterMs < 0 || jitter < 0 || jitter > b.JitterMs {
+		return 0, Errorf(CodeInvalidArgument, "backoff: attempt %d, retry-after %d ms, jitter %d ms out of range", attempt, retryAfterMs, jitter)
+	}
+	delay := b.CapMs
+	if attempt-1 < 62 && b.BaseMs <= b.CapMs>>uint(attempt-1) {
+		delay = b.BaseMs << uint(attempt-1)
+	}
+	delay += jitter // Validate ensured CapMs + JitterMs fits
+	if floor := min(retryAfterMs, b.RetryAfterCapMs); floor > delay {
+		delay = floor
+	}
+	return delay, nil
+}
+
+// Deadline returns now + d, or CodeInvalidArgument naming what overflowed.
+func Deadline(now, d int64, what string) (int64, error) {
+	t, err := clock.Add(now, d)
+	if err != nil {
+		return 0, &Error{Code: CodeInvalidArgument, Message: fmt.Sprintf("%s: now %d + %d ms is not a valid time", what, now, d), Err: err}
+	}
+	return t, nil
+}

@@ -1,0 +1,214 @@
+package spec
+
+import "context"
+
+// Store is the durable job contract. Every method is one transaction: it
+// either applies all of its writes or none. Every method reads the store's
+// clock at most once, after it has taken whatever lock orders it against other
+// writers, and uses that single "now" for every comparison and timestamp.
+//
+// Errors are *Error values with a stable Code; SPEC.md gives, per method, the
+// order in which the checks are made and so which code wins when several apply.
+type Store interface {
+	// CreateRun admits a run idempotently. With no live record for (tenant,
+	// operation, key) it commits the run (queued), its run_queued event
+	// (seq 1), its job (queued, available now, generation 0) and the record,
+	// together. With a live record of the same fingerprint it returns the
+	// original run with Replayed set and writes nothing. With a live record of
+	// another fingerprint it returns CodeIdempotencyConflict. If the proposed
+	// run id is taken for the tenant: CodeAlreadyExists, nothing written.
+	CreateRun(ctx context.Context, req CreateRunRequest) (CreateRunResult, error)
+
+	// Claim leases up to req.Limit eligible jobs of req.Tenant, in (available_at,
+	// run id) order: available_at <= now, attempts < max_attempts, and queued
+	// or leased with lease_expires_at <= now. Each claimed job gets generation+1,
+	// attempts+1, owner, expiry now+LeaseMs and a new attempt row; a superseded
+	// attempt is closed as expired. An empty result is not an error. Under
+	// concurrency a store may skip rows locked by others (SKIP LOCKED), so an
+	// empty or partial result does not prove that no job was eligible.
+	Claim(ctx context.Context, req ClaimRequest) ([]Lease, error)
+
+	// Renew extends the caller's current lease to now+LeaseMs. Lease errors as
+	// for every guarded write; CodeDeadlineExceeded if the new expiry would pass
+	// the run's deadline.
+	Renew(ctx context.Context, req RenewRequest) (Lease, error)
+
+	// Complete finishes the run under the caller's current lease: job
+	// completed, run completed with the result, run_completed event.
+	Complete(ctx context.Context, req CompleteRequest) (Run, error)
+
+	// Retry records a retryable failure. Below the budget (attempts <
+	// max_attempts) the job is requeued with available_at = now + backoff
+	// delay and the run stays running. At the budget the job becomes dead, the
+	// run failed and run_failed is appended, in the same transaction.
+	Retry(ctx context.Context, req RetryRequest) (Job, error)
+
+	// Fail records a terminal failure: job dead, run failed, run_failed event.
+	Fail(ctx context.Context, req FailRequest) (Run, error)
+
+	// Cancel terminalizes a non-terminal run: job cancelled (its lease, if any,
+	// ends), run cancelled, run_cancelled event. A terminal run yields
+	// CodeAlreadyTerminal carrying the winner's state.
+	Cancel(ctx context.Context, req CancelRequest) (Run, error)
+
+	// Release gives a still-owned lease back (graceful shutdown): the job is
+	// queued and available now, the attempt is refunded (attempts-1), and the
+	// generation is kept.
+	Release(ctx context.Context, req ReleaseRequest) (Job, error)
+
+	// Reap terminalizes up to req.Limit jobs of req.Tenant whose lease expired
+	// with no attempts left (they can never be claimed again): job dead, run
+	// failed with code lease_expired, run_failed event. Returns their run ids in
+	// (lease_expires_at, run id) order. Like Claim it may skip locked rows.
+	Reap(ctx context.Context, req ReapRequest) ([]string, error)
+
+	// GetRun, GetJob, Events, Attempts and Effects read one run's rows.
+	// Another tenant's run is CodeNotFound.
+	GetRun(ctx context.Context, tenant, runID string) (Run, error)
+	GetJob(ctx context.Context, tenant, runID string) (Job, error)
+	Events(ctx context.Context, tenant, runID string) ([]Event, error)
+	Attempts(ctx context.Context, tenant, runID string) ([]Attempt, error)
+	Effects(ctx context.Context, tenant, runID string) ([]Effect, error)
+
+	// PurgeIdempotency deletes up to req.Limit records with expires_at <= now,
+	// oldest first, and returns how many it deleted.
+	PurgeIdempotency(ctx context.Context, req PurgeRequest) (int, error)
+
+	// Replay starts a new run from a failed (dead) run: same tenant,
+	// operation, payload and budget, a fresh attempt budget, the job's
+	// generation carried over (never lowered), ReplayOf linking to the original
+	// and an audited run_queued event naming the actor. Each run may be replayed
+	// once (CodeAlreadyExists) and a lineage at most Config.MaxReplays times
+	// (CodeReplayLimit); a run that is not failed is CodeFailedPrecondition.
+	Replay(ctx context.Context, req ReplayRequest) (Run, error)
+
+	// ReserveEffect reserves (run, step, key) for the caller's current lease
+	// before it calls an external system, and says whether to proceed, skip
+	// (already succeeded) or reconcile first.
+	ReserveEffect(ctx context.Context, req ReserveEffectRequest) (EffectReservation, error)
+
+	// RecordEffect stores the outcome (succeeded, failed, unknown) of a call
+	// the caller's generation reserved; anything else is CodeEffectConflict.
+	RecordEffect(ctx context.Context, req RecordEffectRequest) (Effect, error)
+
+	// ReconcileEffect resolves a row that is unknown, or reserved by an older
+	// generation, to succeeded or failed after the caller asked the external
+	// system; anything else is CodeEffectConflict.
+	ReconcileEffect(ctx context.Context, req RecordEffectRequest) (Effect, error)
+
+	// Snapshot returns every row in canonical order. It is for verification
+	// and audits, not for hot paths.
+	Snapshot(ctx context.Context) (Snapshot, error)
+
+	// Close releases the store's connections.
+	Close() error
+}
+
+// CreateRunRequest asks for a run to be admitted.
+type CreateRunRequest struct {
+	Tenant         string
+	Operation      string
+	IdempotencyKey string
+	// RunID is proposed by the caller (for example a UUID). A replayed request
+	// returns the original run whatever id it proposes.
+	RunID   string
+	Payload []byte // JSON; canonicalized with RFC 8785 before storing and hashing
+	// MaxAttempts and TimeoutMs default to the operation's policy when zero.
+	MaxAttempts int
+	TimeoutMs   int64
+}
+
+// CreateRunResult is the admitted run; Replayed is true when an earlier
+// request with the same key and fingerprint created it.
+type CreateRunResult struct {
+	Run      Run
+	Replayed bool
+}
+
+// ClaimRequest asks for up to Limit jobs of one tenant.
+type ClaimRequest struct {
+	Tenant  string
+	Worker  string
+	LeaseMs int64
+	Limit   int // 1 for a single claim
+}
+
+// RenewRequest extends a lease.
+type RenewRequest struct {
+	Lease   LeaseRef
+	LeaseMs int64
+}
+
+// CompleteRequest completes a run with an optional JSON result.
+type CompleteRequest struct {
+	Lease  LeaseRef
+	Result []byte // JSON or empty
+}
+
+// RetryRequest reports a retryable failure.
+type RetryRequest struct {
+	Lease     LeaseRef
+	ErrorCode string
+	// RetryAfterMs is a delay the failing dependency asked for (0: none). It is
+	// honoured up to Backoff.RetryAfterCapMs.
+	RetryAfterMs int64
+}
+
+// FailRequest reports a terminal failure.
+type FailRequest struct {
+	Lease     LeaseRef
+	ErrorCode string
+}
+
+// CancelRequest cancels a run.
+type CancelRequest struct {
+	Tenant string
+	RunID  string
+	Reason string // an error-code-shaped reason; "" means "cancelled"
+}
+
+// ReleaseRequest gives a lease back.
+type ReleaseRequest struct {
+	Lease LeaseRef
+}
+
+// ReapRequest asks for expired, out-of-budget jobs of one tenant to be made dead.
+type ReapRequest struct {
+	Tenant string
+	Limit  int
+}
+
+// PurgeRequest asks for expired idempotency records to be deleted.
+type PurgeRequest struct {
+	Limit int
+}
+
+// ReplayRequest asks for a dead run to be run again under a new identity.
+type ReplayRequest struct {
+	Tenant   string
+	RunID    string // the failed run
+	NewRunID string
+	Actor    string // who asked, for the audit event
+}
+
+// ReserveEffectRequest reserves an effect key for the caller's lease.
+type ReserveEffectRequest struct {
+	Lease LeaseRef
+	Step  string
+	Key   string
+}
+
+// EffectReservation is the ledger row after ReserveEffect and what to do next.
+type EffectReservation struct {
+	Effect   Effect
+	Decision EffectDecision
+}
+
+// RecordEffectRequest records or reconciles an effect's outcome.
+type RecordEffectRequest struct {
+	Lease       LeaseRef
+	Step        string
+	Key         string
+	State       EffectState
+	ProviderRef string
+}
