@@ -1,0 +1,55 @@
+// Package storetest is the conformance suite every leasehold store must pass,
+// in the spirit of River's shared driver tests: a store's own test file calls
+// Run with a Factory, and gets every contract test, with exact expected
+// states, sequences and error codes.
+package storetest
+
+import (
+	"context"
+	"testing"
+
+	"github.com/leasehold/leasehold/clock"
+	"github.com/leasehold/leasehold/spec"
+)
+
+// Options is what a test asks of a new store.
+type Options struct {
+	Config spec.Config
+	Clock  clock.Clock
+	Random spec.Random
+	Hook   spec.Hook
+}
+
+// Handle is a freshly opened, empty, migrated store, plus raw SQL access to
+// its database for the tests that check constraints in the database itself.
+type Handle struct {
+	Store spec.Store
+	// Exec runs one SQL statement outside the contract. Statements the suite
+	// passes are written to run unchanged on SQLite and PostgreSQL.
+	Exec func(ctx context.Context, query string) error
+	// Reopen opens a second, independent Store (its own connections) on the
+	// same database with the same options, for multi-connection tests.
+	Reopen func(t testing.TB) spec.Store
+}
+
+// Factory opens a fresh store for one test and registers its cleanup with t.
+type Factory func(t testing.TB, opts Options) Handle
+
+// Run runs the whole conformance suite against the store f opens.
+func Run(t *testing.T, f Factory) {
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) { tc.run(t, f) })
+	}
+}
+
+type test struct {
+	name string
+	run  func(t *testing.T, f Factory)
+}
+
+var tests []test
+
+// register adds a test to the suite; each test file registers its own in init.
+func register(name string, run func(t *testing.T, f Factory)) {
+	tests = append(tests, test{name: name, run: run})
+}
