@@ -1,0 +1,59 @@
+# leasehold — see README.md. Every target works on a fresh clone with Go 1.26.
+# PostgreSQL suites use LEASEHOLD_PG_DSN (or DATABASE_URL), else testcontainers
+# when Docker answers; `make verify` and CI=true make a missing database a failure.
+
+GO        ?= go
+PKGS      ?= ./...
+BUDGET    ?= 5m
+FUZZTIME  ?= 10s
+REPORTS   ?= reports
+TESTFLAGS ?=
+
+.PHONY: all test test-race verify replay demo fmt lint fuzz bench clean
+
+all: test
+
+## test: every unit, conformance, model and property test (short budgets)
+test:
+	$(GO) test -count=1 $(TESTFLAGS) $(PKGS)
+
+## test-race: the same under the race detector
+test-race:
+	$(GO) test -race -count=1 $(PKGS)
+
+## verify: the main job for CI; writes $(REPORTS)/verify.json and verify.md
+verify:
+	LEASEHOLD_REQUIRE_PG=1 $(GO) run ./cmd/leasehold verify --budget $(BUDGET) --reports $(REPORTS)
+
+## replay: replay every kept failing seed under $(REPORTS)/failfiles (or FILE=path)
+replay:
+	$(GO) run ./cmd/leasehold replay --reports $(REPORTS) $(FILE)
+
+## demo: the companion example on a fresh SQLite file
+demo:
+	$(GO) run ./cmd/leasehold demo
+
+## fuzz: a short run of every fuzz target (FUZZTIME each)
+fuzz:
+	@set -e; for pkg in $$($(GO) list ./...); do \
+	  for f in $$($(GO) test -list '^Fuzz' $$pkg | grep '^Fuzz' || true); do \
+	    echo "fuzz $$pkg $$f"; $(GO) test $$pkg -run '^$$' -fuzz "^$$f\$$" -fuzztime $(FUZZTIME); \
+	  done; \
+	done
+
+## fmt: format the code
+fmt:
+	gofmt -w $$(git ls-files '*.go')
+
+## lint: gofmt and go vet (also with the mutant build tag)
+lint:
+	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
+	$(GO) vet ./...
+	$(GO) vet -tags leasehold_mutants ./...
+
+## bench: leasehold against River and the database's ceiling (reports/bench.*)
+bench:
+	$(GO) run ./cmd/leasehold bench --reports $(REPORTS)
+
+clean:
+	rm -rf $(REPORTS)/tmp
