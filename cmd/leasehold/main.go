@@ -1,6 +1,7 @@
 // Command leasehold runs leasehold's demo, checks and tools.
 //
 //	leasehold demo [--dir DIR]     the companion example on a fresh SQLite file
+//	leasehold verify [--budget D]  every check on SQLite (and PostgreSQL when configured)
 package main
 
 import (
@@ -9,12 +10,16 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
+	"time"
 )
 
 const usage = `usage: leasehold <command> [flags]
 
 commands:
   demo      run the durable-job example on a fresh SQLite file
+  verify    run every check (conformance, model exploration, property, linearizability,
+            scenarios, mutants) on SQLite, and on PostgreSQL when LEASEHOLD_PG_DSN is set;
+            writes reports/verify.json and reports/verify.md
 `
 
 func main() {
@@ -31,6 +36,14 @@ func main() {
 		dir := fs.String("dir", "", "directory for demo.db (default: a temporary directory, removed afterwards)")
 		fs.Parse(args)
 		err = demo(ctx, os.Stdout, *dir)
+	case "verify":
+		fs := flag.NewFlagSet("verify", flag.ExitOnError)
+		budget := fs.Duration("budget", 5*time.Minute, "total time budget, shared among the checks (deeper runs: 30m)")
+		reports := fs.String("reports", "reports", "directory for verify.json and verify.md")
+		only := fs.String("only", "", "run only the checks whose name/store contains this")
+		fs.Parse(args)
+		err = verify(ctx, verifyOptions{budget: *budget, reports: *reports, only: *only,
+			requirePG: os.Getenv("LEASEHOLD_REQUIRE_PG") == "1" || os.Getenv("CI") == "true", out: os.Stdout})
 	case "help", "-h", "--help":
 		fmt.Print(usage)
 		return
