@@ -213,8 +213,15 @@ func (s *Store) Renew(ctx context.Context, req spec.RenewRequest) (lease spec.Le
 			return err
 		}
 		if n == 0 {
-			if err := s.refused(ctx, tx, spec.OpRenew, req.Lease, now); err != nil {
+			// The update also refuses a current lease whose new expiry would
+			// pass the deadline; refused() reports that case as an internal
+			// error, so ask LeaseError first and only then blame the deadline.
+			job, err := getJob(ctx, tx, req.Lease.Tenant, req.Lease.RunID)
+			if err != nil {
 				return err
+			}
+			if spec.LeaseError(job, req.Lease, now) != nil {
+				return s.refused(ctx, tx, spec.OpRenew, req.Lease, now)
 			}
 			run, err := getRun(ctx, tx, req.Lease.Tenant, req.Lease.RunID)
 			if err != nil {
