@@ -1,0 +1,261 @@
+package storetest
+
+import (
+	"fmt"
+	"strings"
+	"testing"
+
+	"github.com/leasehold/leasehold/spec"
+)
+
+// Tests of the schema itself: the migration, the first transaction, and the
+// constraints that make the invariants hold in the database even for a writer
+// that bypasses the store. Raw statements are plain SQL that SQLite and
+// PostgreSQL both run unchanged; every statement the database must reject has
+// a twin, differing only in the value under test, that it must accept, so a
+// rejection can only come from the constraint under test.
+
+func init() {
+	register("MigrationAndAtomicFirstEvent", testMigrationAndAtomicFirstEvent)
+	register("ReopenKeepsSchemaAndRows", testReopenKeepsSchemaAndRows)
+	register("DatabaseRejectsOrphans", testDatabaseRejectsOrphans)
+	register("DatabaseRejectsInvalidDomain", testDatabaseRejectsInvalidDomain)
+}
+
+func testMigrationAndAtomicFirstEvent(t *testing.T, f Factory) {
+	e := newEnv(t, f)
+	empty := e.snap()
+	mustEqual(t, "fresh store snapshot", empty, spec.Snapshot{})
+	// Every table of the schema exists.
+	for _, table := range []string{"runs", "run_events", "jobs", "idempotency_keys", "attempts", "effects", "leasehold_schema_migrations"} {
+		mustOK(t, "select from "+table, e.h.Exec(e.ctx, "SELECT count(*) FROM "+table))
+	}
+	// Version 1 is recorded: the version table refuses a second row for it.
+	if err := e.h.Exec(e.ctx, `INSERT INTO leasehold_schema_migrations (version, name, checksum, applied_at) VALUES (1, 'x', 'x', 0)`); err == nil {
+		t.Fatalf("migration version 1 is not recorded in leasehold_schema_migrations (a second row for it was accepted)")
+	}
+
+	e.set(t0 + 5)
+	r := req("acme", "run-1")
+	got := e.create(r)
+	want := e.wantRun(r, t0+5)
+	mustEqual(t, "created run", got, want)
+	// The run, its seq-1 event, its job and its idempotency record: nothing more.
+	mustEqual(t, "snapshot after CreateRun", e.snap(), spec.Snapshot{
+		Runs:   []spec.Run{want},
+		Events: []spec.Event{{Tenant: "acme", RunID: "run-1", Seq: 1, Kind: spec.EventRunQueued, At: t0 + 5, Payload: "{}"}},
+		Jobs: []spec.Job{{Tenant: "acme", RunID: "run-1", Operation: "work", State: spec.JobQueued, AvailableAt: t0 + 5,
+			MaxAttempts: 3}},
+		Idempotency: []spec.IdempotencyRecord{{Tenant: "acme", Operation: "work", Key: "k-run-1", Fingerprint: want.Fingerprint,
+			RunID: "run-1", CreatedAt: t0 + 5, ExpiresAt: t0 + 5 + e.cfg.IdempotencyRetentionMs}},
+	})
+	// Defaults come from the operation's policy; explicit values are kept.
+	r2 := req("acme", "run-2")
+	r2.MaxAttempts, r2.TimeoutMs = 7, 1234
+	got2 := e.create(r2)
+	if got2.MaxAttempts != 7 || got2.DeadlineAt != t0+5+1234 {
+		t.Fatalf("run-2: want max attempts 7 and deadline %d, got %+v", t0+5+1234, got2)
+	}
+	mustEqual(t, "run-2", got2, e.wantRun(r2, t0+5))
+	mustEqual(t, "run-2 job", e.getJob("acme", "run-2").MaxAttempts, 7)
+}
+
+func testReopenKeepsSchemaAndRows(t *testing.T, f Factory) {
+	e := newEnv(t, f)
+	e.newRun("acme", "r1")
+	before := e.snap()
+	// A second store on the same database must not re-apply the migration
+	// (it would fail on existing tables) and must see the same rows.
+	s2 := e.h.Reopen(t)
+	snap2, err := s2.Snapshot(e.ctx)
+	mustOK(t, "Snapshot on the reopened store", err)
+	mustEqual(t, "reopened store's snapshot", snap2, before)
+	// Writes through either store are seen by the other.
+	res, err := s2.CreateRun(e.ctx, req("acme", "r2"))
+	mustOK(t, "CreateRun on the reopened store", err)
+	mustEqual(t, "run created through the second store", e.getRun("acme", "r2"), res.Run)
+}
+
+// rawRun is a valid runs row inserted past the contract.
+func rawRun(tenant, id string) string {
+	return fmt.Sprintf(`INSERT INTO runs (tenant, run_id, operation, state, version, last_event_seq, payload, fingerprint, max_attempts, created_at, deadline_at)
+		VALUES ('%s', '%s', 'work', 'queued', 1, 1, '{}', 'fp', 3, 0, 10)`, tenant, id)
+}
+
+func rawEvent(tenant, run string, seq int, kind string, at int64) string {
+	return fmt.Sprintf(`INSERT INTO run_events (tenant, run_id, seq, kind, at, payload) VALUES ('%s', '%s', %d, '%s', %d, '{}')`,
+		tenant, run, seq, kind, at)
+}
+
+func rawJob(tenant, run, state, owner string, expires any, generation, attempts, maxAttempts int, availableAt int64) string {
+	o := "NULL"
+	if owner != "" {
+		o = "'" + owner + "'"
+	}
+	return fmt.Sprintf(`INSERT INTO jobs (tenant, run_id, operation, state, available_at, lease_owner, lease_expires_at, lease_generation, attempts, max_attempts)
+		VALUES ('%s', '%s', 'work', '%s', %d, %s, %v, %d, %d, %d)`, tenant, run, state, availableAt, o, expires, generation, attempts, maxAttempts)
+}
+
+func rawIdem(tenant, run, key string, created, expires int64) string {
+	return fmt.Sprintf(`INSERT INTO idempotency_keys (tenant, operation, idempotency_key, fingerprint, run_id, created_at, expires_at)
+		VALUES ('%s', 'work', '%s', 'fp', '%s', %d, %d)`, tenant, key, run, created, expires)
+}
+
+func rawAttempt(tenant, run string, generation int, outcome string, claimed int64, finished, retryAt any, class string) string {
+	c := "NULL"
+	if class != "" {
+		c = "'" + class + "'"
+	}
+	return fmt.Sprintf(`INSERT INTO attempts (tenant, run_id, generation, number, worker, claimed_at, renewed_at, finished_at, outcome, error_class, retry_at)
+		VALUES ('%s', '%s', %d, 1, 'w', %d, %d, %v, '%s', %s, %v)`, tenant, run, generation, claimed, claimed, finished, outcome, c, retryAt)
+}
+
+func rawEffect(tenant, run, step, key, state string, generation int, updated int64) string {
+	return fmt.Sprintf(`INSERT INTO effects (tenant, run_id, step, effect_key, state, provider_ref, generation, updated_at)
+		VALUES ('%s', '%s', '%s', '%s', '%s', '', %d, %d)`, tenant, run, step, key, state, generation, updated)
+}
+
+// execCase is one raw statement and whether the database must accept it.
+type execCase struct {
+	name   string
+	query  string
+	accept bool
+}
+
+func runExecCases(t *testing.T, e *env, cases []execCase) {
+	t.Helper()
+	for _, c := range cases {
+		err := e.h.Exec(e.ctx, c.query)
+		switch {
+		case c.accept && err != nil:
+			t.Errorf("%s: the database must accept this row (it is the valid twin of a rejected one), got %v\n%s", c.name, err, c.query)
+		case !c.accept && err == nil:
+			t.Errorf("%s: the database accepted a row its constraints must reject\n%s", c.name, c.query)
+		}
+	}
+}
+
+func testDatabaseRejectsOrphans(t *testing.T, f Factory) {
+	e := newEnv(t, f)
+	// A contract-made run with a claimed lease, so child rows have real parents.
+	e.newRun("ta", "r1")
+	e.claimOne("ta", "r1", "w", 10_000)
+	e.newRun("tb", "r1b")
+	contract := e.snap()
+	if v := invariantViolations(contract); len(v) != 0 {
+		t.Fatalf("snapshot of contract-made rows has orphans or violations: %v", v)
+	}
+	e.rawWrites = true
+	runExecCases(t, e, []execCase{
+		// Events: the run must exist for the same tenant.
+		{"event of a missing run", rawEvent("ta", "ghost", 2, "run_completed", 5), false},
+		{"event of another tenant's run", rawEvent("tb", "r1", 2, "run_completed", 5), false},
+		{"event of an existing run", rawEvent("ta", "r1", 2, "run_completed", 5), true},
+		// Jobs: a raw run without a job is the parent for the job twins.
+		{"raw run", rawRun("ta", "raw1"), true},
+		{"job of a missing run", rawJob("ta", "ghost", "queued", "", "NULL", 0, 0, 3, 0), false},
+		{"job of another tenant's run", rawJob("tb", "raw1", "queued", "", "NULL", 0, 0, 3, 0), false},
+		{"job of an existing run", rawJob("ta", "raw1", "queued", "", "NULL", 0, 0, 3, 0), true},
+		// Idempotency records.
+		{"idempotency record of a missing run", rawIdem("ta", "ghost", "kx", 0, 10), false},
+		{"idempotency record of another tenant's run", rawIdem("tb", "r1", "kx", 0, 10), false},
+		{"idempotency record of an existing run", rawIdem("ta", "raw1", "kx", 0, 10), true},
+		// Attempts: the job must exist.
+		{"attempt of a missing run", rawAttempt("ta", "ghost", 1, "running", 0, "NULL", "NULL", ""), false},
+		{"attempt of another tenant's run", rawAttempt("tb", "raw1", 1, "running", 0, "NULL", "NULL", ""), false},
+		{"attempt of an existing job", rawAttempt("ta", "raw1", 1, "running", 0, "NULL", "NULL", ""), true},
+		// Effects: the attempt (run, generation) must exist.
+		{"effect of a missing run", rawEffect("ta", "ghost", "s", "k", "reserved", 1, 0), false},
+		{"effect of another tenant's run", rawEffect("tb", "r1", "s", "k", "reserved", 1, 0), false},
+		{"effect of a generation with no attempt", rawEffect("ta", "r1", "s", "k", "reserved", 2, 0), false},
+		{"effect of an existing attempt", rawEffect("ta", "r1", "s", "k", "reserved", 1, 0), true},
+	})
+	// A run with children cannot be deleted out from under them.
+	if err := e.h.Exec(e.ctx, `DELETE FROM runs WHERE tenant = 'ta' AND run_id = 'r1'`); err == nil {
+		t.Errorf("the database deleted a run that still has events, a job and an idempotency record")
+	}
+}
+
+func testDatabaseRejectsInvalidDomain(t *testing.T, f Factory) {
+	e := newEnv(t, f)
+	e.rawWrites = true
+	long := func(n int) string { return strings.Repeat("k", n) }
+	run := func(id, state string, version, lastSeq, maxAttempts int, created, deadline int64, errorCode, result string) string {
+		return fmt.Sprintf(`INSERT INTO runs (tenant, run_id, operation, state, version, last_event_seq, payload, fingerprint, max_attempts, error_code, result, created_at, deadline_at)
+			VALUES ('t', '%s', 'work', '%s', %d, %d, '{}', 'fp', %d, %s, %s, %d, %d)`, id, state, version, lastSeq, maxAttempts, errorCode, result, created, deadline)
+	}
+	runExecCases(t, e, []execCase{
+		{"run: valid", run("ok1", "queued", 1, 1, 3, 0, 10, "NULL", "NULL"), true},
+		{"run: unknown state", run("b1", "paused", 1, 1, 3, 0, 10, "NULL", "NULL"), false},
+		{"run: version 0", run("b2", "queued", 0, 1, 3, 0, 10, "NULL", "NULL"), false},
+		{"run: last seq 0", run("b3", "queued", 1, 0, 3, 0, 10, "NULL", "NULL"), false},
+		{"run: max attempts 0", run("b4", "queued", 1, 1, 0, 0, 10, "NULL", "NULL"), false},
+		{"run: negative created_at", run("b5", "queued", 1, 1, 3, -1, 10, "NULL", "NULL"), false},
+		{"run: deadline not after creation", run("b6", "queued", 1, 1, 3, 10, 10, "NULL", "NULL"), false},
+		{"run: failed with an error code", run("ok2", "failed", 2, 2, 3, 0, 10, "'boom'", "NULL"), true},
+		{"run: failed without an error code", run("b7", "failed", 2, 2, 3, 0, 10, "NULL", "NULL"), false},
+		{"run: running with an error code", run("b8", "running", 2, 1, 3, 0, 10, "'boom'", "NULL"), false},
+		{"run: completed with a result", run("ok3", "completed", 2, 2, 3, 0, 10, "NULL", "'{}'"), true},
+		{"run: running with a result", run("b9", "running", 2, 1, 3, 0, 10, "NULL", "'{}'"), false},
+		{"run: empty tenant", `INSERT INTO runs (tenant, run_id, operation, state, version, last_event_seq, payload, fingerprint, max_attempts, created_at, deadline_at)
+			VALUES ('', 'b10', 'work', 'queued', 1, 1, '{}', 'fp', 3, 0, 10)`, false},
+		{"run: 65-byte run id", rawRun("t", long(65)), false},
+		{"run: 64-byte run id", rawRun("t", long(64)), true},
+		{"run: duplicate id", rawRun("t", "ok1"), false},
+
+		{"event: valid run_queued", rawEvent("t", "ok1", 1, "run_queued", 0), true},
+		{"event: duplicate seq", rawEvent("t", "ok1", 1, "run_queued", 0), false},
+		{"event: unknown kind", rawEvent("t", "ok1", 2, "run_paused", 0), false},
+		{"event: run_queued not at seq 1", rawEvent("t", "ok1", 2, "run_queued", 0), false},
+		{"event: seq 0", rawEvent("t", "ok1", 0, "run_completed", 0), false},
+		{"event: negative time", rawEvent("t", "ok1", 2, "run_completed", -1), false},
+		{"event: first terminal event", rawEvent("t", "ok1", 2, "run_completed", 0), true},
+		{"event: second terminal event", rawEvent("t", "ok1", 3, "run_failed", 0), false},
+		{"event: oversized payload", fmt.Sprintf(`INSERT INTO run_events (tenant, run_id, seq, kind, at, payload) VALUES ('t', 'ok2', 2, 'run_failed', 0, '%s')`, long(4097)), false},
+		{"event: payload at the limit", fmt.Sprintf(`INSERT INTO run_events (tenant, run_id, seq, kind, at, payload) VALUES ('t', 'ok2', 2, 'run_failed', 0, '%s')`, long(4096)), true},
+
+		{"job parent run a", rawRun("t", "ja"), true},
+		{"job parent run b", rawRun("t", "jb"), true},
+		{"job: unknown state", rawJob("t", "ja", "sleeping", "", "NULL", 0, 0, 3, 0), false},
+		{"job: negative available_at", rawJob("t", "ja", "queued", "", "NULL", 0, 0, 3, -1), false},
+		{"job: negative generation", rawJob("t", "ja", "queued", "", "NULL", -1, 0, 3, 0), false},
+		{"job: negative attempts", rawJob("t", "ja", "queued", "", "NULL", 0, -1, 3, 0), false},
+		{"job: attempts over the budget", rawJob("t", "ja", "queued", "", "NULL", 4, 4, 3, 0), false},
+		{"job: max attempts 0", rawJob("t", "ja", "queued", "", "NULL", 0, 0, 0, 0), false},
+		{"job: queued with an owner", rawJob("t", "ja", "queued", "w", "NULL", 0, 0, 3, 0), false},
+		{"job: queued with an expiry", rawJob("t", "ja", "queued", "", 5, 0, 0, 3, 0), false},
+		{"job: leased without an owner", rawJob("t", "ja", "leased", "", 5, 1, 1, 3, 0), false},
+		{"job: leased without an expiry", rawJob("t", "ja", "leased", "w", "NULL", 1, 1, 3, 0), false},
+		{"job: leased at generation 0", rawJob("t", "ja", "leased", "w", 5, 0, 1, 3, 0), false},
+		{"job: negative expiry", rawJob("t", "ja", "leased", "w", -1, 1, 1, 3, 0), false},
+		{"job: valid leased", rawJob("t", "ja", "leased", "w", 5, 1, 1, 3, 0), true},
+		{"job: valid dead", rawJob("t", "jb", "dead", "", "NULL", 3, 3, 3, 0), true},
+
+		{"idempotency: expiry not after creation", rawIdem("t", "ja", "k1", 10, 10), false},
+		{"idempotency: negative creation", rawIdem("t", "ja", "k1", -1, 10), false},
+		{"idempotency: 256-byte key", rawIdem("t", "ja", long(256), 0, 10), false},
+		{"idempotency: 255-byte key", rawIdem("t", "ja", long(255), 0, 10), true},
+		{"idempotency: empty key", rawIdem("t", "ja", "", 0, 10), false},
+		{"idempotency: duplicate scope and key", rawIdem("t", "jb", long(255), 0, 10), false},
+
+		{"attempt: unknown outcome", rawAttempt("t", "ja", 1, "paused", 0, 5, "NULL", ""), false},
+		{"attempt: generation 0", rawAttempt("t", "ja", 0, "running", 0, "NULL", "NULL", ""), false},
+		{"attempt: negative claim time", rawAttempt("t", "ja", 1, "running", -1, "NULL", "NULL", ""), false},
+		{"attempt: running but finished", rawAttempt("t", "ja", 1, "running", 0, 5, "NULL", ""), false},
+		{"attempt: completed but not finished", rawAttempt("t", "ja", 1, "completed", 0, "NULL", "NULL", ""), false},
+		{"attempt: finished before claimed", rawAttempt("t", "ja", 1, "completed", 10, 5, "NULL", ""), false},
+		{"attempt: retried without retry_at", rawAttempt("t", "ja", 1, "retried", 0, 5, "NULL", "retryable"), false},
+		{"attempt: retry_at on a completed attempt", rawAttempt("t", "ja", 1, "completed", 0, 5, 9, ""), false},
+		{"attempt: unknown error class", rawAttempt("t", "ja", 1, "dead", 0, 5, "NULL", "transient"), false},
+		{"attempt: valid retried", rawAttempt("t", "ja", 1, "retried", 0, 5, 9, "retryable"), true},
+		{"attempt: duplicate generation", rawAttempt("t", "ja", 1, "running", 0, "NULL", "NULL", ""), false},
+
+		{"effect: unknown state", rawEffect("t", "ja", "s", "k", "pending", 1, 0), false},
+		{"effect: generation 0", rawEffect("t", "ja", "s", "k", "reserved", 0, 0), false},
+		{"effect: negative time", rawEffect("t", "ja", "s", "k", "reserved", 1, -1), false},
+		{"effect: 256-byte key", rawEffect("t", "ja", "s", long(256), "reserved", 1, 0), false},
+		{"effect: 65-byte step", rawEffect("t", "ja", long(65), "k", "reserved", 1, 0), false},
+		{"effect: valid", rawEffect("t", "ja", long(64), long(255), "unknown", 1, 0), true},
+		{"effect: duplicate key", rawEffect("t", "ja", long(64), long(255), "reserved", 1, 0), false},
+	})
+}
