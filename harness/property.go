@@ -34,6 +34,21 @@ type Counters struct {
 	Operations int // store operations executed and compared
 	Refused    int // operations that returned an error (all compared too)
 	StaleWrite int // guarded writes presented with a superseded generation
+	// Outcomes counts results by operation and code ("ok" for success).
+	Outcomes map[string]int
+}
+
+func (c *Counters) count(op spec.Op, r model.Result) {
+	if c.Outcomes == nil {
+		c.Outcomes = map[string]int{}
+	}
+	code := "ok"
+	if r.Err != nil {
+		code = string(r.Err.Code)
+	} else if v, isList := r.Value.([]spec.Lease); isList && len(v) == 0 {
+		code = "empty"
+	}
+	c.Outcomes[string(op)+" "+code]++
 }
 
 // Property compares a real store with the model, step by step, over random
@@ -93,69 +108,151 @@ var (
 	effKeys  = []string{"e1", "e2"}
 )
 
-// invalid returns a bad value some of the time so that validation is
-// compared too; otherwise it draws from good.
-func invalid(t *rapid.T, label string, good []string, bad ...string) string {
-	if rapid.IntRange(0, 24).Draw(t, label+"_bad?") == 0 {
+// sometimesBad returns one of bad about one time in forty, else a draw from
+// good, so that validation is compared too without drowning the sequence in
+// refusals (rapid's integer generators lean towards their bounds, so bad
+// values are never left to a range's edges).
+func sometimesBad[V any](t *rapid.T, label string, good *rapid.Generator[V], bad ...V) V {
+	if rapid.IntRange(0, 39).Draw(t, label+"_bad?") == 20 { // rapid favours the bounds; 20 is drawn ~1.5% of the time
 		return rapid.SampledFrom(bad).Draw(t, label)
 	}
-	return rapid.SampledFrom(good).Draw(t, label)
+	return good.Draw(t, label)
+}
+
+// invalid is sometimesBad over a list of good strings.
+func invalid(t *rapid.T, label string, good []string, bad ...string) string {
+	return sometimesBad(t, label, rapid.SampledFrom(good), bad...)
 }
 
 func (m *machine) tenant(t *rapid.T) string {
 	return invalid(t, "tenant", tenants, "", "T1", "t 1")
 }
 
-// runID draws an existing run (usually) or a new or foreign id.
+// runID draws, usually, a run of the tenant that exists; otherwise any id
+// (a new one, another tenant's, or an invalid one).
 func (m *machine) runID(t *rapid.T, tenant string) string {
-	if len(m.runs) > 0 && rapid.IntRange(0, 3).Draw(t, "existing_run?") > 0 {
-		r := rapid.SampledFrom(m.runs).Draw(t, "run")
-		return r.id
+	var own []string
+	for _, r := range m.runs {
+		if r.tenant == tenant {
+			own = append(own, r.id)
+		}
+	}
+	if len(own) > 0 && rapid.IntRange(0, 3).Draw(t, "existing_run?") > 0 {
+		return rapid.SampledFrom(own).Draw(t, "run")
 	}
 	return invalid(t, "run_id", []string{"r1", "r2", "r3", "r4", "r5", "r6"}, "", "r/1")
 }
 
-// lease draws a lease ever handed out (current or stale), or a forged one.
-func (m *machine) lease(t *rapid.T) spec.LeaseRef {
-	if len(m.leases) == 0 || rapid.IntRange(0, 9).Draw(t, "forged_lease?") == 0 {
-		return spec.LeaseRef{Tenant: m.tenant(t), RunID: m.runID(t, ""), Owner: rapid.SampledFrom(workers).Draw(t, "owner"),
-			Generation: rapid.Int64Range(0, 4).Draw(t, "generation")}
+// newRunID draws, usually, an id the tenant has not used; otherwise any id.
+func (m *machine) newRunID(t *rapid.T, tenant string) string {
+	if rapid.IntRange(0, 4).Draw(t, "fresh_run_id?") == 0 {
+		return m.runID(t, tenant)
 	}
-	l := rapid.SampledFrom(m.leases).Draw(t, "lease")
-	return l.Ref()
+	used := 0
+	for _, r := range m.runs {
+		if r.tenant == tenant {
+			used++
+		}
+	}
+	return fmt.Sprintf("r%d", used+1+rapid.IntRange(0, 1).Draw(t, "skip"))
 }
 
+// lease draws, half the time, a lease that is current in the model;
+// otherwise the newest lease handed out for some run, any lease ever handed
+// out (often stale), or a forged one.
+func (m *machine) lease(t *rapid.T) spec.LeaseRef {
+	current := m.currentLeases()
+	switch choice := rapid.IntRange(0, 9).Draw(t, "lease_kind"); {
+	case choice >= 5 && len(current) > 0:
+		return rapid.SampledFrom(current).Draw(t, "current_lease")
+	case len(m.leases) == 0 || choice == 0:
+		tenant := m.tenant(t)
+		return spec.LeaseRef{Tenant: tenant, RunID: m.runID(t, tenant), Owner: rapid.SampledFrom(workers).Draw(t, "owner"),
+			Generation: rapid.Int64Range(0, 4).Draw(t, "generation")}
+	case choice <= 2:
+		return rapid.SampledFrom(m.leases).Draw(t, "lease").Ref()
+	default:
+		return rapid.SampledFrom(m.newestLeases()).Draw(t, "lease").Ref()
+	}
+}
+
+// currentLeases returns the leases the model holds as current (expired ones
+// included: whether they still count is for the store to decide).
+func (m *machine) currentLeases() []spec.LeaseRef {
+	var out []spec.LeaseRef
+	for _, j := range m.model.Snapshot(m.state).Jobs {
+		if j.State == spec.JobLeased {
+			out = append(out, spec.LeaseRef{Tenant: j.Tenant, RunID: j.RunID, Owner: j.LeaseOwner, Generation: j.Generation})
+		}
+	}
+	return out
+}
+
+// newestLeases returns the highest-generation lease handed out per run.
+func (m *machine) newestLeases() []spec.Lease {
+	newest := map[runRef]int{}
+	var order []runRef
+	for i, l := range m.leases {
+		k := runRef{l.Tenant, l.RunID}
+		j, seen := newest[k]
+		if !seen {
+			order = append(order, k)
+		}
+		if !seen || l.Generation >= m.leases[j].Generation {
+			newest[k] = i
+		}
+	}
+	out := make([]spec.Lease, 0, len(order))
+	for _, k := range order {
+		out = append(out, m.leases[newest[k]])
+	}
+	return out
+}
+
+// actions is the rapid state machine. rapid picks actions uniformly, so the
+// ones that move runs forward are listed more than once (weighted by name).
 func (m *machine) actions() map[string]func(*rapid.T) {
+	a := m.baseActions()
+	for name, copies := range map[string]int{"create": 2, "claim": 3, "complete": 2, "renew": 1, "retry": 2, "reserve_effect": 1, "record_effect": 1, "advance_clock": 2} {
+		for i := 1; i <= copies; i++ {
+			a[fmt.Sprintf("%s_%d", name, i)] = a[name]
+		}
+	}
+	return a
+}
+
+func (m *machine) baseActions() map[string]func(*rapid.T) {
 	return map[string]func(*rapid.T){
 		"create": func(t *rapid.T) {
 			tenant := m.tenant(t)
 			req := spec.CreateRunRequest{
 				Tenant: tenant, Operation: invalid(t, "operation", []string{"work"}, "nope"),
 				IdempotencyKey: invalid(t, "key", keys, "", "k\n"),
-				RunID:          m.runID(t, tenant),
+				RunID:          m.newRunID(t, tenant),
 				Payload:        []byte(invalid(t, "payload", payloads, `{"a":1,"a":2}`, "\"\xff\"", ``)),
-				MaxAttempts:    rapid.IntRange(0, 4).Draw(t, "max_attempts"),
-				TimeoutMs:      rapid.SampledFrom([]int64{0, 0, 30, 400, 401}).Draw(t, "timeout_ms"),
+				MaxAttempts:    sometimesBad(t, "max_attempts", rapid.IntRange(0, 3), -1, 4),
+				TimeoutMs:      sometimesBad(t, "timeout_ms", rapid.SampledFrom([]int64{0, 0, 30, 400}), -1, 401),
 			}
 			m.do(t, model.Op{Kind: spec.OpCreateRun, Req: req})
 		},
 		"claim": func(t *rapid.T) {
 			m.do(t, model.Op{Kind: spec.OpClaim, Req: spec.ClaimRequest{
 				Tenant: m.tenant(t), Worker: invalid(t, "worker", workers, ""),
-				LeaseMs: rapid.Int64Range(0, 61).Draw(t, "lease_ms"), Limit: rapid.IntRange(0, 3).Draw(t, "limit"),
+				LeaseMs: sometimesBad(t, "lease_ms", rapid.SampledFrom([]int64{25, 60, 10, 1}), 0, 61),
+				Limit:   sometimesBad(t, "limit", rapid.IntRange(1, 3), 0, spec.MaxBatch+1),
 			}})
 		},
 		"renew": func(t *rapid.T) {
-			m.do(t, model.Op{Kind: spec.OpRenew, Req: spec.RenewRequest{Lease: m.lease(t), LeaseMs: rapid.Int64Range(1, 60).Draw(t, "lease_ms")}})
+			m.do(t, model.Op{Kind: spec.OpRenew, Req: spec.RenewRequest{Lease: m.lease(t), LeaseMs: sometimesBad(t, "lease_ms", rapid.SampledFrom([]int64{25, 60, 10, 1}), 0, 61)}})
 		},
 		"complete": func(t *rapid.T) {
-			result := rapid.SampledFrom([]string{"", `{"ok":true}`, `{"x":1,"x":2}`}).Draw(t, "result")
+			result := invalid(t, "result", []string{"", `{"ok":true}`}, `{"x":1,"x":2}`)
 			m.do(t, model.Op{Kind: spec.OpComplete, Req: spec.CompleteRequest{Lease: m.lease(t), Result: []byte(result)}})
 		},
 		"retry": func(t *rapid.T) {
 			m.do(t, model.Op{Kind: spec.OpRetry, Jitter: rapid.Int64Range(0, m.cfg.Backoff.JitterMs).Draw(t, "jitter"),
 				Req: spec.RetryRequest{Lease: m.lease(t), ErrorCode: invalid(t, "code", codes, "Bad"),
-					RetryAfterMs: rapid.SampledFrom([]int64{0, 0, 10, 40}).Draw(t, "retry_after_ms")}})
+					RetryAfterMs: sometimesBad(t, "retry_after_ms", rapid.SampledFrom([]int64{0, 0, 10, 40}), -1)}})
 		},
 		"fail": func(t *rapid.T) {
 			m.do(t, model.Op{Kind: spec.OpFail, Req: spec.FailRequest{Lease: m.lease(t), ErrorCode: invalid(t, "code", codes, "")}})
@@ -169,15 +266,15 @@ func (m *machine) actions() map[string]func(*rapid.T) {
 			m.do(t, model.Op{Kind: spec.OpRelease, Req: spec.ReleaseRequest{Lease: m.lease(t)}})
 		},
 		"reap": func(t *rapid.T) {
-			m.do(t, model.Op{Kind: spec.OpReap, Req: spec.ReapRequest{Tenant: m.tenant(t), Limit: rapid.IntRange(0, 3).Draw(t, "limit")}})
+			m.do(t, model.Op{Kind: spec.OpReap, Req: spec.ReapRequest{Tenant: m.tenant(t), Limit: sometimesBad(t, "limit", rapid.IntRange(1, 3), 0)}})
 		},
 		"purge": func(t *rapid.T) {
-			m.do(t, model.Op{Kind: spec.OpPurge, Req: spec.PurgeRequest{Limit: rapid.IntRange(0, 3).Draw(t, "limit")}})
+			m.do(t, model.Op{Kind: spec.OpPurge, Req: spec.PurgeRequest{Limit: sometimesBad(t, "limit", rapid.IntRange(1, 3), 0)}})
 		},
 		"replay": func(t *rapid.T) {
 			tenant := m.tenant(t)
 			m.do(t, model.Op{Kind: spec.OpReplay, Req: spec.ReplayRequest{Tenant: tenant, RunID: m.runID(t, tenant),
-				NewRunID: m.runID(t, tenant), Actor: invalid(t, "actor", []string{"ops@example.com"}, "")}})
+				NewRunID: m.newRunID(t, tenant), Actor: invalid(t, "actor", []string{"ops@example.com"}, "")}})
 		},
 		"reserve_effect": func(t *rapid.T) {
 			m.do(t, model.Op{Kind: spec.OpReserveEffect, Req: spec.ReserveEffectRequest{Lease: m.lease(t),
@@ -187,10 +284,10 @@ func (m *machine) actions() map[string]func(*rapid.T) {
 			m.do(t, model.Op{Kind: spec.OpRecordEffect, Req: m.recordRequest(t, []spec.EffectState{spec.EffectSucceeded, spec.EffectFailed, spec.EffectUnknown})})
 		},
 		"reconcile_effect": func(t *rapid.T) {
-			m.do(t, model.Op{Kind: spec.OpReconcileEffect, Req: m.recordRequest(t, []spec.EffectState{spec.EffectSucceeded, spec.EffectFailed, spec.EffectUnknown})})
+			m.do(t, model.Op{Kind: spec.OpReconcileEffect, Req: m.recordRequest(t, []spec.EffectState{spec.EffectSucceeded, spec.EffectFailed})})
 		},
 		"advance_clock": func(t *rapid.T) {
-			if _, err := m.clk.Advance(rapid.Int64Range(1, 45).Draw(t, "advance_ms")); err != nil {
+			if _, err := m.clk.Advance(rapid.SampledFrom([]int64{5, 12, 30, 61, 1}).Draw(t, "advance_ms")); err != nil {
 				t.Fatalf("advance clock: %v", err)
 			}
 		},
@@ -200,7 +297,7 @@ func (m *machine) actions() map[string]func(*rapid.T) {
 
 func (m *machine) recordRequest(t *rapid.T, states []spec.EffectState) spec.RecordEffectRequest {
 	return spec.RecordEffectRequest{Lease: m.lease(t), Step: rapid.SampledFrom(steps).Draw(t, "step"),
-		Key: rapid.SampledFrom(effKeys).Draw(t, "effect_key"), State: rapid.SampledFrom(states).Draw(t, "effect_state"),
+		Key: rapid.SampledFrom(effKeys).Draw(t, "effect_key"), State: sometimesBad(t, "effect_state", rapid.SampledFrom(states), "bogus"),
 		ProviderRef: rapid.SampledFrom([]string{"", "ch_1"}).Draw(t, "provider_ref")}
 }
 
@@ -226,6 +323,7 @@ func (m *machine) do(t *rapid.T, op model.Op) {
 		t.Fatalf("step %d: %s at %d broke a transition invariant: %v", m.steps, op.Kind, op.Now, err)
 	}
 	t.Logf("step %d: %s at %d -> %s", m.steps, op.Kind, op.Now, describe(got))
+	m.counters.count(op.Kind, got)
 	m.state = next
 	if got.Err != nil {
 		m.counters.Refused++

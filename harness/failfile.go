@@ -1,0 +1,195 @@
+package harness
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"time"
+	"unicode"
+)
+
+// A rapid property test that fails writes a failfile (the exact choices of
+// the failing case) under its package's testdata/rapid. The harness keeps a
+// copy under reports/failfiles/<test>/ with a sidecar <file>.json saying how
+// to replay it, and prints the seed and a one-line command. `make replay`
+// (leasehold replay) replays every kept failfile.
+
+// Kept describes one kept failfile; it is the sidecar's content.
+type Kept struct {
+	File    string            `json:"file"`    // path relative to the repository root
+	Package string            `json:"package"` // for go test, e.g. ./harness
+	Test    string            `json:"test"`    // top-level test name
+	Tags    string            `json:"tags,omitempty"`
+	Env     map[string]string `json:"env,omitempty"`
+	Seed    string            `json:"seed"`
+	// Expect is "pass" for a regression (the bug was fixed: replay must pass)
+	// or "fail" for a failfile that demonstrates a deliberately broken store
+	// (replay must still fail).
+	Expect  string `json:"expect"`
+	Command string `json:"command"`
+}
+
+// RepoRoot returns the directory holding go.mod, searching up from the
+// working directory (a test's working directory is its package).
+func RepoRoot() (string, error) {
+	dir, err := os.Getwd()
+	if err != nil {
+		return "", err
+	}
+	for {
+		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
+			return dir, nil
+		}
+		parent := filepath.Dir(dir)
+		if parent == dir {
+			return "", errors.New("harness: no go.mod above the working directory")
+		}
+		dir = parent
+	}
+}
+
+// ReportsDir is LEASEHOLD_REPORTS, else <repo>/reports.
+func ReportsDir() (string, error) {
+	if d := os.Getenv("LEASEHOLD_REPORTS"); d != "" {
+		return d, nil
+	}
+	root, err := RepoRoot()
+	if err != nil {
+		return "", err
+	}
+	return filepath.Join(root, "reports"), nil
+}
+
+// KeepFailfile finds the newest failfile rapid wrote for testName since
+// `since` in the working directory's testdata/rapid, copies it under
+// reports/failfiles (moving it instead when move is set, so that the test
+// does not replay it on its next run), writes the sidecar and returns it.
+func KeepFailfile(testName string, since time.Time, k Kept, move bool) (Kept, error) {
+	safe := rapidSafeName(testName)
+	matches, _ := filepath.Glob(filepath.Join("testdata", "rapid", safe, safe+"-*.fail"))
+	var newest string
+	var newestTime time.Time
+	for _, m := range matches {
+		if st, err := os.Stat(m); err == nil && !st.ModTime().Before(since.Add(-time.Second)) && st.ModTime().After(newestTime) {
+			newest, newestTime = m, st.ModTime()
+		}
+	}
+	if newest == "" {
+		return k, fmt.Errorf("harness: rapid wrote no failfile for %s", testName)
+	}
+	body, err := os.ReadFile(newest)
+	if err != nil {
+		return k, err
+	}
+	root, err := RepoRoot()
+	if err != nil {
+		return k, err
+	}
+	reports, err := ReportsDir()
+	if err != nil {
+		return k, err
+	}
+	dir := filepath.Join(reports, "failfiles", safe)
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return k, err
+	}
+	dst := filepath.Join(dir, filepath.Base(newest))
+	if err := os.WriteFile(dst, body, 0o644); err != nil {
+		return k, err
+	}
+	if move {
+		os.Remove(newest)
+		os.Remove(filepath.Dir(newest)) // only if empty
+	}
+	if rel, err := filepath.Rel(root, dst); err == nil {
+		k.File = rel
+	} else {
+		k.File = dst
+	}
+	if k.Package == "" {
+		if wd, err := os.Getwd(); err == nil {
+			if rel, err := filepath.Rel(root, wd); err == nil {
+				k.Package = "./" + filepath.ToSlash(rel)
+			}
+		}
+	}
+	k.Seed = failfileSeed(string(body))
+	k.Command = ReplayCommand(k)
+	sidecar, _ := json.MarshalIndent(k, "", "  ")
+	return k, os.WriteFile(dst+".json", append(sidecar, '\n'), 0o644)
+}
+
+// ReplayCommand is the one-line shell command, run from the repository root,
+// that replays a kept failfile.
+func ReplayCommand(k Kept) string {
+	var env []string
+	for name, v := range k.Env {
+		env = append(env, name+"="+v)
+	}
+	sort.Strings(env)
+	cmd := strings.Join(env, " ")
+	if cmd != "" {
+		cmd += " "
+	}
+	cmd += "go test"
+	if k.Tags != "" {
+		cmd += " -tags " + k.Tags
+	}
+	return fmt.Sprintf(`%s %s -count=1 -run '^%s$' -rapid.failfile="$PWD/%s"`, cmd, k.Package, k.Test, k.File)
+}
+
+// failfileSeed reads the seed from a rapid failfile ("<version>#<seed>").
+func failfileSeed(body string) string {
+	for _, line := range strings.Split(body, "\n") {
+		line = strings.TrimSpace(line)
+		if line == "" || strings.HasPrefix(line, "#") {
+			continue
+		}
+		if _, seed, ok := strings.Cut(line, "#"); ok {
+			return seed
+		}
+	}
+	return ""
+}
+
+// rapidSafeName mirrors rapid's file naming for a test name.
+func rapidSafeName(name string) string {
+	var b strings.Builder
+	for _, r := range name {
+		if unicode.IsLetter(r) || unicode.IsDigit(r) || r == '-' || r == '_' {
+			b.WriteRune(r)
+		} else {
+			b.WriteRune('_')
+		}
+	}
+	return b.String()
+}
+
+// KeptFailfiles lists every sidecar under reports/failfiles.
+func KeptFailfiles(reports string) ([]Kept, error) {
+	var out []Kept
+	err := filepath.WalkDir(filepath.Join(reports, "failfiles"), func(path string, d fs.DirEntry, err error) error {
+		if errors.Is(err, fs.ErrNotExist) {
+			return nil
+		}
+		if err != nil || d.IsDir() || !strings.HasSuffix(path, ".fail.json") {
+			return err
+		}
+		var k Kept
+		body, err := os.ReadFile(path)
+		if err == nil {
+			err = json.Unmarshal(body, &k)
+		}
+		if err != nil {
+			return fmt.Errorf("%s: %w", path, err)
+		}
+		out = append(out, k)
+		return nil
+	})
+	return out, err
+}
