@@ -185,19 +185,29 @@ func leaseOf(ctx context.Context, tx *sql.Tx, tenant, runID string) (spec.Lease,
 		Payload: run.Payload, DeadlineAt: run.DeadlineAt}, nil
 }
 
-// refused explains why a guarded statement matched no row.
-func (s *Store) refused(ctx context.Context, tx *sql.Tx, op spec.Op, ref spec.LeaseRef, now int64) error {
+// leaseProblem reads the job as it is now and says why the lease guard
+// would not match it: a *spec.Error, or nil when the lease is current.
+func (s *Store) leaseProblem(ctx context.Context, tx *sql.Tx, op spec.Op, ref spec.LeaseRef, now int64) error {
 	job, err := getJob(ctx, tx, ref.Tenant, ref.RunID)
 	if err != nil {
 		return err
 	}
-	e := spec.LeaseError(job, ref, now)
-	if e == nil {
-		return fmt.Errorf("sqlite: %s matched no row although lease %s is current", op, ref)
+	if e := spec.LeaseError(job, ref, now); e != nil {
+		s.log.DebugContext(ctx, "guarded write refused", "op", op, "tenant", ref.Tenant, "run_id", ref.RunID,
+			"generation", ref.Generation, "code", e.Code)
+		return e
 	}
-	s.log.DebugContext(ctx, "guarded write refused", "op", op, "tenant", ref.Tenant, "run_id", ref.RunID,
-		"generation", ref.Generation, "code", e.Code)
-	return e
+	return nil
+}
+
+// refused explains why a guarded statement matched no row. If the lease is
+// current after all, the statement's own extra predicate refused it, which
+// callers with such a predicate handle before calling refused.
+func (s *Store) refused(ctx context.Context, tx *sql.Tx, op spec.Op, ref spec.LeaseRef, now int64) error {
+	if err := s.leaseProblem(ctx, tx, op, ref, now); err != nil {
+		return err
+	}
+	return fmt.Errorf("sqlite: %s matched no row although lease %s is current", op, ref)
 }
 
 // Renew implements spec.Store.
