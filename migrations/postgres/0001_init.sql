@@ -1,25 +1,40 @@
 -- leasehold schema v1 (PostgreSQL). Times are integer milliseconds since the Unix epoch.
 -- Every table carries tenant, and every child row references its run through
 -- (tenant, run_id), so no row can belong to another tenant's run.
+--
+-- Differences from the SQLite file, and why:
+--  * Identity columns (tenant, run ids, names, keys) use COLLATE "C": SQLite
+--    compares TEXT byte by byte, and the contract's orders (claim order, Snapshot
+--    order) are byte orders. A database created with a natural-language
+--    collation (en_US.UTF-8) would otherwise sort 'B' after 'a' and disagree
+--    with SQLite and the model. "C" comparisons are also the cheapest.
+--  * Size limits use octet_length: the spec's limits are in bytes.
+--  * The job indexes are narrower than SQLite's (see each index), because
+--    PostgreSQL proves partial-index predicates from the query's WHERE clause
+--    and pays for every index entry a claim has to step over.
+-- The tables are created in the store's schema (search_path); the store
+-- records this file in leasehold_schema_migrations with its checksum.
 
 CREATE TABLE runs (
-    tenant         TEXT    NOT NULL CHECK (char_length(tenant) BETWEEN 1 AND 64),
-    run_id         TEXT    NOT NULL CHECK (char_length(run_id) BETWEEN 1 AND 64),
-    operation      TEXT    NOT NULL CHECK (char_length(operation) BETWEEN 1 AND 64),
+    tenant         TEXT    COLLATE "C" NOT NULL CHECK (octet_length(tenant) BETWEEN 1 AND 64),
+    run_id         TEXT    COLLATE "C" NOT NULL CHECK (octet_length(run_id) BETWEEN 1 AND 64),
+    operation      TEXT    COLLATE "C" NOT NULL CHECK (octet_length(operation) BETWEEN 1 AND 64),
     state          TEXT    NOT NULL CHECK (state IN ('queued', 'running', 'completed', 'failed', 'cancelled')),
-    version        BIGINT NOT NULL CHECK (version >= 1),
-    last_event_seq BIGINT NOT NULL CHECK (last_event_seq >= 1),
-    payload        TEXT    NOT NULL CHECK (char_length(payload) <= 65536),
+    version        BIGINT  NOT NULL CHECK (version >= 1),
+    last_event_seq BIGINT  NOT NULL CHECK (last_event_seq >= 1),
+    payload        TEXT    NOT NULL CHECK (octet_length(payload) <= 65536),
     fingerprint    TEXT    NOT NULL,
-    max_attempts   BIGINT NOT NULL CHECK (max_attempts >= 1),
+    max_attempts   BIGINT  NOT NULL CHECK (max_attempts >= 1),
     error_code     TEXT,
-    result         TEXT    CHECK (result IS NULL OR char_length(result) <= 65536),
-    created_at     BIGINT NOT NULL CHECK (created_at >= 0),
-    deadline_at    BIGINT NOT NULL CHECK (deadline_at > created_at),
-    replay_of      TEXT,
-    replay_depth   BIGINT NOT NULL DEFAULT 0 CHECK (replay_depth >= 0),
+    result         TEXT    CHECK (result IS NULL OR octet_length(result) <= 65536),
+    created_at     BIGINT  NOT NULL CHECK (created_at >= 0),
+    deadline_at    BIGINT  NOT NULL CHECK (deadline_at > created_at),
+    replay_of      TEXT    COLLATE "C",
+    replay_depth   BIGINT  NOT NULL DEFAULT 0 CHECK (replay_depth >= 0),
+    -- Every read, lock and FK lookup of a run is by (tenant, run_id).
     PRIMARY KEY (tenant, run_id),
-    -- A run may be replayed at most once; the replay points back at it.
+    -- A run may be replayed at most once; the replay points back at it. The
+    -- unique index also serves Replay's "was it already replayed?" lookup.
     UNIQUE (tenant, replay_of),
     FOREIGN KEY (tenant, replay_of) REFERENCES runs (tenant, run_id),
     CHECK ((replay_of IS NULL) = (replay_depth = 0)),
@@ -29,12 +44,13 @@ CREATE TABLE runs (
 );
 
 CREATE TABLE run_events (
-    tenant  TEXT    NOT NULL,
-    run_id  TEXT    NOT NULL,
-    seq     BIGINT NOT NULL CHECK (seq >= 1),
+    tenant  TEXT    COLLATE "C" NOT NULL,
+    run_id  TEXT    COLLATE "C" NOT NULL,
+    seq     BIGINT  NOT NULL CHECK (seq >= 1),
     kind    TEXT    NOT NULL CHECK (kind IN ('run_queued', 'run_completed', 'run_failed', 'run_cancelled')),
-    at      BIGINT NOT NULL CHECK (at >= 0),
-    payload TEXT    NOT NULL CHECK (char_length(payload) <= 4096),
+    at      BIGINT  NOT NULL CHECK (at >= 0),
+    payload TEXT    NOT NULL CHECK (octet_length(payload) <= 4096),
+    -- Events are read per run in seq order; the key also makes seqs unique.
     PRIMARY KEY (tenant, run_id, seq),
     FOREIGN KEY (tenant, run_id) REFERENCES runs (tenant, run_id),
     -- run_queued is the first event and only the first.
@@ -46,17 +62,18 @@ CREATE UNIQUE INDEX run_events_one_terminal ON run_events (tenant, run_id)
     WHERE kind IN ('run_completed', 'run_failed', 'run_cancelled');
 
 CREATE TABLE jobs (
-    tenant           TEXT    NOT NULL,
-    run_id           TEXT    NOT NULL,
-    operation        TEXT    NOT NULL,
+    tenant           TEXT    COLLATE "C" NOT NULL,
+    run_id           TEXT    COLLATE "C" NOT NULL,
+    operation        TEXT    COLLATE "C" NOT NULL,
     state            TEXT    NOT NULL CHECK (state IN ('queued', 'leased', 'completed', 'dead', 'cancelled')),
-    available_at     BIGINT NOT NULL CHECK (available_at >= 0),
+    available_at     BIGINT  NOT NULL CHECK (available_at >= 0),
     lease_owner      TEXT,
-    lease_expires_at BIGINT CHECK (lease_expires_at IS NULL OR lease_expires_at >= 0),
-    lease_generation BIGINT NOT NULL DEFAULT 0 CHECK (lease_generation >= 0),
-    attempts         BIGINT NOT NULL DEFAULT 0 CHECK (attempts >= 0),
-    max_attempts     BIGINT NOT NULL CHECK (max_attempts >= 1),
+    lease_expires_at BIGINT  CHECK (lease_expires_at IS NULL OR lease_expires_at >= 0),
+    lease_generation BIGINT  NOT NULL DEFAULT 0 CHECK (lease_generation >= 0),
+    attempts         BIGINT  NOT NULL DEFAULT 0 CHECK (attempts >= 0),
+    max_attempts     BIGINT  NOT NULL CHECK (max_attempts >= 1),
     last_error_code  TEXT,
+    -- Every guarded write locks its job by (tenant, run_id) first.
     PRIMARY KEY (tenant, run_id),
     FOREIGN KEY (tenant, run_id) REFERENCES runs (tenant, run_id),
     CHECK (attempts <= max_attempts),
@@ -66,39 +83,55 @@ CREATE TABLE jobs (
     CHECK (state <> 'leased' OR (lease_generation >= 1 AND attempts >= 1))
 );
 
--- Claim: eligible jobs of one tenant in (available_at, run_id) order.
-CREATE INDEX jobs_claim ON jobs (tenant, available_at, run_id) WHERE state IN ('queued', 'leased');
--- Reap: expired leases of one tenant in expiry order.
-CREATE INDEX jobs_reap ON jobs (tenant, lease_expires_at, run_id) WHERE state = 'leased';
+-- Claim (and expiry reclaim): one tenant's claimable jobs in the claim order
+-- (available_at, run_id), so "ORDER BY available_at, run_id LIMIT n FOR NO KEY
+-- UPDATE SKIP LOCKED" is an index range scan that stops after n lockable rows.
+-- The predicate keeps out terminal jobs (most rows of a long-lived table) and
+-- jobs on their last attempt (attempts = max_attempts), which a claim may
+-- never take; the claim's WHERE repeats both conjuncts, so the planner proves
+-- the index usable. Queued jobs and expired leases share the index because the
+-- claim takes them in one order; the scan filters unexpired leases (at most
+-- one per busy worker) on the heap row.
+CREATE INDEX jobs_claim ON jobs (tenant, available_at, run_id)
+    WHERE state IN ('queued', 'leased') AND attempts < max_attempts;
+
+-- Reap: one tenant's leases on their last attempt, in expiry order. Only such
+-- jobs can be reaped, so the index holds just the in-flight final attempts.
+CREATE INDEX jobs_reap ON jobs (tenant, lease_expires_at, run_id)
+    WHERE state = 'leased' AND attempts >= max_attempts;
 
 CREATE TABLE idempotency_keys (
-    tenant          TEXT    NOT NULL,
-    operation       TEXT    NOT NULL,
-    idempotency_key TEXT    NOT NULL CHECK (char_length(idempotency_key) BETWEEN 1 AND 255),
+    tenant          TEXT    COLLATE "C" NOT NULL,
+    operation       TEXT    COLLATE "C" NOT NULL,
+    idempotency_key TEXT    COLLATE "C" NOT NULL CHECK (octet_length(idempotency_key) BETWEEN 1 AND 255),
     fingerprint     TEXT    NOT NULL,
-    run_id          TEXT    NOT NULL,
-    created_at      BIGINT NOT NULL CHECK (created_at >= 0),
-    expires_at      BIGINT NOT NULL CHECK (expires_at > created_at),
+    run_id          TEXT    COLLATE "C" NOT NULL,
+    created_at      BIGINT  NOT NULL CHECK (created_at >= 0),
+    expires_at      BIGINT  NOT NULL CHECK (expires_at > created_at),
+    -- Admission looks the key up by exactly this triple: one index probe at any depth.
     PRIMARY KEY (tenant, operation, idempotency_key),
     FOREIGN KEY (tenant, run_id) REFERENCES runs (tenant, run_id)
 );
 
--- Purge: oldest expired records first.
-CREATE INDEX idempotency_keys_expiry ON idempotency_keys (expires_at);
+-- Purge: expired records in the purge order (expires_at, tenant, operation,
+-- key). With every column of the order in the index, "ORDER BY ... LIMIT n"
+-- reads the first n entries instead of sorting all expired records.
+CREATE INDEX idempotency_keys_expiry ON idempotency_keys (expires_at, tenant, operation, idempotency_key);
 
 CREATE TABLE attempts (
-    tenant      TEXT    NOT NULL,
-    run_id      TEXT    NOT NULL,
-    generation  BIGINT NOT NULL CHECK (generation >= 1),
-    number      BIGINT NOT NULL CHECK (number >= 1),
+    tenant      TEXT    COLLATE "C" NOT NULL,
+    run_id      TEXT    COLLATE "C" NOT NULL,
+    generation  BIGINT  NOT NULL CHECK (generation >= 1),
+    number      BIGINT  NOT NULL CHECK (number >= 1),
     worker      TEXT    NOT NULL,
-    claimed_at  BIGINT NOT NULL CHECK (claimed_at >= 0),
-    renewed_at  BIGINT NOT NULL CHECK (renewed_at >= claimed_at),
-    finished_at BIGINT CHECK (finished_at IS NULL OR finished_at >= claimed_at),
+    claimed_at  BIGINT  NOT NULL CHECK (claimed_at >= 0),
+    renewed_at  BIGINT  NOT NULL CHECK (renewed_at >= claimed_at),
+    finished_at BIGINT  CHECK (finished_at IS NULL OR finished_at >= claimed_at),
     outcome     TEXT    NOT NULL CHECK (outcome IN ('running', 'completed', 'retried', 'dead', 'released', 'expired', 'cancelled')),
     error_code  TEXT,
     error_class TEXT    CHECK (error_class IS NULL OR error_class IN ('retryable', 'terminal', 'expired')),
     retry_at    BIGINT,
+    -- Attempts are written and read by (run, generation).
     PRIMARY KEY (tenant, run_id, generation),
     FOREIGN KEY (tenant, run_id) REFERENCES jobs (tenant, run_id),
     CHECK ((outcome = 'running') = (finished_at IS NULL)),
@@ -106,14 +139,15 @@ CREATE TABLE attempts (
 );
 
 CREATE TABLE effects (
-    tenant       TEXT    NOT NULL,
-    run_id       TEXT    NOT NULL,
-    step         TEXT    NOT NULL CHECK (char_length(step) BETWEEN 1 AND 64),
-    effect_key   TEXT    NOT NULL CHECK (char_length(effect_key) BETWEEN 1 AND 255),
+    tenant       TEXT    COLLATE "C" NOT NULL,
+    run_id       TEXT    COLLATE "C" NOT NULL,
+    step         TEXT    COLLATE "C" NOT NULL CHECK (octet_length(step) BETWEEN 1 AND 64),
+    effect_key   TEXT    COLLATE "C" NOT NULL CHECK (octet_length(effect_key) BETWEEN 1 AND 255),
     state        TEXT    NOT NULL CHECK (state IN ('reserved', 'succeeded', 'failed', 'unknown')),
     provider_ref TEXT    NOT NULL DEFAULT '',
-    generation   BIGINT NOT NULL CHECK (generation >= 1),
-    updated_at   BIGINT NOT NULL CHECK (updated_at >= 0),
+    generation   BIGINT  NOT NULL CHECK (generation >= 1),
+    updated_at   BIGINT  NOT NULL CHECK (updated_at >= 0),
+    -- Effects are looked up by (run, step, key) and listed per run in (step, key) order.
     PRIMARY KEY (tenant, run_id, step, effect_key),
     FOREIGN KEY (tenant, run_id, generation) REFERENCES attempts (tenant, run_id, generation)
 );

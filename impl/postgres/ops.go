@@ -1,0 +1,736 @@
+package postgres
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sort"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/leasehold/leasehold/spec"
+)
+
+func leaseArgs(l spec.LeaseRef, now int64) args {
+	return args{"tenant": l.Tenant, "run_id": l.RunID, "owner": l.Owner, "generation": l.Generation, "now": now}
+}
+
+// nullable turns "" and 0 into SQL NULL.
+func nullable[T comparable](v T) any {
+	var zero T
+	if v == zero {
+		return nil
+	}
+	return v
+}
+
+func (t *txn) exec(query string, a args) (int64, error) {
+	tag, err := t.Exec(t.ctx, query, a)
+	if err != nil {
+		return 0, err
+	}
+	return tag.RowsAffected(), nil
+}
+
+// lockJob locks the job row of (tenant, runID) and returns it, or found =
+// false when the run has no job (it does not exist for this tenant).
+func (t *txn) lockJob(tenant, runID string) (job spec.Job, found bool, err error) {
+	job, err = scanJob(t.QueryRow(t.ctx, lockJob, args{"tenant": tenant, "run_id": runID}))
+	if errors.Is(err, pgx.ErrNoRows) {
+		return spec.Job{}, false, nil
+	}
+	return job, err == nil, err
+}
+
+// lockedNow locks the job of (tenant, runID), then reads the operation's
+// clock: the order that makes a writer's time no earlier than the commit of
+// the writer it waited for.
+func (t *txn) lockedNow(tenant, runID string) (int64, error) {
+	if _, _, err := t.lockJob(tenant, runID); err != nil {
+		return 0, err
+	}
+	return t.clock()
+}
+
+// CreateRun implements spec.Store.
+func (s *Store) CreateRun(ctx context.Context, req spec.CreateRunRequest) (res spec.CreateRunResult, err error) {
+	if err := s.precheck(func(now int64) error { _, err := s.cfg.NormalizeCreate(req, now); return err }); err != nil {
+		return res, err
+	}
+	err = s.write(ctx, spec.OpCreateRun, func(t *txn) error {
+		scope := args{"tenant": req.Tenant, "operation": req.Operation, "key": req.IdempotencyKey}
+		lockName := "leasehold.admit/" + s.schema + "/" + req.Tenant + "/" + req.Operation + "/" + req.IdempotencyKey
+		if _, err := t.exec(lockAdmission, args{"scope": lockName}); err != nil {
+			return err
+		}
+		now, err := t.clock()
+		if err != nil {
+			return err
+		}
+		n, err := s.cfg.NormalizeCreate(req, now)
+		if err != nil {
+			return err
+		}
+		var fingerprint, runID string
+		var expiresAt int64
+		err = t.QueryRow(ctx, selectIdempotency, scope).Scan(&fingerprint, &runID, &expiresAt)
+		switch {
+		case err == nil && expiresAt > now:
+			if fingerprint != n.Fingerprint && activeMutant != MutantIdempotencyIgnoresFingerprint {
+				return spec.Errorf(spec.CodeIdempotencyConflict,
+					"idempotency key #%s of operation %q is bound to a different request (fingerprint %s); use a new key for a new request",
+					spec.ShortHash(n.Key), n.Operation, spec.ShortHash(fingerprint))
+			}
+			run, err := getRun(ctx, t, n.Tenant, runID)
+			res = spec.CreateRunResult{Run: run, Replayed: true}
+			return err
+		case err == nil:
+			// Expired but not yet purged: the key is free again.
+			if _, err := t.exec(deleteIdempotency, scope); err != nil {
+				return err
+			}
+		case !errors.Is(err, pgx.ErrNoRows):
+			return err
+		}
+		a := scope.with(args{"run_id": n.RunID, "payload": n.Payload, "fingerprint": n.Fingerprint, "max_attempts": n.MaxAttempts,
+			"now": now, "deadline_at": n.DeadlineAt, "expires_at": n.ExpiresAt, "replay_of": nil, "replay_depth": 0,
+			"seq": 1, "kind": string(spec.EventRunQueued), "generation": 0})
+		run, err := scanRun(t.QueryRow(ctx, insertRun, a))
+		if errors.Is(err, pgx.ErrNoRows) {
+			return spec.Errorf(spec.CodeAlreadyExists, "run %s already exists for tenant %s; propose a new run id", n.RunID, n.Tenant)
+		}
+		if err != nil {
+			return err
+		}
+		if _, err := t.exec(insertJob, a); err != nil {
+			return err
+		}
+		if k, err := t.exec(insertIdempotency, a); err != nil || k == 0 {
+			if err == nil {
+				err = fmt.Errorf("postgres: idempotency record for key #%s appeared while its admission lock was held", spec.ShortHash(n.Key))
+			}
+			return err
+		}
+		if _, err := t.exec(insertEvent, a.with(args{"payload": spec.QueuedPayload("", "", 0)})); err != nil {
+			return err
+		}
+		res.Run = run
+		return nil
+	})
+	return res, err
+}
+
+// Claim implements spec.Store.
+func (s *Store) Claim(ctx context.Context, req spec.ClaimRequest) (leases []spec.Lease, err error) {
+	if err := s.precheck(func(now int64) error { _, err := s.cfg.CheckClaim(req, now); return err }); err != nil {
+		return nil, err
+	}
+	err = s.write(ctx, spec.OpClaim, func(t *txn) error {
+		// No ordering lock to take first: the claim statement locks its
+		// rows with SKIP LOCKED and never waits for one.
+		now, err := t.clock()
+		if err != nil {
+			return err
+		}
+		expiresAt, err := s.cfg.CheckClaim(req, now)
+		if err != nil {
+			return err
+		}
+		query := claimJobs
+		if activeMutant == MutantClaimIgnoresExpired {
+			query = mutantClaimIgnoresExpired
+		}
+		rows, err := t.Query(ctx, query, args{"tenant": req.Tenant, "worker": req.Worker, "now": now, "expires_at": expiresAt, "limit": req.Limit})
+		if err != nil {
+			return err
+		}
+		leases, err = pgx.CollectRows(rows, func(row pgx.CollectableRow) (spec.Lease, error) {
+			l := spec.Lease{Tenant: req.Tenant, Owner: req.Worker, ExpiresAt: expiresAt}
+			err := row.Scan(&l.RunID, &l.Operation, &l.Generation, &l.Attempt, &l.MaxAttempts, &l.Payload, &l.DeadlineAt)
+			return l, err
+		})
+		if leases == nil {
+			leases = []spec.Lease{}
+		}
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	return leases, nil
+}
+
+// refused explains why a guarded statement matched no row, from the job row
+// as it is now (the transaction holds its lock).
+func (s *Store) refused(t *txn, op spec.Op, ref spec.LeaseRef, now int64) error {
+	job, err := getJob(t.ctx, t, ref.Tenant, ref.RunID)
+	if err != nil {
+		return err
+	}
+	e := spec.LeaseError(job, ref, now)
+	if e == nil {
+		return fmt.Errorf("postgres: %s matched no row although lease %s is current", op, ref)
+	}
+	s.log.DebugContext(t.ctx, "guarded write refused", "op", op, "tenant", ref.Tenant, "run_id", ref.RunID,
+		"generation", ref.Generation, "code", e.Code)
+	return e
+}
+
+// leaseOf reads the lease a job holds now, with its run's payload and deadline.
+func leaseOf(t *txn, tenant, runID string) (spec.Lease, error) {
+	job, err := getJob(t.ctx, t, tenant, runID)
+	if err != nil {
+		return spec.Lease{}, err
+	}
+	run, err := getRun(t.ctx, t, tenant, runID)
+	if err != nil {
+		return spec.Lease{}, err
+	}
+	return spec.Lease{Tenant: tenant, RunID: runID, Operation: job.Operation, Owner: job.LeaseOwner,
+		Generation: job.Generation, ExpiresAt: job.LeaseExpiresAt, Attempt: job.Attempts, MaxAttempts: job.MaxAttempts,
+		Payload: run.Payload, DeadlineAt: run.DeadlineAt}, nil
+}
+
+// Renew implements spec.Store.
+func (s *Store) Renew(ctx context.Context, req spec.RenewRequest) (lease spec.Lease, err error) {
+	if err := s.precheck(func(now int64) error { _, err := s.cfg.CheckRenew(req, now); return err }); err != nil {
+		return lease, err
+	}
+	err = s.write(ctx, spec.OpRenew, func(t *txn) error {
+		now, err := t.lockedNow(req.Lease.Tenant, req.Lease.RunID)
+		if err != nil {
+			return err
+		}
+		expiresAt, err := s.cfg.CheckRenew(req, now)
+		if err != nil {
+			return err
+		}
+		a := leaseArgs(req.Lease, now).with(args{"expires_at": expiresAt})
+		n, err := t.exec(renewLease, a)
+		if err != nil {
+			return err
+		}
+		if n == 0 {
+			// The update also refuses a current lease whose new expiry would
+			// pass the deadline: ask LeaseError first, and only then blame
+			// the deadline.
+			job, err := getJob(ctx, t, req.Lease.Tenant, req.Lease.RunID)
+			if err != nil {
+				return err
+			}
+			if spec.LeaseError(job, req.Lease, now) != nil {
+				return s.refused(t, spec.OpRenew, req.Lease, now)
+			}
+			run, err := getRun(ctx, t, req.Lease.Tenant, req.Lease.RunID)
+			if err != nil {
+				return err
+			}
+			return spec.Errorf(spec.CodeDeadlineExceeded, "renewing to %d would pass run %s's deadline %d; finish or fail the attempt", expiresAt, run.ID, run.DeadlineAt)
+		}
+		if _, err := t.exec(touchAttempt, a); err != nil {
+			return err
+		}
+		lease, err = leaseOf(t, req.Lease.Tenant, req.Lease.RunID)
+		return err
+	})
+	return lease, err
+}
+
+// terminal describes one terminal transition made under a lease.
+type terminal struct {
+	job        spec.JobState
+	run        spec.RunState
+	event      spec.EventKind
+	payload    string
+	errorCode  string
+	errorClass spec.ErrorClass
+	result     string
+	outcome    spec.AttemptOutcome
+}
+
+// finish applies a terminal transition: the job under the lease guard, then
+// the run, its next event and the attempt row. It returns the run as
+// updated.
+func (s *Store) finish(t *txn, op spec.Op, ref spec.LeaseRef, now int64, tm terminal) (spec.Run, error) {
+	a := leaseArgs(ref, now).with(args{"state": string(tm.job), "error_code": nullable(tm.errorCode)})
+	query := finishJob
+	if op == spec.OpComplete && activeMutant == MutantCompleteIgnoresGeneration {
+		query = mutantFinishJobIgnoresGeneration
+	}
+	n, err := t.exec(query, a)
+	if err != nil {
+		return spec.Run{}, err
+	}
+	if n == 0 {
+		return spec.Run{}, s.refused(t, op, ref, now)
+	}
+	run, err := finishRunWithEvent(t, ref.Tenant, ref.RunID, now, tm)
+	if err != nil {
+		return spec.Run{}, err
+	}
+	_, err = t.exec(finishAttempt, a.with(args{"outcome": string(tm.outcome), "error_class": nullable(string(tm.errorClass)), "retry_at": nil}))
+	return run, err
+}
+
+// finishRunWithEvent terminalizes the run and appends its terminal event at
+// the next sequence, in the caller's transaction, and returns the run.
+func finishRunWithEvent(t *txn, tenant, runID string, now int64, tm terminal) (spec.Run, error) {
+	a := args{"tenant": tenant, "run_id": runID, "now": now, "state": string(tm.run), "error_code": nullable(tm.errorCode), "result": nullable(tm.result)}
+	run, err := scanRun(t.QueryRow(t.ctx, finishRun, a))
+	if errors.Is(err, pgx.ErrNoRows) {
+		return spec.Run{}, fmt.Errorf("postgres: invariant violated: run %s/%s is terminal while its job was not", tenant, runID)
+	}
+	if err != nil {
+		return spec.Run{}, err
+	}
+	_, err = t.exec(insertEvent, a.with(args{"seq": run.LastSeq, "kind": string(tm.event), "payload": tm.payload}))
+	return run, err
+}
+
+// Complete implements spec.Store.
+func (s *Store) Complete(ctx context.Context, req spec.CompleteRequest) (run spec.Run, err error) {
+	if err := s.precheck(func(now int64) error { _, err := s.cfg.CheckComplete(req, now); return err }); err != nil {
+		return run, err
+	}
+	err = s.write(ctx, spec.OpComplete, func(t *txn) error {
+		now, err := t.lockedNow(req.Lease.Tenant, req.Lease.RunID)
+		if err != nil {
+			return err
+		}
+		result, err := s.cfg.CheckComplete(req, now)
+		if err != nil {
+			return err
+		}
+		run, err = s.finish(t, spec.OpComplete, req.Lease, now, terminal{job: spec.JobCompleted, run: spec.RunCompleted,
+			event: spec.EventRunCompleted, payload: spec.CompletedPayload(req.Lease.Generation), result: result, outcome: spec.AttemptCompleted})
+		return err
+	})
+	return run, err
+}
+
+// Fail implements spec.Store.
+func (s *Store) Fail(ctx context.Context, req spec.FailRequest) (run spec.Run, err error) {
+	if err := s.precheck(func(now int64) error { return s.cfg.CheckFail(req, now) }); err != nil {
+		return run, err
+	}
+	err = s.write(ctx, spec.OpFail, func(t *txn) error {
+		now, err := t.lockedNow(req.Lease.Tenant, req.Lease.RunID)
+		if err != nil {
+			return err
+		}
+		if err := s.cfg.CheckFail(req, now); err != nil {
+			return err
+		}
+		run, err = s.finish(t, spec.OpFail, req.Lease, now, terminal{job: spec.JobDead, run: spec.RunFailed,
+			event: spec.EventRunFailed, payload: spec.FailedPayload(req.ErrorCode, req.Lease.Generation),
+			errorCode: req.ErrorCode, errorClass: spec.ClassTerminal, outcome: spec.AttemptDead})
+		return err
+	})
+	return run, err
+}
+
+// Retry implements spec.Store.
+func (s *Store) Retry(ctx context.Context, req spec.RetryRequest) (job spec.Job, err error) {
+	if err := s.precheck(func(now int64) error { return s.cfg.CheckRetry(req, now) }); err != nil {
+		return job, err
+	}
+	err = s.write(ctx, spec.OpRetry, func(t *txn) error {
+		ref := req.Lease
+		now, err := t.lockedNow(ref.Tenant, ref.RunID)
+		if err != nil {
+			return err
+		}
+		if err := s.cfg.CheckRetry(req, now); err != nil {
+			return err
+		}
+		var attempts, maxAttempts int
+		err = t.QueryRow(ctx, selectGuarded, leaseArgs(ref, now)).Scan(&attempts, &maxAttempts)
+		if errors.Is(err, pgx.ErrNoRows) {
+			return s.refused(t, spec.OpRetry, ref, now)
+		}
+		if err != nil {
+			return err
+		}
+		if attempts >= maxAttempts {
+			tm := terminal{job: spec.JobDead, run: spec.RunFailed, event: spec.EventRunFailed,
+				payload: spec.FailedPayload(req.ErrorCode, ref.Generation), errorCode: req.ErrorCode,
+				errorClass: spec.ClassRetryable, outcome: spec.AttemptDead}
+			if activeMutant == MutantBudgetNotAtomic {
+				err = s.mutantFinishJobOnly(t, ref, now, tm)
+			} else {
+				_, err = s.finish(t, spec.OpRetry, ref, now, tm)
+			}
+		} else {
+			err = s.requeue(t, req, attempts, now)
+		}
+		if err != nil {
+			return err
+		}
+		job, err = getJob(ctx, t, ref.Tenant, ref.RunID)
+		return err
+	})
+	return job, err
+}
+
+// requeue schedules the next attempt after the backoff delay.
+func (s *Store) requeue(t *txn, req spec.RetryRequest, attempts int, now int64) error {
+	b := s.cfg.Backoff
+	delay, err := b.Delay(attempts, req.RetryAfterMs, s.random.Int64N(b.JitterBound()))
+	if err != nil {
+		return err
+	}
+	availableAt, err := spec.Deadline(now, delay, "retry time")
+	if err != nil {
+		return err
+	}
+	a := leaseArgs(req.Lease, now).with(args{"available_at": availableAt, "error_code": req.ErrorCode})
+	query := requeueJob
+	if activeMutant == MutantRetryResetsGeneration {
+		query = mutantRequeueResetsGeneration
+	}
+	n, err := t.exec(query, a)
+	if err != nil {
+		return err
+	}
+	if n == 0 {
+		return s.refused(t, spec.OpRetry, req.Lease, now)
+	}
+	_, err = t.exec(finishAttempt, a.with(args{"outcome": string(spec.AttemptRetried),
+		"error_class": string(spec.ClassRetryable), "retry_at": availableAt}))
+	return err
+}
+
+// Cancel implements spec.Store.
+func (s *Store) Cancel(ctx context.Context, req spec.CancelRequest) (run spec.Run, err error) {
+	if err := s.precheck(func(now int64) error { _, err := s.cfg.CheckCancel(req, now); return err }); err != nil {
+		return run, err
+	}
+	err = s.write(ctx, spec.OpCancel, func(t *txn) error {
+		job, found, err := t.lockJob(req.Tenant, req.RunID)
+		if err != nil {
+			return err
+		}
+		now, err := t.clock()
+		if err != nil {
+			return err
+		}
+		reason, err := s.cfg.CheckCancel(req, now)
+		if err != nil {
+			return err
+		}
+		if !found {
+			return spec.Errorf(spec.CodeNotFound, "run %s not found for tenant %s", req.RunID, req.Tenant)
+		}
+		if job.State.Terminal() {
+			return spec.TerminalError(spec.RunStateFor(job.State), req.RunID)
+		}
+		a := args{"tenant": req.Tenant, "run_id": req.RunID, "now": now, "generation": job.Generation}
+		if _, err := t.exec(cancelJob, a); err != nil {
+			return err
+		}
+		if job.State == spec.JobLeased {
+			if _, err := t.exec(finishAttempt, a.with(args{"outcome": string(spec.AttemptCancelled),
+				"error_code": nil, "error_class": nil, "retry_at": nil})); err != nil {
+				return err
+			}
+		}
+		run, err = finishRunWithEvent(t, req.Tenant, req.RunID, now, terminal{run: spec.RunCancelled,
+			event: spec.EventRunCancelled, payload: spec.CancelledPayload(reason, job.Generation), errorCode: reason})
+		return err
+	})
+	return run, err
+}
+
+// Release implements spec.Store.
+func (s *Store) Release(ctx context.Context, req spec.ReleaseRequest) (job spec.Job, err error) {
+	if err := s.precheck(func(now int64) error { return s.cfg.CheckRelease(req, now) }); err != nil {
+		return job, err
+	}
+	err = s.write(ctx, spec.OpRelease, func(t *txn) error {
+		now, err := t.lockedNow(req.Lease.Tenant, req.Lease.RunID)
+		if err != nil {
+			return err
+		}
+		if err := s.cfg.CheckRelease(req, now); err != nil {
+			return err
+		}
+		a := leaseArgs(req.Lease, now)
+		n, err := t.exec(releaseJob, a)
+		if err != nil {
+			return err
+		}
+		if n == 0 {
+			return s.refused(t, spec.OpRelease, req.Lease, now)
+		}
+		if _, err := t.exec(finishAttempt, a.with(args{"outcome": string(spec.AttemptReleased),
+			"error_code": nil, "error_class": nil, "retry_at": nil})); err != nil {
+			return err
+		}
+		job, err = getJob(ctx, t, req.Lease.Tenant, req.Lease.RunID)
+		return err
+	})
+	return job, err
+}
+
+// Reap implements spec.Store.
+func (s *Store) Reap(ctx context.Context, req spec.ReapRequest) (reaped []string, err error) {
+	if err := s.precheck(func(now int64) error { return s.cfg.CheckReap(req, now) }); err != nil {
+		return nil, err
+	}
+	err = s.write(ctx, spec.OpReap, func(t *txn) error {
+		now, err := t.clock()
+		if err != nil {
+			return err
+		}
+		if err := s.cfg.CheckReap(req, now); err != nil {
+			return err
+		}
+		a := args{"tenant": req.Tenant, "now": now, "limit": req.Limit, "error_code": spec.ReapErrorCode}
+		type victim struct {
+			runID      string
+			generation int64
+			expiresAt  int64
+		}
+		rows, err := t.Query(ctx, selectReapable, a)
+		if err != nil {
+			return err
+		}
+		victims, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (victim, error) {
+			var v victim
+			return v, row.Scan(&v.runID, &v.generation, &v.expiresAt)
+		})
+		if err != nil {
+			return err
+		}
+		// The rows come back in the ORDER BY's order unless a locked row was
+		// re-checked after a concurrent change; sort to be sure.
+		sort.Slice(victims, func(i, j int) bool {
+			if victims[i].expiresAt != victims[j].expiresAt {
+				return victims[i].expiresAt < victims[j].expiresAt
+			}
+			return victims[i].runID < victims[j].runID
+		})
+		reaped = make([]string, 0, len(victims))
+		for _, v := range victims {
+			va := a.with(args{"run_id": v.runID, "generation": v.generation})
+			n, err := t.exec(reapJob, va)
+			if err != nil {
+				return err
+			}
+			if n == 0 {
+				continue
+			}
+			tm := terminal{run: spec.RunFailed, event: spec.EventRunFailed, payload: spec.FailedPayload(spec.ReapErrorCode, v.generation),
+				errorCode: spec.ReapErrorCode}
+			if _, err := finishRunWithEvent(t, req.Tenant, v.runID, now, tm); err != nil {
+				return err
+			}
+			if _, err := t.exec(finishAttempt, va.with(args{"outcome": string(spec.AttemptDead),
+				"error_class": string(spec.ClassExpired), "retry_at": nil})); err != nil {
+				return err
+			}
+			reaped = append(reaped, v.runID)
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return reaped, nil
+}
+
+// PurgeIdempotency implements spec.Store.
+func (s *Store) PurgeIdempotency(ctx context.Context, req spec.PurgeRequest) (deleted int, err error) {
+	if err := s.precheck(func(now int64) error { return spec.CheckPurge(req, now) }); err != nil {
+		return 0, err
+	}
+	err = s.write(ctx, spec.OpPurge, func(t *txn) error {
+		now, err := t.clock()
+		if err != nil {
+			return err
+		}
+		if err := spec.CheckPurge(req, now); err != nil {
+			return err
+		}
+		n, err := t.exec(purgeIdempotency, args{"now": now, "limit": req.Limit})
+		deleted = int(n)
+		return err
+	})
+	if err != nil {
+		return 0, err
+	}
+	return deleted, nil
+}
+
+// Replay implements spec.Store.
+func (s *Store) Replay(ctx context.Context, req spec.ReplayRequest) (run spec.Run, err error) {
+	if err := s.precheck(func(now int64) error { return s.cfg.CheckReplay(req, now) }); err != nil {
+		return run, err
+	}
+	err = s.write(ctx, spec.OpReplay, func(t *txn) error {
+		// Locking the original's job serializes replays of one run, so the
+		// second sees the first's replay_of link.
+		origJob, found, err := t.lockJob(req.Tenant, req.RunID)
+		if err != nil {
+			return err
+		}
+		now, err := t.clock()
+		if err != nil {
+			return err
+		}
+		if err := s.cfg.CheckReplay(req, now); err != nil {
+			return err
+		}
+		orig, err := getRun(ctx, t, req.Tenant, req.RunID)
+		if err != nil {
+			return err
+		}
+		if !found {
+			return fmt.Errorf("postgres: invariant violated: run %s/%s has no job", req.Tenant, req.RunID)
+		}
+		if orig.State != spec.RunFailed {
+			return spec.Errorf(spec.CodeFailedPrecondition, "run %s is %s; only a failed (dead) run can be replayed", orig.ID, orig.State)
+		}
+		depth := orig.ReplayDepth + 1
+		if depth > s.cfg.MaxReplays {
+			return spec.Errorf(spec.CodeReplayLimit, "run %s is replay %d of its lineage; the limit is %d", orig.ID, orig.ReplayDepth, s.cfg.MaxReplays)
+		}
+		var existing string
+		err = t.QueryRow(ctx, selectReplayOf, args{"tenant": req.Tenant, "run_id": req.RunID}).Scan(&existing)
+		if err == nil {
+			return spec.Errorf(spec.CodeAlreadyExists, "run %s was already replayed as %s; replay that run instead", orig.ID, existing)
+		}
+		if !errors.Is(err, pgx.ErrNoRows) {
+			return err
+		}
+		// Checked here, before the deadline, to keep SQLite's check order;
+		// insertRun's ON CONFLICT still catches an id taken concurrently.
+		if exists, err := runExists(ctx, t, req.Tenant, req.NewRunID); err != nil || exists {
+			if err == nil {
+				err = spec.Errorf(spec.CodeAlreadyExists, "run %s already exists for tenant %s; propose a new run id", req.NewRunID, req.Tenant)
+			}
+			return err
+		}
+		deadline, err := spec.Deadline(now, orig.DeadlineAt-orig.CreatedAt, "run deadline")
+		if err != nil {
+			return err
+		}
+		a := args{"tenant": req.Tenant, "run_id": req.NewRunID, "operation": orig.Operation, "payload": orig.Payload,
+			"fingerprint": orig.Fingerprint, "max_attempts": orig.MaxAttempts, "now": now, "deadline_at": deadline,
+			"replay_of": orig.ID, "replay_depth": depth, "generation": origJob.Generation}
+		run, err = scanRun(t.QueryRow(ctx, insertRun, a))
+		if errors.Is(err, pgx.ErrNoRows) {
+			return spec.Errorf(spec.CodeAlreadyExists, "run %s already exists for tenant %s; propose a new run id", req.NewRunID, req.Tenant)
+		}
+		if err != nil {
+			return err
+		}
+		if _, err := t.exec(insertJob, a); err != nil {
+			return err
+		}
+		_, err = t.exec(insertEvent, a.with(args{"seq": 1, "kind": string(spec.EventRunQueued),
+			"payload": spec.QueuedPayload(orig.ID, req.Actor, depth)}))
+		return err
+	})
+	return run, err
+}
+
+// guard checks that ref is the current lease, for writes that do not change
+// the job row (effect ledger writes). The caller holds the job's lock.
+func (s *Store) guard(t *txn, op spec.Op, ref spec.LeaseRef, now int64) error {
+	var attempts, maxAttempts int
+	err := t.QueryRow(t.ctx, selectGuarded, leaseArgs(ref, now)).Scan(&attempts, &maxAttempts)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return s.refused(t, op, ref, now)
+	}
+	return err
+}
+
+// ReserveEffect implements spec.Store.
+func (s *Store) ReserveEffect(ctx context.Context, req spec.ReserveEffectRequest) (res spec.EffectReservation, err error) {
+	if err := s.precheck(func(now int64) error { return s.cfg.CheckReserveEffect(req, now) }); err != nil {
+		return res, err
+	}
+	err = s.write(ctx, spec.OpReserveEffect, func(t *txn) error {
+		now, err := t.lockedNow(req.Lease.Tenant, req.Lease.RunID)
+		if err != nil {
+			return err
+		}
+		if err := s.cfg.CheckReserveEffect(req, now); err != nil {
+			return err
+		}
+		if err := s.guard(t, spec.OpReserveEffect, req.Lease, now); err != nil {
+			return err
+		}
+		a := leaseArgs(req.Lease, now).with(args{"step": req.Step, "key": req.Key})
+		var state spec.EffectState
+		var generation int64
+		err = t.QueryRow(ctx, selectEffect, a).Scan(&state, &generation)
+		switch {
+		case errors.Is(err, pgx.ErrNoRows):
+			_, err = t.exec(insertEffect, a)
+			res.Decision = spec.DecisionProceed
+		case err != nil:
+		case state == spec.EffectSucceeded:
+			res.Decision = spec.DecisionDone
+		case state == spec.EffectFailed:
+			_, err = t.exec(reReserveEffect, a)
+			res.Decision = spec.DecisionProceed
+		case state == spec.EffectReserved && generation == req.Lease.Generation:
+			res.Decision = spec.DecisionProceed
+		default: // unknown, or reserved by an older generation that never recorded
+			res.Decision = spec.DecisionReconcile
+		}
+		if err != nil {
+			return err
+		}
+		res.Effect, err = getEffect(ctx, t, req.Lease.Tenant, req.Lease.RunID, req.Step, req.Key)
+		return err
+	})
+	return res, err
+}
+
+// RecordEffect implements spec.Store.
+func (s *Store) RecordEffect(ctx context.Context, req spec.RecordEffectRequest) (spec.Effect, error) {
+	return s.resolveEffect(ctx, spec.OpRecordEffect, req, recordEffect)
+}
+
+// ReconcileEffect implements spec.Store.
+func (s *Store) ReconcileEffect(ctx context.Context, req spec.RecordEffectRequest) (spec.Effect, error) {
+	return s.resolveEffect(ctx, spec.OpReconcileEffect, req, reconcileEffect)
+}
+
+func (s *Store) resolveEffect(ctx context.Context, op spec.Op, req spec.RecordEffectRequest, query string) (eff spec.Effect, err error) {
+	reconcile := op == spec.OpReconcileEffect
+	if err := s.precheck(func(now int64) error { return s.cfg.CheckRecordEffect(req, now, reconcile) }); err != nil {
+		return eff, err
+	}
+	err = s.write(ctx, op, func(t *txn) error {
+		now, err := t.lockedNow(req.Lease.Tenant, req.Lease.RunID)
+		if err != nil {
+			return err
+		}
+		if err := s.cfg.CheckRecordEffect(req, now, reconcile); err != nil {
+			return err
+		}
+		if err := s.guard(t, op, req.Lease, now); err != nil {
+			return err
+		}
+		before, err := getEffect(ctx, t, req.Lease.Tenant, req.Lease.RunID, req.Step, req.Key)
+		if err != nil {
+			return err
+		}
+		a := leaseArgs(req.Lease, now).with(args{"step": req.Step, "key": req.Key, "state": string(req.State), "provider_ref": req.ProviderRef})
+		n, err := t.exec(query, a)
+		if err != nil {
+			return err
+		}
+		if n == 0 {
+			return spec.Errorf(spec.CodeEffectConflict, "effect %s/%s is %s by generation %d; %s by generation %d is not allowed",
+				req.Step, spec.ShortHash(req.Key), before.State, before.Generation, op, req.Lease.Generation)
+		}
+		eff, err = getEffect(ctx, t, req.Lease.Tenant, req.Lease.RunID, req.Step, req.Key)
+		return err
+	})
+	return eff, err
+}

@@ -1,0 +1,221 @@
+// Package pgtest provisions PostgreSQL for leasehold's tests. Every
+// PostgreSQL test gets its database through it:
+//
+//  1. LEASEHOLD_PG_DSN, else DATABASE_URL, when set: that server.
+//  2. Otherwise, when a Docker engine answers: one postgres:16-alpine
+//     container started by testcontainers-go for the whole test binary
+//     (terminated by Main, or by testcontainers' reaper when the binary exits).
+//  3. Otherwise the test is skipped with a loud reason, except when CI=true or
+//     LEASEHOLD_REQUIRE_PG=1 (what `make verify` sets): then a missing
+//     database fails the test, so a PostgreSQL suite can never pass by
+//     silently skipping.
+//
+// Each test gets its own freshly named schema (lh_test_<random>), which the
+// store under test creates and migrates, and which is dropped when the test
+// ends.
+//
+// The container image runs with fsync=off; a test about durability across a
+// server crash must not use it.
+package pgtest
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"os"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/testcontainers/testcontainers-go"
+	tcpostgres "github.com/testcontainers/testcontainers-go/modules/postgres"
+)
+
+// Environment variables read by this package.
+const (
+	EnvDSN        = "LEASEHOLD_PG_DSN"     // preferred: the server to test against
+	EnvDSNAlt     = "DATABASE_URL"         // used when EnvDSN is unset
+	EnvRequire    = "LEASEHOLD_REQUIRE_PG" // "1": a missing database fails instead of skipping
+	EnvCI         = "CI"                   // "true": as EnvRequire=1
+	containerImg  = "postgres:16-alpine"
+	schemaPrefix  = "lh_test_"
+	setupDeadline = 2 * time.Minute
+)
+
+// Required reports whether a missing database must fail the test rather than
+// skip it.
+func Required() bool {
+	return os.Getenv(EnvRequire) == "1" || os.Getenv(EnvCI) == "true"
+}
+
+var shared struct {
+	once sync.Once
+	dsn  string
+	ctr  *tcpostgres.PostgresContainer
+	err  error // why no database is available
+}
+
+// DSN returns the connection string of the test server, starting the shared
+// container on first use when no DSN is configured. With no database it
+// skips t, or fails it when Required.
+func DSN(t testing.TB) string {
+	t.Helper()
+	shared.once.Do(provision)
+	if shared.err != nil {
+		msg := fmt.Sprintf("NO POSTGRESQL FOR THIS TEST: %v. Set %s (e.g. postgres://postgres@127.0.0.1:5432/test?sslmode=disable) or start a Docker engine for testcontainers.",
+			shared.err, EnvDSN)
+		if Required() {
+			t.Fatalf("%s (%s=1 or %s=true: a PostgreSQL suite may not skip)", msg, EnvRequire, EnvCI)
+		}
+		t.Skip(msg)
+	}
+	return shared.dsn
+}
+
+func provision() {
+	if dsn := os.Getenv(EnvDSN); dsn != "" {
+		shared.dsn = dsn
+		return
+	}
+	if dsn := os.Getenv(EnvDSNAlt); dsn != "" {
+		shared.dsn = dsn
+		return
+	}
+	if err := dockerHealthy(); err != nil {
+		shared.err = fmt.Errorf("%s and %s are unset and no Docker engine answers (%v)", EnvDSN, EnvDSNAlt, err)
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), setupDeadline)
+	defer cancel()
+	ctr, err := tcpostgres.Run(ctx, containerImg,
+		tcpostgres.WithDatabase("leasehold"),
+		tcpostgres.WithUsername("leasehold"),
+		tcpostgres.WithPassword("leasehold"),
+		tcpostgres.BasicWaitStrategies())
+	shared.ctr = ctr
+	if err != nil {
+		shared.err = fmt.Errorf("starting %s with testcontainers failed: %w", containerImg, err)
+		return
+	}
+	shared.dsn, shared.err = ctr.ConnectionString(ctx, "sslmode=disable")
+}
+
+// dockerHealthy reports whether testcontainers can reach a Docker engine. The
+// provider panics on some broken setups; that is "no engine" too.
+func dockerHealthy() (err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			err = fmt.Errorf("docker provider panicked: %v", r)
+		}
+	}()
+	provider, err := testcontainers.ProviderDefault.GetProvider()
+	if err != nil {
+		return err
+	}
+	defer provider.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	return provider.Health(ctx)
+}
+
+// Main runs a package's tests and then terminates the shared container if
+// one was started. Use it from TestMain: func TestMain(m *testing.M) {
+// pgtest.Main(m) }.
+func Main(m *testing.M) {
+	code := m.Run()
+	if shared.ctr != nil {
+		if err := testcontainers.TerminateContainer(shared.ctr); err != nil {
+			fmt.Fprintf(os.Stderr, "pgtest: terminating the PostgreSQL container: %v\n", err)
+		}
+	}
+	os.Exit(code)
+}
+
+// Container starts a dedicated PostgreSQL container for t alone (terminated
+// when t ends) and returns its DSN: for a test that must restart, stop or
+// reconfigure its server. It skips (or fails, when Required) without Docker.
+func Container(t testing.TB) string {
+	t.Helper()
+	if err := dockerHealthy(); err != nil {
+		if Required() {
+			t.Fatalf("this test needs its own PostgreSQL container and no Docker engine answers: %v", err)
+		}
+		t.Skipf("NO DOCKER ENGINE: this test needs its own PostgreSQL container: %v", err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), setupDeadline)
+	defer cancel()
+	ctr, err := tcpostgres.Run(ctx, containerImg,
+		tcpostgres.WithDatabase("leasehold"),
+		tcpostgres.WithUsername("leasehold"),
+		tcpostgres.WithPassword("leasehold"),
+		tcpostgres.BasicWaitStrategies())
+	testcontainers.CleanupContainer(t, ctr)
+	if err != nil {
+		t.Fatalf("start %s: %v", containerImg, err)
+	}
+	dsn, err := ctr.ConnectionString(ctx, "sslmode=disable")
+	if err != nil {
+		t.Fatalf("container connection string: %v", err)
+	}
+	return dsn
+}
+
+// Schema returns the test server's DSN and a fresh schema name for t. The
+// schema does not exist yet (the store's migration creates it); it is
+// dropped, with everything in it, when t ends. Close the test's stores
+// before that (register their Close with t.Cleanup after calling Schema, so
+// it runs first).
+func Schema(t testing.TB) (dsn, schema string) {
+	t.Helper()
+	dsn = DSN(t)
+	var b [8]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		t.Fatalf("random schema name: %v", err)
+	}
+	schema = schemaPrefix + hex.EncodeToString(b[:])
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		conn, err := pgx.Connect(ctx, dsn)
+		if err != nil {
+			t.Errorf("pgtest: drop schema %s: connect: %v", schema, err)
+			return
+		}
+		defer conn.Close(ctx)
+		// A leftover open transaction holding a lock would make the drop
+		// wait; fail loudly instead of hanging the run.
+		if _, err := conn.Exec(ctx, "SET lock_timeout = '20s'"); err != nil {
+			t.Errorf("pgtest: drop schema %s: %v", schema, err)
+			return
+		}
+		if _, err := conn.Exec(ctx, "DROP SCHEMA IF EXISTS "+pgx.Identifier{schema}.Sanitize()+" CASCADE"); err != nil {
+			t.Errorf("pgtest: drop schema %s: %v (a connection of the test still holds a lock?)", schema, err)
+		}
+	})
+	return dsn, schema
+}
+
+// Conn opens a plain connection to the test server, outside any store, whose
+// search_path is schema (when not empty). It is closed when t ends. Tests use
+// it to hold locks, kill backends and inspect plans.
+func Conn(t testing.TB, dsn, schema string) *pgx.Conn {
+	t.Helper()
+	cfg, err := pgx.ParseConfig(dsn)
+	if err != nil {
+		t.Fatalf("pgtest: parse DSN: %v", err)
+	}
+	if schema != "" {
+		cfg.RuntimeParams["search_path"] = pgx.Identifier{schema}.Sanitize()
+	}
+	cfg.RuntimeParams["application_name"] = "leasehold-pgtest"
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	conn, err := pgx.ConnectConfig(ctx, cfg)
+	if err != nil {
+		t.Fatalf("pgtest: connect: %v", err)
+	}
+	t.Cleanup(func() { conn.Close(context.Background()) })
+	return conn
+}

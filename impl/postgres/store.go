@@ -1,0 +1,451 @@
+// Package postgres is leasehold's PostgreSQL store, on pgx v5 (pgxpool). It
+// implements spec.Store with the same results, error codes and check order as
+// the reference SQLite store (impl/sqlite) and passes the same conformance
+// suite (impl/storetest).
+//
+// # Transactions and locks
+//
+// Every operation is one READ COMMITTED transaction. Where SQLite serializes
+// all writers with BEGIN IMMEDIATE, this store orders only the writers that
+// touch the same rows:
+//
+//   - A write made under a lease (renew, complete, retry, fail, release, the
+//     effect-ledger writes), a cancel and a replay first lock the job row
+//     (SELECT … FOR NO KEY UPDATE), then read the clock, then make their
+//     guarded writes. Two writers of one run are therefore serialized, and the
+//     second reads its time after the first committed.
+//   - Claim and Reap lock the jobs they take with FOR NO KEY UPDATE SKIP LOCKED
+//     in the statement that selects them, so they never wait behind another
+//     transaction's job; they read the clock first, because the selection
+//     needs it.
+//   - CreateRun takes a transaction-scoped advisory lock on its idempotency
+//     scope (tenant, operation, key) before it reads the clock, so concurrent
+//     admissions of one key run one after the other: the second sees the
+//     first's record and returns the replay or idempotency_conflict, never a
+//     unique violation.
+//   - Lock order is job row, then run row, in every transaction (claim, the
+//     terminal writes and cancel all touch both), so these operations cannot
+//     deadlock one another. Attempt and effect rows are only written by the
+//     holder of their job's lock.
+//
+// # Clocks
+//
+// The clock is chosen at Open. With Options.Clock set (tests, the harness, a
+// model comparison) the store reads that clock once per writing operation,
+// inside the transaction, after the operation's ordering lock. With
+// Options.Clock nil the store uses the database clock: it runs
+// clockQuery (clock_timestamp(), in milliseconds) once, at the same point
+// inside the transaction. Production should use the database clock: every
+// lease expiry is then decided by the one server's clock and never by a
+// worker's wall clock, so clock skew between workers cannot let two of them
+// believe they hold a job. Use an injected clock when a test or harness must
+// own time (crossing expiry boundaries without sleeping).
+//
+// # Errors and commit outcomes
+//
+// Contract outcomes are *spec.Error values with the SQLite store's codes. A
+// database failure before COMMIT was sent (lost connection, serialization
+// failure, deadlock, lock or statement timeout, shutdown, the caller's context
+// ending) is CodeUnavailable: nothing was written and the call may be
+// retried. When COMMIT was sent and its answer lost, the store asks the
+// server what happened to the transaction (see resolveCommit): committed is a
+// success, aborted is CodeUnavailable, and anything it cannot establish is
+// CodeUnknownOutcome.
+package postgres
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"regexp"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/leasehold/leasehold/clock"
+	"github.com/leasehold/leasehold/migrations"
+	"github.com/leasehold/leasehold/spec"
+)
+
+// DefaultSchema is the schema the store uses when Options.Schema is empty.
+// A dedicated schema keeps leasehold's tables (runs, jobs, …) apart from an
+// application's own.
+const DefaultSchema = "leasehold"
+
+// Options configures a Store. Every field but Config has a working default.
+type Options struct {
+	Config spec.Config
+	// Clock, when set, is read once per writing operation (tests and the
+	// harness). When nil the store uses the database clock, which is what
+	// production should do (see the package documentation).
+	Clock clock.Clock
+	// Random draws retry jitter. Default: a PCG seeded from the time. The
+	// store serializes its calls, so it need not be safe for concurrent use.
+	Random spec.Random
+	// Hook, when set, runs at every spec.HookPoint (tests and fault injection).
+	Hook spec.Hook
+	// Logger receives a debug line per refused guarded write and a warning
+	// per commit whose answer was lost. Default: none.
+	Logger *slog.Logger
+
+	// Schema is the PostgreSQL schema holding the tables; Open creates it
+	// and migrates it. It must be a plain lower-case identifier
+	// ([a-z_][a-z0-9_]*, at most 63 bytes). Default DefaultSchema.
+	Schema string
+	// MaxConns bounds the connection pool. Default 8.
+	MaxConns int32
+	// MinConns is the number of idle connections the pool keeps. Default 0.
+	MinConns int32
+	// MaxConnLifetime and MaxConnIdleTime recycle connections (pgxpool's
+	// defaults when zero: one hour and thirty minutes).
+	MaxConnLifetime time.Duration
+	MaxConnIdleTime time.Duration
+	// ApplicationName is reported in pg_stat_activity. Default "leasehold".
+	ApplicationName string
+	// RuntimeParams are extra session settings for every connection, for
+	// example {"lock_timeout": "5s", "statement_timeout": "30s"}. A
+	// statement stopped by one of them is CodeUnavailable.
+	RuntimeParams map[string]string
+	// ResolveTimeout bounds how long the store spends finding out whether a
+	// transaction whose COMMIT answer was lost committed. Default 5s.
+	ResolveTimeout time.Duration
+}
+
+// Store is the PostgreSQL implementation of spec.Store. It is safe for
+// concurrent use by many goroutines, and any number of Stores (in any number
+// of processes) may share one schema.
+type Store struct {
+	pool           *pgxpool.Pool
+	schema         string
+	cfg            spec.Config
+	clock          clock.Clock // nil: the database clock
+	random         *lockedRandom
+	hook           spec.Hook
+	log            *slog.Logger
+	resolveTimeout time.Duration
+}
+
+var _ spec.Store = (*Store)(nil)
+
+var schemaName = regexp.MustCompile(`^[a-z_][a-z0-9_]{0,62}$`)
+
+// Open connects to the database at dsn (a libpq URL or key/value string),
+// creates and migrates Options.Schema, and returns a Store whose connections
+// all use that schema. Migration is safe to run concurrently from many
+// processes: migrators of one schema are serialized by an advisory lock.
+func Open(ctx context.Context, dsn string, opts Options) (*Store, error) {
+	if err := opts.Config.Validate(); err != nil {
+		return nil, err
+	}
+	if opts.Schema == "" {
+		opts.Schema = DefaultSchema
+	}
+	if !schemaName.MatchString(opts.Schema) {
+		return nil, spec.Errorf(spec.CodeInvalidArgument, "postgres: schema %q: want a lower-case identifier [a-z_][a-z0-9_]* of at most 63 bytes", opts.Schema)
+	}
+	if opts.Random == nil {
+		opts.Random = rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 0x6c65617365))
+	}
+	if opts.MaxConns <= 0 {
+		opts.MaxConns = 8
+	}
+	if opts.Logger == nil {
+		opts.Logger = slog.New(slog.DiscardHandler)
+	}
+	if opts.ApplicationName == "" {
+		opts.ApplicationName = "leasehold"
+	}
+	if opts.ResolveTimeout <= 0 {
+		opts.ResolveTimeout = 5 * time.Second
+	}
+	pc, err := pgxpool.ParseConfig(dsn)
+	if err != nil {
+		// The parse error may echo the DSN; pgx redacts passwords in it.
+		return nil, spec.Errorf(spec.CodeInvalidArgument, "postgres: bad connection string: %v", err)
+	}
+	pc.MaxConns, pc.MinConns = opts.MaxConns, opts.MinConns
+	if opts.MaxConnLifetime > 0 {
+		pc.MaxConnLifetime = opts.MaxConnLifetime
+	}
+	if opts.MaxConnIdleTime > 0 {
+		pc.MaxConnIdleTime = opts.MaxConnIdleTime
+	}
+	params := pc.ConnConfig.RuntimeParams
+	for k, v := range opts.RuntimeParams {
+		params[k] = v
+	}
+	// The schema is the only one on the path, so every unqualified name in
+	// this package's SQL means the store's own table.
+	params["search_path"] = pgx.Identifier{opts.Schema}.Sanitize()
+	params["application_name"] = opts.ApplicationName
+	// Plan every execution with its parameters. The claim's LIMIT and time
+	// bounds are parameters; a cached generic plan cannot see that LIMIT is
+	// small or how many jobs are due, and a queue's data shifts all the time.
+	// Planning these short statements costs far less than one bad plan.
+	if _, ok := params["plan_cache_mode"]; !ok {
+		params["plan_cache_mode"] = "force_custom_plan"
+	}
+	pool, err := pgxpool.NewWithConfig(ctx, pc)
+	if err != nil {
+		return nil, &spec.Error{Code: spec.CodeUnavailable, Message: "postgres: cannot create the connection pool", Err: err}
+	}
+	s := &Store{pool: pool, schema: opts.Schema, cfg: opts.Config, clock: opts.Clock,
+		random: &lockedRandom{r: opts.Random}, hook: opts.Hook, log: opts.Logger, resolveTimeout: opts.ResolveTimeout}
+	if err := s.migrate(ctx); err != nil {
+		pool.Close()
+		return nil, err
+	}
+	return s, nil
+}
+
+// Close closes the connection pool. It waits for connections in use to be
+// returned.
+func (s *Store) Close() error {
+	s.pool.Close()
+	return nil
+}
+
+// Pool exposes the connection pool (every connection's search_path is the
+// store's schema) for tests that must reach past the contract: constraint
+// checks, plans, fault injection. Do not write through it.
+func (s *Store) Pool() *pgxpool.Pool { return s.pool }
+
+// Schema returns the schema holding the store's tables.
+func (s *Store) Schema() string { return s.schema }
+
+// UsesDatabaseClock reports whether the store reads time from the database
+// (Options.Clock was nil).
+func (s *Store) UsesDatabaseClock() bool { return s.clock == nil }
+
+// lockedRandom serializes draws: math/rand/v2 sources are not safe for
+// concurrent use, and unlike SQLite's single writer, PostgreSQL runs retries
+// of different jobs at the same time.
+type lockedRandom struct {
+	mu sync.Mutex
+	r  spec.Random
+}
+
+func (l *lockedRandom) Int64N(n int64) int64 {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.r.Int64N(n)
+}
+
+const (
+	// createVersionTable is the migration ledger; its columns are fixed by
+	// the migrations package (version, name, checksum, applied_at in ms).
+	createVersionTable = `CREATE TABLE IF NOT EXISTS ` + migrations.VersionTable + ` (
+		version BIGINT PRIMARY KEY, name TEXT NOT NULL, checksum TEXT NOT NULL, applied_at BIGINT NOT NULL)`
+	// migrateLock serializes migrators of one schema (the key is a hash of
+	// the schema name). It is transaction-scoped, so a crashed migrator
+	// cannot leave it held.
+	migrateLock      = `SELECT pg_advisory_xact_lock(hashtextextended(@lock_name, 0))`
+	selectMigration  = `SELECT checksum FROM ` + migrations.VersionTable + ` WHERE version = @version`
+	recordMigration  = `INSERT INTO ` + migrations.VersionTable + ` (version, name, checksum, applied_at) VALUES (@version, @name, @checksum, ` + clockMs + `)`
+	migrateLockScope = "leasehold.migrate/"
+)
+
+// migrate creates the schema and applies every embedded migration not yet
+// recorded, in one transaction, under an advisory lock. A recorded migration
+// whose checksum differs from the embedded file is an error: an applied
+// migration was edited.
+func (s *Store) migrate(ctx context.Context) error {
+	list, err := migrations.For(migrations.Postgres)
+	if err != nil {
+		return err
+	}
+	err = pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, migrateLock, args{"lock_name": migrateLockScope + s.schema}); err != nil {
+			return err
+		}
+		// Under the lock, so two first-time migrators cannot race on the
+		// schema's catalog row.
+		if _, err := tx.Exec(ctx, `CREATE SCHEMA IF NOT EXISTS `+pgx.Identifier{s.schema}.Sanitize()); err != nil {
+			return err
+		}
+		if _, err := tx.Exec(ctx, createVersionTable); err != nil {
+			return err
+		}
+		for _, m := range list {
+			var recorded string
+			err := tx.QueryRow(ctx, selectMigration, args{"version": m.Version}).Scan(&recorded)
+			switch {
+			case err == nil:
+				if err := m.CheckApplied(recorded); err != nil {
+					return spec.Errorf(spec.CodeFailedPrecondition, "postgres: schema %s: %v", s.schema, err)
+				}
+				continue
+			case !errors.Is(err, pgx.ErrNoRows):
+				return err
+			}
+			// No arguments: pgx sends the file with the simple protocol, which
+			// runs a multi-statement script in this transaction.
+			if _, err := tx.Exec(ctx, m.SQL); err != nil {
+				return fmt.Errorf("postgres: migration %d (%s) in schema %s: %w", m.Version, m.Name, s.schema, err)
+			}
+			if _, err := tx.Exec(ctx, recordMigration, args{"version": m.Version, "name": m.Name, "checksum": m.Checksum}); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	return typed(ctx, err)
+}
+
+// txn is one writing operation's transaction: the pgx transaction plus the
+// operation's single clock reading.
+type txn struct {
+	pgx.Tx
+	ctx   context.Context
+	s     *Store
+	now   int64
+	timed bool
+}
+
+// clockMs is the database clock in integer milliseconds. clock_timestamp()
+// is the time at which it is evaluated, so reading it after the operation's
+// locks gives a time no earlier than any commit the operation waited for.
+// now() and transaction_timestamp() would not do: they are fixed when the
+// transaction starts, before any lock wait.
+const clockMs = `floor(extract(epoch FROM clock_timestamp()) * 1000)::bigint`
+
+// clockQuery reads the database clock.
+const clockQuery = `SELECT ` + clockMs
+
+// clock returns the operation's time, reading the store's clock on the first
+// call only (every writing operation reads its clock exactly once).
+func (t *txn) clock() (int64, error) {
+	if t.timed {
+		return t.now, nil
+	}
+	t.timed = true
+	if t.s.clock != nil {
+		t.now = t.s.clock.Now()
+		return t.now, nil
+	}
+	return t.now, t.QueryRow(t.ctx, clockQuery).Scan(&t.now)
+}
+
+// precheck runs an operation's validation before any database access, so
+// malformed input never reaches SQL. check is the spec.Config.Check* function
+// at a given time; at time 0 only the time-independent checks can fail. When
+// one does, the error must still be the one SQLite returns, where the clock
+// check comes first: an injected clock is read (this is then the operation's
+// one reading) and the check repeated with it. The database clock is never
+// negative, so it need not be read.
+func (s *Store) precheck(check func(now int64) error) error {
+	err := check(0)
+	if err == nil {
+		return nil
+	}
+	if s.clock != nil {
+		return check(s.clock.Now())
+	}
+	return err
+}
+
+// write runs fn as one READ COMMITTED transaction, then marks the transaction
+// for commit resolution, runs the BeforeCommit hook, commits and runs the
+// AfterCommit hook. fn runs once; it must read the clock through t.clock
+// after taking its ordering lock.
+func (s *Store) write(ctx context.Context, op spec.Op, fn func(t *txn) error) error {
+	tx, err := s.pool.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.ReadCommitted})
+	if err != nil {
+		return typed(ctx, err)
+	}
+	defer rollback(tx)
+	t := &txn{Tx: tx, ctx: ctx, s: s}
+	if err := fn(t); err != nil {
+		return typed(ctx, err)
+	}
+	xid, err := markCommit(ctx, tx)
+	if err != nil {
+		return typed(ctx, err)
+	}
+	if err := s.runHook(ctx, op, spec.BeforeCommit); err != nil {
+		return typed(ctx, err)
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return s.commitFailed(ctx, op, xid, err)
+	}
+	if err := s.runHook(ctx, op, spec.AfterCommit); err != nil {
+		return &spec.Error{Code: spec.CodeUnknownOutcome, Message: fmt.Sprintf("%s committed but its result was lost; read back before acting", op), Err: err}
+	}
+	return nil
+}
+
+// read runs fn in one read-only REPEATABLE READ transaction, so that a read
+// of several tables (a run and its events, a Snapshot) sees one snapshot.
+// Reads take no clock reading and run no hooks.
+func (s *Store) read(ctx context.Context, fn func(tx pgx.Tx) error) error {
+	tx, err := s.pool.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly})
+	if err != nil {
+		return typed(ctx, err)
+	}
+	defer rollback(tx)
+	if err := fn(tx); err != nil {
+		return typed(ctx, err)
+	}
+	return typed(ctx, tx.Commit(ctx))
+}
+
+// rollback ends a transaction that was not committed. It uses its own
+// context because the caller's may be done; a failed rollback closes the
+// connection, which also ends the transaction on the server.
+func rollback(tx pgx.Tx) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	_ = tx.Rollback(ctx)
+}
+
+func (s *Store) runHook(ctx context.Context, op spec.Op, p spec.HookPoint) error {
+	if s.hook == nil {
+		return nil
+	}
+	return s.hook(ctx, op, p)
+}
+
+// args is a set of named statement parameters (@name in the SQL). Unlike
+// pgx.NamedArgs it refuses a statement that names a parameter the map lacks,
+// instead of silently sending NULL; extra entries are allowed so that one
+// map can serve several statements.
+type args map[string]any
+
+var placeholder = regexp.MustCompile(`@([A-Za-z_][A-Za-z0-9_]*)`)
+
+// placeholders caches the parameter names of each statement text.
+var placeholders sync.Map // string -> []string
+
+// RewriteQuery implements pgx.QueryRewriter.
+func (a args) RewriteQuery(ctx context.Context, conn *pgx.Conn, sql string, extra []any) (string, []any, error) {
+	names, ok := placeholders.Load(sql)
+	if !ok {
+		var list []string
+		for _, m := range placeholder.FindAllStringSubmatch(sql, -1) {
+			list = append(list, m[1])
+		}
+		names, _ = placeholders.LoadOrStore(sql, list)
+	}
+	for _, n := range names.([]string) {
+		if _, ok := a[n]; !ok {
+			return "", nil, fmt.Errorf("postgres: statement parameter @%s has no value (a bug in this package)", n)
+		}
+	}
+	return pgx.NamedArgs(a).RewriteQuery(ctx, conn, sql, extra)
+}
+
+// with returns a copy of a with more parameters.
+func (a args) with(kv args) args {
+	out := make(args, len(a)+len(kv))
+	for k, v := range a {
+		out[k] = v
+	}
+	for k, v := range kv {
+		out[k] = v
+	}
+	return out
+}
