@@ -66,10 +66,14 @@ func ReportsDir() (string, error) {
 }
 
 // KeepFailfile finds the newest failfile rapid wrote for testName since
-// `since` in the working directory's testdata/rapid, copies it under
-// reports/failfiles (moving it instead when move is set, so that the test
-// does not replay it on its next run), writes the sidecar and returns it.
-func KeepFailfile(testName string, since time.Time, k Kept, move bool) (Kept, error) {
+// `since` in the working directory's testdata/rapid, keeps it under
+// reports/failfiles with its sidecar, and returns the sidecar. A regression
+// (k.Expect "pass") is copied: rapid also replays the testdata copy on every
+// run of the test. A demonstration (k.Expect "fail", a mutant's bug) is moved
+// and replaces the previous one, so the mutant test starts from scratch each
+// time and its figures stay honest.
+func KeepFailfile(testName string, since time.Time, k Kept) (Kept, error) {
+	move := k.Expect == "fail"
 	safe := rapidSafeName(testName)
 	matches, _ := filepath.Glob(filepath.Join("testdata", "rapid", safe, safe+"-*.fail"))
 	var newest string
@@ -95,6 +99,9 @@ func KeepFailfile(testName string, since time.Time, k Kept, move bool) (Kept, er
 		return k, err
 	}
 	dir := filepath.Join(reports, "failfiles", safe)
+	if move {
+		os.RemoveAll(dir)
+	}
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return k, err
 	}

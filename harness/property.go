@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"testing"
+	"time"
 
 	"pgregory.net/rapid"
 
@@ -58,12 +59,26 @@ type Property struct {
 	Config  spec.Config
 	// Counters accumulates over every check of the run.
 	Counters Counters
+	// FirstFailure is set when a check first finds a difference, before
+	// rapid shrinks it: how much work it took to find.
+	FirstFailure *Failure
+	started      time.Time
+}
+
+// Failure records when a property run first failed.
+type Failure struct {
+	Operations int           // operations executed over all checks until then
+	Elapsed    time.Duration // since the first check started
+	Message    string
 }
 
 // Check returns the rapid property. outer provides temporary directories and
 // failure reporting to the factory; each check opens a fresh store.
 func (p *Property) Check(outer testing.TB) func(*rapid.T) {
 	return func(t *rapid.T) {
+		if p.started.IsZero() {
+			p.started = time.Now()
+		}
 		scope := &scopedTB{TB: outer}
 		defer scope.close()
 		clk := clock.NewManual(1_000)
@@ -71,7 +86,7 @@ func (p *Property) Check(outer testing.TB) func(*rapid.T) {
 		h := p.Factory(scope, storetest.Options{Config: p.Config, Clock: clk, Random: rnd})
 		m := &machine{
 			t: t, store: h.Store, model: model.Model{Config: p.Config}, clk: clk, rnd: rnd,
-			cfg: p.Config, counters: &p.Counters,
+			cfg: p.Config, property: p,
 		}
 		m.state = m.model.Init()
 		p.Counters.Checks++
@@ -93,7 +108,17 @@ type machine struct {
 	leases   []spec.Lease
 	runs     []runRef
 	steps    int
-	counters *Counters
+	property *Property
+}
+
+// fail records the property's first failure and fails the check.
+func (m *machine) fail(t *rapid.T, format string, args ...any) {
+	p := m.property
+	msg := fmt.Sprintf(format, args...)
+	if p.FirstFailure == nil {
+		p.FirstFailure = &Failure{Operations: p.Counters.Operations, Elapsed: time.Since(p.started), Message: msg}
+	}
+	t.Fatal(msg)
 }
 
 type runRef struct{ tenant, id string }
@@ -307,26 +332,26 @@ func (m *machine) do(t *rapid.T, op model.Op) {
 	op.Now = m.clk.Now()
 	m.rnd.Set(op.Jitter)
 	m.steps++
-	m.counters.Operations++
+	m.property.Counters.Operations++
 	if m.staleGeneration(op) {
-		m.counters.StaleWrite++
+		m.property.Counters.StaleWrite++
 	}
 	got, unexpected := Execute(context.Background(), m.store, op)
 	if unexpected != nil {
-		t.Fatalf("step %d: %s at %d: %v", m.steps, op.Kind, op.Now, unexpected)
+		m.fail(t, "step %d: %s at %d: %v", m.steps, op.Kind, op.Now, unexpected)
 	}
 	next, want := m.model.Step(m.state, op)
 	if !want.Equal(got) {
-		t.Fatalf("step %d: %s at %d with %+v\n store returned %s\n model expects %s", m.steps, op.Kind, op.Now, op.Req, describe(got), describe(want))
+		m.fail(t, "step %d: %s at %d with %+v\n store returned %s\n model expects %s", m.steps, op.Kind, op.Now, op.Req, describe(got), describe(want))
 	}
 	if err := m.model.CheckStep(m.state, op, next); err != nil {
-		t.Fatalf("step %d: %s at %d broke a transition invariant: %v", m.steps, op.Kind, op.Now, err)
+		m.fail(t, "step %d: %s at %d broke a transition invariant: %v", m.steps, op.Kind, op.Now, err)
 	}
 	t.Logf("step %d: %s at %d -> %s", m.steps, op.Kind, op.Now, describe(got))
-	m.counters.count(op.Kind, got)
+	m.property.Counters.count(op.Kind, got)
 	m.state = next
 	if got.Err != nil {
-		m.counters.Refused++
+		m.property.Counters.Refused++
 		return
 	}
 	switch v := got.Value.(type) {
@@ -387,13 +412,13 @@ func (m *machine) staleGeneration(op model.Op) bool {
 func (m *machine) check(t *rapid.T) {
 	snap, err := m.store.Snapshot(context.Background())
 	if err != nil {
-		t.Fatalf("after step %d: snapshot: %v", m.steps, err)
+		m.fail(t, "after step %d: snapshot: %v", m.steps, err)
 	}
 	if diff := DiffSnapshots(m.model.Snapshot(m.state), snap); diff != "" {
-		t.Fatalf("after step %d the store's rows differ from the model's (model first, store second):\n%s", m.steps, diff)
+		m.fail(t, "after step %d the store's rows differ from the model's (model first, store second):\n%s", m.steps, diff)
 	}
 	if err := m.model.Check(m.state); err != nil {
-		t.Fatalf("after step %d the model's state breaks an invariant: %v", m.steps, err)
+		m.fail(t, "after step %d the model's state breaks an invariant: %v", m.steps, err)
 	}
 }
 

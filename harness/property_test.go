@@ -26,7 +26,7 @@ func runProperty(t *testing.T, store string, f storetest.Factory) {
 		if !t.Failed() {
 			return
 		}
-		k, err := KeepFailfile(t.Name(), start, Kept{Test: t.Name(), Expect: "pass"}, false)
+		k, err := KeepFailfile(t.Name(), start, Kept{Test: t.Name(), Expect: "pass"})
 		if err != nil {
 			t.Logf("could not keep the failfile: %v", err)
 			return

@@ -2,6 +2,7 @@
 //
 //	leasehold demo [--dir DIR]     the companion example on a fresh SQLite file
 //	leasehold verify [--budget D]  every check on SQLite (and PostgreSQL when configured)
+//	leasehold replay [FILE...]     replay kept failing seeds (reports/failfiles)
 package main
 
 import (
@@ -20,6 +21,7 @@ commands:
   verify    run every check (conformance, model exploration, property, linearizability,
             scenarios, mutants) on SQLite, and on PostgreSQL when LEASEHOLD_PG_DSN is set;
             writes reports/verify.json and reports/verify.md
+  replay    replay every kept failfile under reports/failfiles (or the files given)
 `
 
 func main() {
@@ -44,6 +46,11 @@ func main() {
 		fs.Parse(args)
 		err = verify(ctx, verifyOptions{budget: *budget, reports: *reports, only: *only,
 			requirePG: os.Getenv("LEASEHOLD_REQUIRE_PG") == "1" || os.Getenv("CI") == "true", out: os.Stdout})
+	case "replay":
+		fs := flag.NewFlagSet("replay", flag.ExitOnError)
+		reports := fs.String("reports", "reports", "directory holding failfiles/")
+		fs.Parse(args)
+		err = replay(ctx, os.Stdout, *reports, fs.Args())
 	case "help", "-h", "--help":
 		fmt.Print(usage)
 		return
