@@ -224,14 +224,9 @@ func (s *Store) Renew(ctx context.Context, req spec.RenewRequest) (lease spec.Le
 		}
 		if n == 0 {
 			// The update also refuses a current lease whose new expiry would
-			// pass the deadline; refused() reports that case as an internal
-			// error, so ask LeaseError first and only then blame the deadline.
-			job, err := getJob(ctx, tx, req.Lease.Tenant, req.Lease.RunID)
-			if err != nil {
+			// pass the deadline: blame the deadline only if the lease is current.
+			if err := s.leaseProblem(ctx, tx, spec.OpRenew, req.Lease, now); err != nil {
 				return err
-			}
-			if spec.LeaseError(job, req.Lease, now) != nil {
-				return s.refused(ctx, tx, spec.OpRenew, req.Lease, now)
 			}
 			run, err := getRun(ctx, tx, req.Lease.Tenant, req.Lease.RunID)
 			if err != nil {
