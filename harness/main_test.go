@@ -4,6 +4,8 @@ import (
 	"flag"
 	"os"
 	"testing"
+
+	"github.com/leasehold/leasehold/impl/postgres/pgtest"
 )
 
 // TestMain lengthens rapid's sequences (default 30 steps) unless the caller
@@ -13,5 +15,5 @@ func TestMain(m *testing.M) {
 	if f := flag.Lookup("rapid.steps"); f != nil && f.Value.String() == f.DefValue && os.Getenv("RAPID_STEPS") == "" {
 		flag.Set("rapid.steps", "80")
 	}
-	os.Exit(m.Run())
+	pgtest.Main(m)
 }

@@ -8,11 +8,17 @@ import (
 
 	"pgregory.net/rapid"
 
+	"github.com/leasehold/leasehold/impl/postgres/pgtest"
 	"github.com/leasehold/leasehold/impl/sqlite/sqlitetest"
 	"github.com/leasehold/leasehold/impl/storetest"
 )
 
 func TestPropertySQLite(t *testing.T) { runProperty(t, "sqlite", sqlitetest.Factory) }
+
+func TestPropertyPostgres(t *testing.T) {
+	pgtest.DSN(t) // skip loudly (or fail under CI) before any rapid machinery runs
+	runProperty(t, "postgres", pgtest.Factory)
+}
 
 // runProperty runs the model-vs-store property: one rapid round (100 random
 // sequences, 20 under -short) in a plain go test, or rounds until the
