@@ -46,8 +46,9 @@ func race(fns ...func()) {
 	wg.Wait()
 }
 
-// loserError is the error every write that lost to a terminal run must get:
-// cancelled for a cancelled run, else already_terminal, carrying the state.
+// checkLoser checks the error every write that lost to a terminal run must
+// get: cancelled for a cancelled run, else already_terminal, carrying the
+// final state.
 func checkLoser(t *testing.T, what string, err error, final spec.RunState) {
 	t.Helper()
 	want := spec.CodeAlreadyTerminal

@@ -228,7 +228,7 @@ func testClaimEligibility(t *testing.T, f Factory) {
 	e.set(t0 + 99)
 	e.claimNone("acme", "w")
 	e.set(t0 + 100)
-	l := e.claimOne("acme", "future", "w", 1000)
+	e.claimOne("acme", "future", "w", 1000)
 	// A job whose budget is spent is not claimable even after its lease
 	// expires: it waits for Reap.
 	one := req("acme", "spent")
@@ -240,7 +240,6 @@ func testClaimEligibility(t *testing.T, f Factory) {
 	if len(got) != 1 || got[0].RunID != "future" || got[0].Generation != 2 {
 		t.Fatalf("claim after expiry: want only 'future' at generation 2 (spent has no attempts left), got %+v", got)
 	}
-	_ = l
 	// Terminal jobs are never claimable.
 	e.complete(got[0], "")
 	e.newRun("acme", "cancelled")

@@ -174,11 +174,11 @@ func testReapExpiredLeaseWithNoAttemptsLeft(t *testing.T, f Factory) {
 		e.create(r)
 		return e.claimOne(tenant, id, "w", leaseMs)
 	}
-	lx := mk("acme", "x", 1, 3000)  // expires t0+3000
-	lz := mk("acme", "z", 1, 1000)  // expires t0+1000
-	ly := mk("acme", "y", 1, 1000)  // expires t0+1000
-	mk("acme", "w", 2, 500)         // expires first, but has an attempt left
-	lo := mk("other", "o", 1, 1000) // another tenant's
+	mk("acme", "x", 1, 3000)       // expires t0+3000
+	mk("acme", "z", 1, 1000)       // expires t0+1000
+	ly := mk("acme", "y", 1, 1000) // expires t0+1000
+	mk("acme", "w", 2, 500)        // expires first, but has an attempt left
+	mk("other", "o", 1, 1000)      // another tenant's
 
 	reap := func(tenant string, limit int) []string {
 		t.Helper()
@@ -213,7 +213,6 @@ func testReapExpiredLeaseWithNoAttemptsLeft(t *testing.T, f Factory) {
 		ErrorClass: spec.ClassExpired}})
 	// The reaped lease's holder learns the run failed.
 	allRefused(e, "writes after reap", ly.Ref(), spec.CodeAlreadyTerminal, spec.RunFailed)
-	_ = lz
 
 	// x is still within its lease; w has an attempt left (it is claimed, not
 	// reaped); the other tenant's job is not acme's to reap.
@@ -228,5 +227,4 @@ func testReapExpiredLeaseWithNoAttemptsLeft(t *testing.T, f Factory) {
 	e.set(t0 + 3000)
 	mustEqual(t, "reap w and x", reap("acme", 10), []string{"w", "x"})
 	mustEqual(t, "reap the other tenant", reap("other", 10), []string{"o"})
-	_, _ = lx, lo
 }

@@ -2,6 +2,24 @@
 // in the spirit of River's shared driver tests: a store's own test file calls
 // Run with a Factory, and gets every contract test, with exact expected
 // states, sequences and error codes.
+//
+// What a Factory must honour, because every expectation is computed from it:
+//
+//   - Options.Clock is the only source of "now" for every writing operation
+//     (tests use a manual clock, set it to -1, near math.MaxInt64, and count
+//     its reads: once per write, never for a read).
+//   - Options.Random draws every retry jitter (tests script its values and
+//     check the bound it is asked for).
+//   - Options.Hook is called at spec.BeforeCommit and spec.AfterCommit of every
+//     writing operation; an error from it must surface as the hook's error
+//     (errors.Is) before commit, and as unknown_outcome after it.
+//   - Handle.Exec runs one plain SQL statement, outside any transaction;
+//     the suite's statements run unchanged on SQLite and PostgreSQL.
+//   - Handle.Reopen returns a store with its own connections, for races.
+//
+// Each test opens its own stores and, when it ends, checks the invariants of
+// spec/SPEC.md on a Snapshot and that Snapshot agrees with the per-run reads.
+// Tests are registered by the files of this package, one theme per file.
 package storetest
 
 import (
