@@ -32,9 +32,9 @@ var Mutants = []string{
 	MutantIdempotencyIgnoresFingerprint, MutantRetryResetsGeneration,
 }
 
-// mutantClaimIgnoresExpired is the claim statement with an eligibility
-// predicate that only takes queued jobs.
-var mutantClaimIgnoresExpired = claimStatement(`tenant = @tenant AND state = 'queued' AND available_at <= @now AND attempts < max_attempts`)
+// mutantClaimIgnoresExpired is the claim statement without its
+// expired-lease branch: it only takes queued jobs.
+var mutantClaimIgnoresExpired = claimStatement(claimDue)
 
 const (
 	mutantFinishJobIgnoresGeneration = `UPDATE jobs SET state = @state, lease_owner = NULL, lease_expires_at = NULL,

@@ -31,6 +31,10 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/testcontainers/testcontainers-go"
 	tcpostgres "github.com/testcontainers/testcontainers-go/modules/postgres"
+
+	"github.com/leasehold/leasehold/impl/postgres"
+	"github.com/leasehold/leasehold/impl/storetest"
+	"github.com/leasehold/leasehold/spec"
 )
 
 // Environment variables read by this package.
@@ -218,4 +222,42 @@ func Conn(t testing.TB, dsn, schema string) *pgx.Conn {
 	}
 	t.Cleanup(func() { conn.Close(context.Background()) })
 	return conn
+}
+
+// Factory opens a fresh PostgreSQL store for one test, in a schema of its own
+// (see Schema), with a small pool: the storetest.Factory that the
+// conformance suite, the property tests and the linearizability checks use
+// for the PostgreSQL store. Handle.Exec runs raw SQL in that schema;
+// Handle.Reopen opens another, independent pool on the same schema.
+func Factory(t testing.TB, opts storetest.Options) storetest.Handle {
+	return FactoryWith(postgres.Options{MaxConns: 4})(t, opts)
+}
+
+// FactoryWith is Factory with more store options (pool size, session
+// settings, application name). The storetest options (Config, Clock, Random,
+// Hook) and the schema override the corresponding fields of base.
+func FactoryWith(base postgres.Options) storetest.Factory {
+	return func(t testing.TB, opts storetest.Options) storetest.Handle {
+		t.Helper()
+		dsn, schema := Schema(t)
+		o := base
+		o.Config, o.Clock, o.Random, o.Hook, o.Schema = opts.Config, opts.Clock, opts.Random, opts.Hook, schema
+		open := func(t testing.TB) *postgres.Store {
+			s, err := postgres.Open(context.Background(), dsn, o)
+			if err != nil {
+				t.Fatalf("open postgres store in schema %s: %v", schema, err)
+			}
+			t.Cleanup(func() { s.Close() })
+			return s
+		}
+		s := open(t)
+		return storetest.Handle{
+			Store: s,
+			Exec: func(ctx context.Context, query string) error {
+				_, err := s.Pool().Exec(ctx, query)
+				return err
+			},
+			Reopen: func(t testing.TB) spec.Store { return open(t) },
+		}
+	}
 }

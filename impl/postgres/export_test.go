@@ -1,0 +1,16 @@
+package postgres
+
+// Exported for the external tests (package postgres_test), which cannot be
+// internal because they use pgtest, which imports this package.
+
+// Statements whose plans the plan test checks, exactly as the store runs them.
+var (
+	ClaimSQL           = claimJobs
+	ReapSQL            = selectReapable
+	IdempotencySQL     = selectIdempotency
+	PurgeSQL           = purgeIdempotency
+	LockJobSQL         = lockJob
+	ClockSQL           = clockQuery
+	MarkLockClass      = markLockClass
+	ClassifyCommitFunc = classifyCommit
+)
