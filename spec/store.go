@@ -3,9 +3,10 @@ package spec
 import "context"
 
 // Store is the durable job contract. Every method is one transaction: it
-// either applies all of its writes or none. Every method reads the store's
-// clock at most once, after it has taken whatever lock orders it against other
-// writers, and uses that single "now" for every comparison and timestamp.
+// either applies all of its writes or none. Every writing method reads the
+// store's clock exactly once, after it has taken whatever lock orders it
+// against other writers, and uses that single "now" for every comparison and
+// timestamp; reads never read the clock.
 //
 // Errors are *Error values with a stable Code; SPEC.md gives, per method, the
 // order in which the checks are made and so which code wins when several apply.
