@@ -48,6 +48,9 @@ type Handle struct {
 	// Reopen opens a second, independent Store (its own connections) on the
 	// same database with the same options, for multi-connection tests.
 	Reopen func(t testing.TB) spec.Store
+	// OpenWith is Reopen with other options: each client of a concurrent
+	// test gets its own clock recorder, random source and hook.
+	OpenWith func(t testing.TB, opts Options) spec.Store
 }
 
 // Factory opens a fresh store for one test and registers its cleanup with t.

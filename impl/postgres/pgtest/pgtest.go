@@ -240,9 +240,9 @@ func FactoryWith(base postgres.Options) storetest.Factory {
 	return func(t testing.TB, opts storetest.Options) storetest.Handle {
 		t.Helper()
 		dsn, schema := Schema(t)
-		o := base
-		o.Config, o.Clock, o.Random, o.Hook, o.Schema = opts.Config, opts.Clock, opts.Random, opts.Hook, schema
-		open := func(t testing.TB) *postgres.Store {
+		open := func(t testing.TB, opts storetest.Options) *postgres.Store {
+			o := base
+			o.Config, o.Clock, o.Random, o.Hook, o.Schema = opts.Config, opts.Clock, opts.Random, opts.Hook, schema
 			s, err := postgres.Open(context.Background(), dsn, o)
 			if err != nil {
 				t.Fatalf("open postgres store in schema %s: %v", schema, err)
@@ -250,14 +250,15 @@ func FactoryWith(base postgres.Options) storetest.Factory {
 			t.Cleanup(func() { s.Close() })
 			return s
 		}
-		s := open(t)
+		s := open(t, opts)
 		return storetest.Handle{
 			Store: s,
 			Exec: func(ctx context.Context, query string) error {
 				_, err := s.Pool().Exec(ctx, query)
 				return err
 			},
-			Reopen: func(t testing.TB) spec.Store { return open(t) },
+			Reopen:   func(t testing.TB) spec.Store { return open(t, opts) },
+			OpenWith: func(t testing.TB, o storetest.Options) spec.Store { return open(t, o) },
 		}
 	}
 }

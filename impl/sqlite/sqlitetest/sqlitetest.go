@@ -16,7 +16,7 @@ import (
 // Factory opens a fresh SQLite store in a new temporary directory of t.
 func Factory(t testing.TB, opts storetest.Options) storetest.Handle {
 	path := filepath.Join(t.TempDir(), "leasehold.db")
-	open := func(t testing.TB) *sqlite.Store {
+	open := func(t testing.TB, opts storetest.Options) *sqlite.Store {
 		s, err := sqlite.Open(context.Background(), path, sqlite.Options{
 			Config: opts.Config, Clock: opts.Clock, Random: opts.Random, Hook: opts.Hook})
 		if err != nil {
@@ -25,13 +25,14 @@ func Factory(t testing.TB, opts storetest.Options) storetest.Handle {
 		t.Cleanup(func() { s.Close() })
 		return s
 	}
-	s := open(t)
+	s := open(t, opts)
 	return storetest.Handle{
 		Store: s,
 		Exec: func(ctx context.Context, query string) error {
 			_, err := s.DB().ExecContext(ctx, query)
 			return err
 		},
-		Reopen: func(t testing.TB) spec.Store { return open(t) },
+		Reopen:   func(t testing.TB) spec.Store { return open(t, opts) },
+		OpenWith: func(t testing.TB, o storetest.Options) spec.Store { return open(t, o) },
 	}
 }
