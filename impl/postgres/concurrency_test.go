@@ -1,0 +1,426 @@
+package postgres_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/leasehold/leasehold/clock"
+	"github.com/leasehold/leasehold/impl/postgres"
+	"github.com/leasehold/leasehold/impl/postgres/pgtest"
+	"github.com/leasehold/leasehold/spec"
+)
+
+// SKIP LOCKED under real concurrency: independent connection pools on one
+// schema, row locks held by plain connections or by a store's own claim
+// paused at its BeforeCommit hook. Nothing here sleeps: ordering comes from
+// channels and hooks, and "never blocks" is detected by lock_timeout, which
+// turns any wait for a row lock into an error (55P03) instead of a hang.
+
+const t0 = int64(1_700_000_000_000)
+
+// noWait makes every statement of a store fail rather than wait for a row
+// lock longer than this; SKIP LOCKED must never wait at all, so it only fires
+// on a bug (or the guarded writes' lock, which these tests never contend).
+var noWait = map[string]string{"lock_timeout": "5s"}
+
+// openOn opens a store on an existing test schema; the store is closed when
+// t ends.
+func openOn(t *testing.T, dsn, schema string, o postgres.Options) *postgres.Store {
+	t.Helper()
+	if o.Config.Operations == nil {
+		o.Config = spec.DefaultConfig()
+	}
+	o.Schema = schema
+	if o.MaxConns == 0 {
+		o.MaxConns = 4
+	}
+	s, err := postgres.Open(context.Background(), dsn, o)
+	if err != nil {
+		t.Fatalf("open store on schema %s: %v", schema, err)
+	}
+	t.Cleanup(func() { s.Close() })
+	return s
+}
+
+// createRuns admits one run per id (tenant acme), in order, one ms apart so
+// that the claim order is the id order.
+func createRuns(t *testing.T, s spec.Store, clk *clock.Manual, maxAttempts int, ids ...string) {
+	t.Helper()
+	for _, id := range ids {
+		_, err := s.CreateRun(context.Background(), spec.CreateRunRequest{Tenant: "acme", Operation: "work",
+			IdempotencyKey: "key-" + id, RunID: id, Payload: []byte(`{"id":"` + id + `"}`), MaxAttempts: maxAttempts})
+		if err != nil {
+			t.Fatalf("create run %s: %v", id, err)
+		}
+		if _, err := clk.Advance(1); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+func runIDs(leases []spec.Lease) []string {
+	out := []string{}
+	for _, l := range leases {
+		out = append(out, l.RunID)
+	}
+	return out
+}
+
+func ids(n int) []string {
+	out := make([]string, n)
+	for i := range out {
+		out[i] = fmt.Sprintf("r%03d", i)
+	}
+	return out
+}
+
+// TestLockedRowIsSkippedNotWaitedFor: one connection holds a row lock on the
+// first eligible job in an open transaction; on another connection the store's
+// claim (and reap) returns the next jobs at once, returns nothing when only
+// the locked job is left (an empty result while a job is eligible: trap 1),
+// and takes the job once the lock is gone.
+func TestLockedRowIsSkippedNotWaitedFor(t *testing.T) {
+	cases := []struct {
+		name string
+		// setup makes r1, r2, r3 eligible for op, in that order.
+		setup func(t *testing.T, s spec.Store, clk *clock.Manual)
+		op    func(s spec.Store, limit int) ([]string, error)
+	}{
+		{
+			name:  "claim",
+			setup: func(t *testing.T, s spec.Store, clk *clock.Manual) { createRuns(t, s, clk, 3, "r1", "r2", "r3") },
+			op: func(s spec.Store, limit int) ([]string, error) {
+				l, err := s.Claim(context.Background(), spec.ClaimRequest{Tenant: "acme", Worker: "w", LeaseMs: 60_000, Limit: limit})
+				return runIDs(l), err
+			},
+		},
+		{
+			name: "reap",
+			setup: func(t *testing.T, s spec.Store, clk *clock.Manual) {
+				createRuns(t, s, clk, 1, "r1", "r2", "r3")
+				for _, id := range []string{"r1", "r2", "r3"} { // expiries in id order
+					if l, err := s.Claim(context.Background(), spec.ClaimRequest{Tenant: "acme", Worker: "w", LeaseMs: 1000, Limit: 1}); err != nil || len(l) != 1 || l[0].RunID != id {
+						t.Fatalf("claim %s for the reap setup: got %v, %v", id, runIDs(l), err)
+					}
+					clk.Advance(1)
+				}
+				clk.Advance(2000) // every lease expired, no attempts left: reapable
+			},
+			op: func(s spec.Store, limit int) ([]string, error) {
+				return s.Reap(context.Background(), spec.ReapRequest{Tenant: "acme", Limit: limit})
+			},
+		},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			ctx := context.Background()
+			dsn, schema := pgtest.Schema(t)
+			clk := clock.NewManual(t0)
+			s := openOn(t, dsn, schema, postgres.Options{Clock: clk, RuntimeParams: noWait})
+			c.setup(t, s, clk)
+
+			holder := pgtest.Conn(t, dsn, schema)
+			tx, err := holder.Begin(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer tx.Rollback(ctx)
+			if _, err := tx.Exec(ctx, `SELECT 1 FROM jobs WHERE tenant = 'acme' AND run_id = 'r1' FOR UPDATE`); err != nil {
+				t.Fatalf("lock r1 on the holder connection: %v", err)
+			}
+			steps := []struct {
+				limit int
+				want  []string
+			}{
+				{1, []string{"r2"}}, // r1 is first in order but locked: passed over
+				{5, []string{"r3"}},
+				{5, []string{}}, // only r1 is left, and it is locked: empty, no wait
+			}
+			for i, st := range steps {
+				got, err := c.op(s, st.limit)
+				if err != nil {
+					t.Fatalf("step %d: %s while r1 is locked elsewhere: %v (a wait for the lock would show as lock_timeout)", i, c.name, err)
+				}
+				if !slices.Equal(got, st.want) {
+					t.Fatalf("step %d: %s(limit %d) while r1 is locked elsewhere = %v, want %v", i, c.name, st.limit, got, st.want)
+				}
+			}
+			if err := tx.Rollback(ctx); err != nil {
+				t.Fatal(err)
+			}
+			if got, err := c.op(s, 5); err != nil || !slices.Equal(got, []string{"r1"}) {
+				t.Fatalf("%s after the lock was released = %v, %v; want [r1]", c.name, got, err)
+			}
+		})
+	}
+}
+
+// errAbort is what the pausing hook returns to roll a claim back.
+var errAbort = errors.New("test hook: abort this claim")
+
+// TestClaimRolledBackAfterLocking: store C's claim locks r1 and is held open
+// at its BeforeCommit hook; meanwhile store B (its own pool) claims r2 at
+// once, then gets nothing (r1 is eligible but locked). C's transaction then
+// rolls back: C gets a typed unavailable error, its generation was never
+// handed out, and B's next claim takes r1 at generation 1.
+func TestClaimRolledBackAfterLocking(t *testing.T) {
+	ctx := context.Background()
+	dsn, schema := pgtest.Schema(t)
+	clk := clock.NewManual(t0)
+	locked, release := make(chan struct{}), make(chan struct{})
+	var armed atomic.Bool
+	armed.Store(true)
+	pause := func(ctx context.Context, op spec.Op, p spec.HookPoint) error {
+		if op != spec.OpClaim || p != spec.BeforeCommit || !armed.CompareAndSwap(true, false) {
+			return nil
+		}
+		close(locked)
+		<-release
+		return errAbort
+	}
+	c := openOn(t, dsn, schema, postgres.Options{Clock: clk, Hook: pause})
+	b := openOn(t, dsn, schema, postgres.Options{Clock: clk, RuntimeParams: noWait})
+	createRuns(t, b, clk, 3, "r1", "r2")
+
+	type result struct {
+		leases []spec.Lease
+		err    error
+	}
+	cDone := make(chan result, 1)
+	go func() {
+		l, err := c.Claim(ctx, spec.ClaimRequest{Tenant: "acme", Worker: "c", LeaseMs: 60_000, Limit: 1})
+		cDone <- result{l, err}
+	}()
+	<-locked // C's transaction holds r1's lock and has not committed
+
+	claimB := func() []spec.Lease {
+		t.Helper()
+		l, err := b.Claim(ctx, spec.ClaimRequest{Tenant: "acme", Worker: "b", LeaseMs: 60_000, Limit: 1})
+		if err != nil {
+			t.Fatalf("B's claim while C holds r1: %v (a wait for the lock would show as lock_timeout)", err)
+		}
+		return l
+	}
+	if got := claimB(); len(got) != 1 || got[0].RunID != "r2" || got[0].Generation != 1 {
+		t.Fatalf("B's first claim while C holds r1 = %+v, want r2 at generation 1", got)
+	}
+	if got := claimB(); len(got) != 0 {
+		t.Fatalf("B's second claim while C holds r1 = %v, want nothing (r1 is locked, r2 is leased)", runIDs(got))
+	}
+	close(release)
+	res := <-cDone
+	if spec.CodeOf(res.err) != spec.CodeUnavailable || !errors.Is(res.err, errAbort) {
+		t.Fatalf("C's rolled-back claim returned %v, %v; want unavailable wrapping the hook's error", runIDs(res.leases), res.err)
+	}
+	got := claimB()
+	if len(got) != 1 || got[0].RunID != "r1" || got[0].Generation != 1 || got[0].Attempt != 1 {
+		t.Fatalf("B's claim after C rolled back = %+v, want r1 at generation 1, attempt 1 (C's claim never happened)", got)
+	}
+	atts, err := b.Attempts(ctx, "acme", "r1")
+	if err != nil || len(atts) != 1 || atts[0].Worker != "b" || atts[0].Generation != 1 {
+		t.Fatalf("r1's attempts = %+v, %v; want one, generation 1 by b", atts, err)
+	}
+}
+
+// TestTwoPoolsSplitTheQueue: two independent pools claim half of the queue
+// each at the same moment. SKIP LOCKED makes each pass over the other's rows
+// and keep scanning, so each gets its full batch and together they take every
+// job exactly once.
+func TestTwoPoolsSplitTheQueue(t *testing.T) {
+	dsn, schema := pgtest.Schema(t)
+	clk := clock.NewManual(t0)
+	a := openOn(t, dsn, schema, postgres.Options{Clock: clk, RuntimeParams: noWait})
+	b := openOn(t, dsn, schema, postgres.Options{Clock: clk, RuntimeParams: noWait})
+	const m = 40
+	createRuns(t, a, clk, 3, ids(m)...)
+	start := make(chan struct{})
+	var wg sync.WaitGroup
+	got := make([][]spec.Lease, 2)
+	errs := make([]error, 2)
+	for i, s := range []spec.Store{a, b} {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			<-start
+			got[i], errs[i] = s.Claim(context.Background(), spec.ClaimRequest{Tenant: "acme", Worker: fmt.Sprint("w", i), LeaseMs: 60_000, Limit: m / 2})
+		}()
+	}
+	close(start)
+	wg.Wait()
+	seen := map[string]int{}
+	for i := range got {
+		if errs[i] != nil {
+			t.Fatalf("pool %d: %v", i, errs[i])
+		}
+		if len(got[i]) != m/2 {
+			t.Errorf("pool %d claimed %d jobs, want its full batch of %d", i, len(got[i]), m/2)
+		}
+		for _, l := range got[i] {
+			seen[l.RunID]++
+			if l.Generation != 1 {
+				t.Errorf("pool %d got %s at generation %d, want 1", i, l.RunID, l.Generation)
+			}
+		}
+	}
+	for _, id := range ids(m) {
+		if seen[id] != 1 {
+			t.Errorf("job %s was claimed %d times, want exactly once", id, seen[id])
+		}
+	}
+}
+
+// TestManyClaimersManyJobs: N claimers on four pools work M jobs to the end.
+// Each claims batches of 1..4, then completes or releases each lease (a
+// release requeues the job at once, so jobs are claimed several times), and
+// one pool rolls back every third claim after it locked its rows. Checked:
+// no (run, generation) is handed out twice; each run's generations are
+// exactly 1..k, one per committed claim; every job ends completed; no claim
+// ever waited for a row lock (lock_timeout); and rollbacks did happen.
+func TestManyClaimersManyJobs(t *testing.T) {
+	const (
+		m          = 120 // jobs
+		n          = 8   // claimers
+		maxRelease = 2   // per job, so the run ends
+	)
+	dsn, schema := pgtest.Schema(t)
+	clk := clock.NewManual(t0)
+	var claims, aborted atomic.Int64
+	abortEveryThird := func(ctx context.Context, op spec.Op, p spec.HookPoint) error {
+		if op == spec.OpClaim && p == spec.BeforeCommit && claims.Add(1)%3 == 0 {
+			aborted.Add(1)
+			return errAbort
+		}
+		return nil
+	}
+	stores := []spec.Store{
+		openOn(t, dsn, schema, postgres.Options{Clock: clk, RuntimeParams: noWait, MaxConns: 3}),
+		openOn(t, dsn, schema, postgres.Options{Clock: clk, RuntimeParams: noWait, MaxConns: 3}),
+		openOn(t, dsn, schema, postgres.Options{Clock: clk, RuntimeParams: noWait, MaxConns: 3}),
+		openOn(t, dsn, schema, postgres.Options{Clock: clk, RuntimeParams: noWait, MaxConns: 3, Hook: abortEveryThird}),
+	}
+	createRuns(t, stores[0], clk, 25, ids(m)...)
+
+	// A bound on the whole run, so that a lost job fails the test instead of
+	// spinning forever; it is not a timing assertion.
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	var (
+		mu        sync.Mutex
+		handedOut = map[string][]int64{} // run -> generations, in hand-out order
+		releases  = map[string]int{}
+		completed atomic.Int64
+		failures  []string
+	)
+	fail := func(format string, a ...any) {
+		mu.Lock()
+		failures = append(failures, fmt.Sprintf(format, a...))
+		mu.Unlock()
+		cancel()
+	}
+	start := make(chan struct{})
+	var wg sync.WaitGroup
+	for w := 0; w < n; w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			s := stores[w%len(stores)]
+			worker := fmt.Sprint("w", w)
+			r := rand.New(rand.NewPCG(uint64(w), 42))
+			<-start
+			for completed.Load() < m && ctx.Err() == nil {
+				leases, err := s.Claim(ctx, spec.ClaimRequest{Tenant: "acme", Worker: worker, LeaseMs: 600_000, Limit: 1 + r.IntN(4)})
+				if errors.Is(err, errAbort) {
+					continue // rolled back after locking: nothing was handed out
+				}
+				if err != nil {
+					if ctx.Err() == nil {
+						fail("%s: claim: %v", worker, err)
+					}
+					return
+				}
+				for _, l := range leases {
+					mu.Lock()
+					dup := slices.Contains(handedOut[l.RunID], l.Generation)
+					handedOut[l.RunID] = append(handedOut[l.RunID], l.Generation)
+					release := !dup && releases[l.RunID] < maxRelease && r.IntN(3) == 0
+					if release {
+						releases[l.RunID]++
+					}
+					mu.Unlock()
+					if dup {
+						fail("%s: generation %d of %s was handed out twice", worker, l.Generation, l.RunID)
+						return
+					}
+					if release {
+						if _, err := s.Release(ctx, spec.ReleaseRequest{Lease: l.Ref()}); err != nil {
+							fail("%s: release %s@%d: %v", worker, l.RunID, l.Generation, err)
+							return
+						}
+						continue
+					}
+					if _, err := s.Complete(ctx, spec.CompleteRequest{Lease: l.Ref()}); err != nil {
+						fail("%s: complete %s@%d: %v", worker, l.RunID, l.Generation, err)
+						return
+					}
+					completed.Add(1)
+				}
+			}
+		}()
+	}
+	close(start)
+	wg.Wait()
+	for _, f := range failures {
+		t.Error(f)
+	}
+	if t.Failed() {
+		return
+	}
+	if got := completed.Load(); got != m {
+		t.Fatalf("%d of %d jobs completed", got, m)
+	}
+	if aborted.Load() == 0 {
+		t.Fatalf("no claim was rolled back: the test did not exercise a rollback after locking")
+	}
+	snap, err := stores[0].Snapshot(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	attempts := map[string][]spec.Attempt{}
+	for _, a := range snap.Attempts {
+		attempts[a.RunID] = append(attempts[a.RunID], a)
+	}
+	for _, j := range snap.Jobs {
+		gens := handedOut[j.RunID]
+		k := int64(len(gens))
+		if j.State != spec.JobCompleted || j.Generation != k {
+			t.Errorf("job %s: state %s generation %d; want completed at generation %d (claims handed out: %v)", j.RunID, j.State, j.Generation, k, gens)
+		}
+		sorted := slices.Sorted(slices.Values(gens))
+		for i, g := range sorted {
+			if g != int64(i+1) {
+				t.Errorf("job %s: generations handed out %v; want exactly 1..%d", j.RunID, gens, k)
+				break
+			}
+		}
+		if len(attempts[j.RunID]) != int(k) {
+			t.Errorf("job %s: %d attempt rows for %d committed claims", j.RunID, len(attempts[j.RunID]), k)
+		}
+	}
+	t.Logf("%d jobs completed by %d claimers on %d pools; the rolling-back pool made %d claims, %d of them rolled back after locking; %d releases",
+		m, n, len(stores), claims.Load(), aborted.Load(), sumValues(releases))
+}
+
+func sumValues(m map[string]int) int {
+	n := 0
+	for _, v := range m {
+		n += v
+	}
+	return n
+}
