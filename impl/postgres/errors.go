@@ -79,26 +79,24 @@ const (
 //   - A server error of severity ERROR (a serialization failure, a deferred
 //     constraint): the server refused the commit and rolled back: not
 //     applied.
-//   - A FATAL or PANIC server error (administrator shutdown, crash): the
-//     server may have committed before it failed the session: ambiguous.
-//   - An error pgconn marks safe to retry happened before any byte of COMMIT
-//     was sent; the server rolls the transaction back when the connection
-//     goes: not applied.
-//   - Anything else (connection reset or closed, a timeout or the caller's
-//     context ending while waiting for the answer): COMMIT may have been
-//     applied: ambiguous.
+//   - Anything else is ambiguous: a FATAL or PANIC server error
+//     (administrator shutdown, crash) may come after the commit was recorded;
+//     a connection reset, a timeout or the caller's context ending while the
+//     answer was awaited says nothing about the server.
+//
+// pgconn.SafeToRetry is deliberately not consulted. It is meant to say "no
+// byte was sent", but pgx v5.12 returns a safe-to-retry "conn closed" error
+// when the connection dies while a sent query's answer is being read
+// (MultiResultReader.NextResult ignores the read error and then finds the
+// connection closed). TestCommitAnswerLost reproduced it: a COMMIT that had
+// applied was reported as safe to retry. The server is asked instead (see
+// resolveCommit).
 func classifyCommit(err error) commitClass {
 	if errors.Is(err, pgx.ErrTxCommitRollback) {
 		return commitNotApplied
 	}
 	var pe *pgconn.PgError
-	if errors.As(err, &pe) {
-		if pe.Severity == "FATAL" || pe.Severity == "PANIC" {
-			return commitAmbiguous
-		}
-		return commitNotApplied
-	}
-	if pgconn.SafeToRetry(err) {
+	if errors.As(err, &pe) && pe.Severity != "FATAL" && pe.Severity != "PANIC" {
 		return commitNotApplied
 	}
 	return commitAmbiguous

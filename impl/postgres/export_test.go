@@ -5,12 +5,10 @@ package postgres
 
 // Statements whose plans the plan test checks, exactly as the store runs them.
 var (
-	ClaimSQL           = claimJobs
-	ReapSQL            = selectReapable
-	IdempotencySQL     = selectIdempotency
-	PurgeSQL           = purgeIdempotency
-	LockJobSQL         = lockJob
-	ClockSQL           = clockQuery
-	MarkLockClass      = markLockClass
-	ClassifyCommitFunc = classifyCommit
+	ClaimSQL       = claimJobs
+	ReapSQL        = selectReapable
+	IdempotencySQL = selectIdempotency
+	PurgeSQL       = purgeIdempotency
+	LockJobSQL     = lockJob
+	ClockSQL       = clockQuery
 )

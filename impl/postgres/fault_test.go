@@ -1,0 +1,322 @@
+package postgres_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"reflect"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/leasehold/leasehold/clock"
+	"github.com/leasehold/leasehold/impl/postgres"
+	"github.com/leasehold/leasehold/impl/postgres/pgtest"
+	"github.com/leasehold/leasehold/spec"
+)
+
+// Faults on a real server: a backend killed before COMMIT, a COMMIT whose
+// answer is lost (through commitProxy), lock waits cut short by the caller's
+// deadline or lock_timeout, and a deadlock. Each must surface as the right
+// typed error (unavailable: nothing written, retry; unknown_outcome: read
+// back), never as a silent success or a raw driver error.
+
+// faultEnv is one store on a fresh schema, with a run r1 claimed (lease) and
+// a run r2 queued, and an admin connection.
+type faultEnv struct {
+	t      *testing.T
+	dsn    string
+	schema string
+	app    string // the store's application_name, to find its backends
+	clk    *clock.Manual
+	store  *postgres.Store
+	admin  *pgx.Conn
+	lease  spec.Lease
+}
+
+// newFaultEnv opens the store with hook (which may be nil) on dsn (which may
+// be a proxy's).
+func newFaultEnv(t *testing.T, dsn, schema string, hook spec.Hook) *faultEnv {
+	t.Helper()
+	e := &faultEnv{t: t, dsn: dsn, schema: schema, app: "lh-fault-" + schema[len(schema)-8:], clk: clock.NewManual(t0)}
+	e.store = openOn(t, dsn, schema, postgres.Options{Clock: e.clk, Hook: hook, ApplicationName: e.app, MaxConns: 2,
+		ResolveTimeout: 20 * time.Second})
+	createRuns(t, e.store, e.clk, 3, "r1", "r2")
+	leases, err := e.store.Claim(context.Background(), spec.ClaimRequest{Tenant: "acme", Worker: "w", LeaseMs: 600_000, Limit: 1})
+	if err != nil || len(leases) != 1 {
+		t.Fatalf("claim r1: %v, %v", runIDs(leases), err)
+	}
+	e.lease = leases[0]
+	return e
+}
+
+func (e *faultEnv) snapshot() spec.Snapshot {
+	e.t.Helper()
+	snap, err := e.store.Snapshot(context.Background())
+	if err != nil {
+		e.t.Fatalf("snapshot: %v", err)
+	}
+	return snap
+}
+
+// faultOps are the writing operations the fault tests interrupt, each run
+// against a faultEnv.
+var faultOps = []struct {
+	name string
+	op   spec.Op
+	run  func(e *faultEnv) error
+}{
+	{"create", spec.OpCreateRun, func(e *faultEnv) error {
+		_, err := e.store.CreateRun(context.Background(), spec.CreateRunRequest{Tenant: "acme", Operation: "work",
+			IdempotencyKey: "key-r9", RunID: "r9", Payload: []byte(`{}`)})
+		return err
+	}},
+	{"claim", spec.OpClaim, func(e *faultEnv) error {
+		_, err := e.store.Claim(context.Background(), spec.ClaimRequest{Tenant: "acme", Worker: "w2", LeaseMs: 60_000, Limit: 5})
+		return err
+	}},
+	{"complete", spec.OpComplete, func(e *faultEnv) error {
+		_, err := e.store.Complete(context.Background(), spec.CompleteRequest{Lease: e.lease.Ref(), Result: []byte(`{"ok":true}`)})
+		return err
+	}},
+	{"retry", spec.OpRetry, func(e *faultEnv) error {
+		_, err := e.store.Retry(context.Background(), spec.RetryRequest{Lease: e.lease.Ref(), ErrorCode: "flaky"})
+		return err
+	}},
+	{"cancel", spec.OpCancel, func(e *faultEnv) error {
+		_, err := e.store.Cancel(context.Background(), spec.CancelRequest{Tenant: "acme", RunID: "r1"})
+		return err
+	}},
+	{"reserve_effect", spec.OpReserveEffect, func(e *faultEnv) error {
+		_, err := e.store.ReserveEffect(context.Background(), spec.ReserveEffectRequest{Lease: e.lease.Ref(), Step: "pay", Key: "k1"})
+		return err
+	}},
+}
+
+// onceAt returns a hook that runs f the first time op reaches point.
+func onceAt(op spec.Op, point spec.HookPoint, f func(ctx context.Context) error) spec.Hook {
+	done := false
+	return func(ctx context.Context, o spec.Op, p spec.HookPoint) error {
+		if o != op || p != point || done {
+			return nil
+		}
+		done = true
+		return f(ctx)
+	}
+}
+
+// TestBackendKilledBeforeCommit: at BeforeCommit (every write done, COMMIT
+// not sent) the store's own backend is terminated from another connection,
+// and the hook lets the store go on to COMMIT on the dead connection. The
+// operation must fail as unavailable, nothing may be written, and the same
+// call must then succeed.
+func TestBackendKilledBeforeCommit(t *testing.T) {
+	for _, c := range faultOps {
+		t.Run(c.name, func(t *testing.T) {
+			dsn, schema := pgtest.Schema(t)
+			var e *faultEnv
+			kill := onceAt(c.op, spec.BeforeCommit, func(ctx context.Context) error {
+				// pg_terminate_backend with a timeout waits until the backend
+				// has exited, so the store's COMMIT certainly meets a dead
+				// connection.
+				var killed []bool
+				rows, err := e.admin.Query(ctx, `SELECT pg_terminate_backend(pid, 10000) FROM pg_stat_activity
+					WHERE application_name = $1 AND state = 'idle in transaction'`, e.app)
+				if err == nil {
+					killed, err = pgx.CollectRows(rows, pgx.RowTo[bool])
+				}
+				if err != nil || len(killed) != 1 || !killed[0] {
+					return fmt.Errorf("test: terminate the store's backend in transaction: got %v, %v; want exactly one terminated", killed, err)
+				}
+				return nil
+			})
+			armed := false
+			e = newFaultEnv(t, dsn, schema, func(ctx context.Context, op spec.Op, p spec.HookPoint) error {
+				if !armed {
+					return nil
+				}
+				return kill(ctx, op, p)
+			})
+			e.admin = pgtest.Conn(t, dsn, schema)
+			before := e.snapshot()
+			armed = true
+			err := c.run(e)
+			if spec.CodeOf(err) != spec.CodeUnavailable || strings.Contains(err.Error(), "test: terminate") {
+				t.Fatalf("%s on a backend killed before COMMIT: got %v; want unavailable", c.name, err)
+			}
+			t.Logf("%s: %v", c.name, err)
+			if after := e.snapshot(); !reflect.DeepEqual(before, after) {
+				t.Fatalf("%s was reported unavailable but the store changed:\nbefore %+v\nafter  %+v", c.name, before, after)
+			}
+			if err := c.run(e); err != nil {
+				t.Fatalf("%s retried after unavailable: %v; want success (unavailable is retryable)", c.name, err)
+			}
+		})
+	}
+}
+
+// TestCommitAnswerLost: the COMMIT reaches the server and commits, and the
+// connection dies before the answer arrives (commitProxy). With the server
+// still reachable the store asks it what became of the transaction and
+// reports the truth: success. With the server unreachable it cannot know and
+// must say unknown_outcome; reading back later shows the write applied.
+func TestCommitAnswerLost(t *testing.T) {
+	for _, c := range faultOps {
+		t.Run(c.name, func(t *testing.T) {
+			for _, mode := range []int32{armLoseAnswer, armLoseAnswerAndServer} {
+				dsn, schema := pgtest.Schema(t)
+				proxy, viaProxy := newCommitProxy(t, dsn)
+				armed := false
+				e := newFaultEnv(t, viaProxy, schema, func(ctx context.Context, op spec.Op, p spec.HookPoint) error {
+					if armed && op == c.op && p == spec.BeforeCommit {
+						armed = false
+						proxy.armed.Store(mode)
+					}
+					return nil
+				})
+				direct := openOn(t, dsn, schema, postgres.Options{Clock: e.clk})
+				before, err := direct.Snapshot(context.Background())
+				if err != nil {
+					t.Fatal(err)
+				}
+				armed = true
+				err = c.run(e)
+				if proxy.cuts.Load() != 1 {
+					t.Fatalf("%s: the proxy lost %d COMMIT answers, want 1 (the test did not do what it says)", c.name, proxy.cuts.Load())
+				}
+				after, serr := direct.Snapshot(context.Background())
+				if serr != nil {
+					t.Fatal(serr)
+				}
+				if reflect.DeepEqual(before, after) {
+					t.Fatalf("%s: the COMMIT whose answer was lost did not apply; the test meant it to", c.name)
+				}
+				switch mode {
+				case armLoseAnswer:
+					if err != nil {
+						t.Fatalf("%s with its COMMIT answer lost and the server reachable: %v; want success (the store should ask the server)", c.name, err)
+					}
+				case armLoseAnswerAndServer:
+					if spec.CodeOf(err) != spec.CodeUnknownOutcome {
+						t.Fatalf("%s with its COMMIT answer lost and the server unreachable: %v; want unknown_outcome", c.name, err)
+					}
+					t.Logf("%s: %v", c.name, err)
+				}
+			}
+		})
+	}
+}
+
+// TestLockWaitCutShort: a guarded write waits for its job's row lock (it
+// must, to be ordered against the holder). When the wait is cut short, by
+// the caller's context deadline or by the session's lock_timeout, the write
+// is unavailable, nothing is written, and once the lock is gone the same call
+// succeeds.
+func TestLockWaitCutShort(t *testing.T) {
+	cases := []struct {
+		name    string
+		params  map[string]string
+		timeout time.Duration // of the caller's context; 0: none
+		want    string        // in the message
+	}{
+		{"caller's deadline", nil, 300 * time.Millisecond, "context ended"},
+		{"lock_timeout", map[string]string{"lock_timeout": "100ms"}, 0, "lock_timeout"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			dsn, schema := pgtest.Schema(t)
+			clk := clock.NewManual(t0)
+			s := openOn(t, dsn, schema, postgres.Options{Clock: clk, RuntimeParams: c.params})
+			createRuns(t, s, clk, 3, "r1")
+			leases, err := s.Claim(context.Background(), spec.ClaimRequest{Tenant: "acme", Worker: "w", LeaseMs: 600_000, Limit: 1})
+			if err != nil || len(leases) != 1 {
+				t.Fatalf("claim: %v, %v", runIDs(leases), err)
+			}
+			holder := pgtest.Conn(t, dsn, schema)
+			tx, err := holder.Begin(context.Background())
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer tx.Rollback(context.Background())
+			if _, err := tx.Exec(context.Background(), `SELECT 1 FROM jobs WHERE tenant = 'acme' AND run_id = 'r1' FOR UPDATE`); err != nil {
+				t.Fatal(err)
+			}
+			ctx := context.Background()
+			if c.timeout > 0 {
+				var cancel context.CancelFunc
+				ctx, cancel = context.WithTimeout(ctx, c.timeout)
+				defer cancel()
+			}
+			_, err = s.Complete(ctx, spec.CompleteRequest{Lease: leases[0].Ref()})
+			if spec.CodeOf(err) != spec.CodeUnavailable || !strings.Contains(err.Error(), c.want) {
+				t.Fatalf("complete while the job row is locked elsewhere: %v; want unavailable mentioning %q", err, c.want)
+			}
+			if err := tx.Rollback(context.Background()); err != nil {
+				t.Fatal(err)
+			}
+			if run, err := s.Complete(context.Background(), spec.CompleteRequest{Lease: leases[0].Ref()}); err != nil || run.State != spec.RunCompleted {
+				t.Fatalf("complete after the lock was released: %+v, %v; want completed (the failed call wrote nothing)", run, err)
+			}
+		})
+	}
+}
+
+// TestDeadlockIsUnavailable: a foreign client that locks a run row before its
+// job row (the opposite of the store's order) can deadlock with a claim. The
+// claim holds the job and waits for the run; the client then waits for the
+// job. PostgreSQL breaks the cycle by aborting the transaction whose
+// deadlock_timeout fires first, the claim's (it started waiting first): the
+// claim must be unavailable, and succeed when retried.
+func TestDeadlockIsUnavailable(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	dsn, schema := pgtest.Schema(t)
+	clk := clock.NewManual(t0)
+	app := "lh-deadlock-" + schema[len(schema)-8:]
+	s := openOn(t, dsn, schema, postgres.Options{Clock: clk, ApplicationName: app})
+	createRuns(t, s, clk, 3, "r1")
+
+	foreign := pgtest.Conn(t, dsn, schema)
+	tx, err := foreign.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback(context.Background())
+	if _, err := tx.Exec(ctx, `SELECT 1 FROM runs WHERE tenant = 'acme' AND run_id = 'r1' FOR UPDATE`); err != nil {
+		t.Fatal(err)
+	}
+	claimErr := make(chan error, 1)
+	go func() {
+		_, err := s.Claim(ctx, spec.ClaimRequest{Tenant: "acme", Worker: "w", LeaseMs: 60_000, Limit: 1})
+		claimErr <- err
+	}()
+	// Barrier: the claim has locked r1's job and waits for r1's run.
+	watcher := pgtest.Conn(t, dsn, schema)
+	for {
+		var waiting int
+		if err := watcher.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity
+			WHERE application_name = $1 AND wait_event_type = 'Lock'`, app).Scan(&waiting); err != nil {
+			t.Fatalf("waiting for the claim to block on the run row: %v", err)
+		}
+		if waiting == 1 {
+			break
+		}
+	}
+	_, ferr := tx.Exec(ctx, `SELECT 1 FROM jobs WHERE tenant = 'acme' AND run_id = 'r1' FOR UPDATE`)
+	err = <-claimErr
+	var pe interface{ SQLState() string }
+	if spec.CodeOf(err) != spec.CodeUnavailable || !errors.As(err, &pe) || pe.SQLState() != "40P01" {
+		t.Fatalf("claim in a deadlock: %v; want unavailable caused by 40P01 (the foreign client got %v)", err, ferr)
+	}
+	if ferr != nil {
+		t.Fatalf("the foreign client, not the claim, should have survived the deadlock: %v", ferr)
+	}
+	if err := tx.Rollback(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if l, err := s.Claim(ctx, spec.ClaimRequest{Tenant: "acme", Worker: "w", LeaseMs: 60_000, Limit: 1}); err != nil || len(l) != 1 || l[0].Generation != 1 {
+		t.Fatalf("claim retried after the deadlock: %v, %v; want r1 at generation 1", runIDs(l), err)
+	}
+}
