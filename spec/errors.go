@@ -68,15 +68,15 @@ func (c Code) Retryable() bool { return c == CodeUnavailable }
 // Error is the one error type every store and the model return for contract
 // outcomes. Compare with errors.As or CodeOf; Message is for people and may change.
 type Error struct {
-	Code Code
+	Code Code `json:"code"`
 	// State is the run's state when it decides the outcome: the winner's
 	// terminal state for CodeAlreadyTerminal and CodeCancelled, else empty.
-	State RunState
+	State RunState `json:"state,omitempty"`
 	// Message says what happened and, where it helps, what to do.
-	Message string
+	Message string `json:"message"`
 	// Err is an underlying cause (a driver error), if any. It is not part of
-	// the contract.
-	Err error
+	// the contract (and not serialized).
+	Err error `json:"-"`
 }
 
 func (e *Error) Error() string {

@@ -17,6 +17,8 @@ import (
 	"log/slog"
 	"math/rand/v2"
 	"net/url"
+	"path/filepath"
+	"sync"
 	"time"
 
 	"modernc.org/sqlite"
@@ -50,6 +52,7 @@ type Options struct {
 // use by many goroutines; several Stores may open the same file.
 type Store struct {
 	db     *sql.DB
+	writer writerLock
 	cfg    spec.Config
 	clock  clock.Clock
 	random spec.Random
@@ -101,7 +104,12 @@ func Open(ctx context.Context, path string, opts Options) (*Store, error) {
 	}
 	db.SetMaxOpenConns(opts.MaxConns)
 	db.SetMaxIdleConns(opts.MaxConns)
-	s := &Store{db: db, cfg: opts.Config, clock: opts.Clock, random: opts.Random, hook: opts.Hook, log: opts.Logger}
+	abs, err := filepath.Abs(path)
+	if err != nil {
+		db.Close()
+		return nil, err
+	}
+	s := &Store{db: db, writer: writerLockFor(abs), cfg: opts.Config, clock: opts.Clock, random: opts.Random, hook: opts.Hook, log: opts.Logger}
 	if err := s.migrate(ctx); err != nil {
 		db.Close()
 		return nil, err
@@ -160,6 +168,10 @@ func (s *Store) migrate(ctx context.Context) error {
 // the database is busy, so it must only assign its results, never append.
 func (s *Store) write(ctx context.Context, op spec.Op, fn func(tx *sql.Tx, now int64) error) error {
 	return s.retryBusy(ctx, func() error {
+		if err := s.writer.lock(ctx); err != nil {
+			return err
+		}
+		defer s.writer.unlock()
 		tx, err := s.db.BeginTx(ctx, nil)
 		if err != nil {
 			return err
@@ -241,3 +253,39 @@ func typed(ctx context.Context, err error) error {
 	}
 	return &spec.Error{Code: spec.CodeUnavailable, Message: "the database failed the operation; nothing was written", Err: err}
 }
+
+// writerLock queues this process's writers to one database file in FIFO
+// order before they ask SQLite for its write lock. SQLite's own busy handler
+// makes a waiting connection sleep (1, 2, 5, … 100 ms) while the holder
+// takes the lock again and again, so without this queue writers from one
+// process starve each other; with it, SQLite's busy timeout only arbitrates
+// between processes. It is a one-slot channel so that waiting honours ctx.
+type writerLock chan struct{}
+
+var writerLocks = struct {
+	sync.Mutex
+	byPath map[string]writerLock
+}{byPath: map[string]writerLock{}}
+
+// writerLockFor returns the process-wide queue for the file at path.
+func writerLockFor(path string) writerLock {
+	writerLocks.Lock()
+	defer writerLocks.Unlock()
+	l, ok := writerLocks.byPath[path]
+	if !ok {
+		l = make(writerLock, 1)
+		writerLocks.byPath[path] = l
+	}
+	return l
+}
+
+func (l writerLock) lock(ctx context.Context) error {
+	select {
+	case l <- struct{}{}:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+func (l writerLock) unlock() { <-l }

@@ -1,0 +1,347 @@
+package harness
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"sync"
+	"sync/atomic"
+	"testing"
+
+	"github.com/anishathalye/porcupine"
+
+	"github.com/leasehold/leasehold/clock"
+	"github.com/leasehold/leasehold/impl/storetest"
+	"github.com/leasehold/leasehold/model"
+	"github.com/leasehold/leasehold/spec"
+)
+
+// Workload describes one concurrent run against a real store. Everything
+// random about it — each client's choice of operation and arguments, the
+// clock moves, the faults — derives from Seed; only the interleaving is the
+// machine's, which is what the linearizability check is for.
+type Workload struct {
+	Factory storetest.Factory
+	Config  spec.Config
+	Seed    uint64
+	Tenants []string
+	Workers int // clients that claim and finish work
+	APIs    int // clients that create, cancel, replay, reap and move the clock
+	// Ops is the number of operations the clients run in all before the drain.
+	Ops int
+	// Purge adds idempotency purges; the history can then not be split by
+	// tenant.
+	Purge bool
+	// MaxUnknown bounds the operations made to end with an unknown outcome
+	// (an AfterCommit fault). Each is pending to the end of the history, the
+	// most expensive thing for the checker.
+	MaxUnknown int
+	// Aborts is the chance, per writing operation, of a BeforeCommit fault
+	// (the transaction rolls back; the caller gets unavailable).
+	Aborts float64
+}
+
+// Entry is one operation of a recorded history.
+type Entry struct {
+	Client int    // porcupine client id (a client that saw an unknown outcome continues under a new one)
+	Actor  string // the client's name
+	Op     model.Op
+	Out    Observed
+	Call   int64
+	Return int64 // math.MaxInt64 for an unknown outcome
+}
+
+// Note is a history annotation: a clock move or a fault, for the report.
+type Note struct {
+	Client int
+	At     int64
+	Text   string
+}
+
+// History is what a workload run recorded.
+type History struct {
+	Entries []Entry
+	Notes   []Note
+	// Provider is the simulated external system behind the effect ledger.
+	Provider *Provider
+}
+
+// Operations converts the history for porcupine.
+func (h *History) Operations() []porcupine.Operation {
+	ops := make([]porcupine.Operation, len(h.Entries))
+	for i, e := range h.Entries {
+		ops[i] = porcupine.Operation{ClientId: e.Client, Input: e.Op, Output: e.Out, Call: e.Call, Return: e.Return}
+	}
+	return ops
+}
+
+// Provider simulates an external system (a payment API, say) that honours
+// fencing: a call carrying a generation older than one it has already seen
+// for the key is rejected. It does not deduplicate by key — the effect
+// ledger must — so Applied counting above one is a duplicated effect.
+type Provider struct {
+	mu      sync.Mutex
+	applied map[string]int
+	fence   map[string]int64
+}
+
+// NewProvider returns a provider with nothing applied.
+func NewProvider() *Provider {
+	return &Provider{applied: map[string]int{}, fence: map[string]int64{}}
+}
+
+// Call applies the effect for key at generation gen, unless fenced off.
+func (p *Provider) Call(key string, gen int64) (applied bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if gen < p.fence[key] {
+		return false
+	}
+	p.fence[key] = gen
+	p.applied[key]++
+	return true
+}
+
+// Status reports whether the effect for key was applied (reconciliation).
+func (p *Provider) Status(key string) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.applied[key] > 0
+}
+
+// Duplicates returns the keys applied more than once.
+func (p *Provider) Duplicates() map[string]int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	out := map[string]int{}
+	for k, n := range p.applied {
+		if n > 1 {
+			out[k] = n
+		}
+	}
+	return out
+}
+
+// recorder collects entries from every client, stamped by one logical clock
+// so that real-time order is preserved.
+type recorder struct {
+	mu      sync.Mutex
+	tick    atomic.Int64
+	entries []Entry
+	notes   []Note
+	nextID  atomic.Int64
+}
+
+func (r *recorder) note(client int, text string) {
+	r.mu.Lock()
+	r.notes = append(r.notes, Note{Client: client, At: r.tick.Add(1), Text: text})
+	r.mu.Unlock()
+}
+
+// client is one connection's worth of workload: its own store, clock
+// recorder, scripted random source, fault hook and PRNG.
+type client struct {
+	w        *Workload
+	rec      *recorder
+	id       int
+	name     string
+	store    spec.Store
+	clock    *clock.Recorder
+	random   *ScriptedRandom
+	r        *rand.Rand
+	shared   *clock.Manual
+	provider *Provider
+	unknowns *atomic.Int64
+	fault    atomic.Value // pending fault for the next operation: error or nil
+	held     []spec.Lease // leases this worker believes it holds
+	old      []spec.Lease // leases it gave up or lost: stale writes come from here
+	runs     *runBook // runs created or replayed
+	active   *runBook // runs some worker claimed: cancels aim there half the time
+	created  int
+	quiet    bool // inject no faults (the drain)
+}
+
+// runBook is the runs the API clients know of, shared by them.
+type runBook struct {
+	mu   sync.Mutex
+	refs []runRef
+}
+
+func (b *runBook) add(tenant, id string) {
+	b.mu.Lock()
+	b.refs = append(b.refs, runRef{tenant, id})
+	b.mu.Unlock()
+}
+
+// pick draws a known run, usually a recent one (more likely still active,
+// so that cancels race completions).
+func (b *runBook) pick(r *rand.Rand) (runRef, bool) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	n := len(b.refs)
+	if n == 0 {
+		return runRef{}, false
+	}
+	if recent := min(n, 6); r.IntN(10) < 7 {
+		return b.refs[n-recent+r.IntN(recent)], true
+	}
+	return b.refs[r.IntN(n)], true
+}
+
+var errInjectedAbort = errors.New("harness: injected fault before commit")
+var errInjectedLostReply = errors.New("harness: injected fault after commit (the reply was lost)")
+
+// hook injects the client's pending fault at the point it names.
+func (c *client) hook(ctx context.Context, op spec.Op, point spec.HookPoint) error {
+	f, _ := c.fault.Load().(faultAt)
+	if f.point != point {
+		return nil
+	}
+	c.fault.Store(faultAt{})
+	return f.err
+}
+
+type faultAt struct {
+	point spec.HookPoint
+	err   error
+}
+
+// do runs one operation and records it. It returns the result as the client
+// saw it.
+func (c *client) do(ctx context.Context, op model.Op) (model.Result, error) {
+	switch {
+	case c.quiet:
+	case op.Kind != spec.OpClaim && op.Kind != spec.OpReap && c.r.Float64() < c.w.Aborts:
+		c.fault.Store(faultAt{spec.BeforeCommit, errInjectedAbort})
+	case c.unknowns.Load() < int64(c.w.MaxUnknown) && c.r.IntN(400) == 0:
+		if c.unknowns.Add(1) <= int64(c.w.MaxUnknown) {
+			c.fault.Store(faultAt{spec.AfterCommit, errInjectedLostReply})
+		}
+	}
+	c.random.Set(op.Jitter)
+	_, readsBefore := c.clock.Last()
+	call := c.rec.tick.Add(1)
+	res, unexpected := Execute(ctx, c.store, op)
+	ret := c.rec.tick.Add(1)
+	c.fault.Store(faultAt{})
+	if unexpected != nil {
+		return res, unexpected
+	}
+	now, readsAfter := c.clock.Last()
+	if readsAfter == readsBefore {
+		if res.Err == nil || res.Err.Code != spec.CodeUnavailable {
+			return res, fmt.Errorf("%s: %s returned %s without reading the clock", c.name, op.Kind, res)
+		}
+		now = c.shared.Now() // not applied; its time does not matter
+	}
+	op.Now = now
+	e := Entry{Client: c.id, Actor: c.name, Op: op, Out: Observed{Result: res}, Call: call, Return: ret}
+	if res.Err != nil && res.Err.Code == spec.CodeUnknownOutcome {
+		e.Out = Observed{Unknown: true}
+		e.Return = math.MaxInt64
+		c.rec.note(c.id, fmt.Sprintf("%s: unknown outcome for %s; continues as a new client", c.name, op.Kind))
+		c.id = int(c.rec.nextID.Add(1)) - 1
+	}
+	if res.Err != nil && res.Err.Code == spec.CodeUnavailable {
+		c.rec.note(e.Client, fmt.Sprintf("%s: %s rolled back (%s)", c.name, op.Kind, res.Err.Message))
+	}
+	c.rec.mu.Lock()
+	c.rec.entries = append(c.rec.entries, e)
+	c.rec.mu.Unlock()
+	return res, nil
+}
+
+// Record runs the workload against a fresh store and returns its history:
+// the concurrent phase, then a drain (one client, no faults) until every run
+// is terminal, then one snapshot operation per tenant.
+func (w *Workload) Record(ctx context.Context, t testing.TB) (*History, error) {
+	shared := clock.NewManual(1_000)
+	rec := &recorder{}
+	barriers := newClientHooks()
+	h := w.Factory(t, storetest.Options{Config: w.Config, Clock: shared, Random: &ScriptedRandom{}})
+	provider := NewProvider()
+	var unknowns atomic.Int64
+	runs, active := &runBook{}, &runBook{}
+	newClient := func(name string, stream uint64) *client {
+		c := &client{w: w, rec: rec, id: int(rec.nextID.Add(1)) - 1, name: name, shared: shared,
+			clock: &clock.Recorder{Source: shared}, random: &ScriptedRandom{},
+			r: rand.New(rand.NewPCG(w.Seed, stream)), provider: provider, unknowns: &unknowns, runs: runs, active: active}
+		c.store = barriers.open(t, h, w.Config, c)
+		return c
+	}
+	var clients []*client
+	for i := 0; i < w.APIs; i++ {
+		clients = append(clients, newClient(fmt.Sprintf("api-%d", i+1), uint64(100+i)))
+	}
+	for i := 0; i < w.Workers; i++ {
+		clients = append(clients, newClient(fmt.Sprintf("worker-%d", i+1), uint64(200+i)))
+	}
+	// Each client runs its share of the operations: a shared counter would
+	// let whichever client the scheduler favours (SQLite's busy handler
+	// sleeps) crowd the others out.
+	share := w.Ops / len(clients)
+	errs := make(chan error, len(clients))
+	var wg sync.WaitGroup
+	for _, c := range clients {
+		wg.Add(1)
+		go func(c *client) {
+			defer wg.Done()
+			for i := 0; i < share && ctx.Err() == nil; i++ {
+				var err error
+				switch {
+				case c.r.IntN(100) < 3:
+					// Every client moves the clock now and then, so that
+					// time passes even while one client has the database
+					// to itself (SQLite serializes writers).
+					err = c.advance()
+				case c.name[:3] == "api":
+					err = c.apiStep(ctx)
+				default:
+					err = c.workerStep(ctx)
+				}
+				if err != nil {
+					errs <- err
+					return
+				}
+			}
+		}(c)
+	}
+	wg.Wait()
+	close(errs)
+	if err := <-errs; err != nil {
+		return nil, err
+	}
+	drain := newClient("drain", 999)
+	drain.quiet = true
+	if err := drain.drain(ctx); err != nil {
+		return nil, err
+	}
+	snap, err := drain.store.Snapshot(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("final snapshot: %w", err)
+	}
+	call := rec.tick.Add(1)
+	ret := rec.tick.Add(1)
+	scopes := w.Tenants
+	if w.Purge {
+		scopes = []string{""}
+	}
+	for _, tenant := range scopes {
+		rec.entries = append(rec.entries, Entry{Client: drain.id, Actor: "final-scan",
+			Op:  model.Op{Kind: OpSnapshot, Req: SnapshotRequest{Tenant: tenant}},
+			Out: Observed{Result: model.Result{Value: snapshotOf(snap, tenant)}}, Call: call, Return: ret})
+	}
+	return &History{Entries: rec.entries, Notes: rec.notes, Provider: provider}, nil
+}
+
+// clientHooks opens one store per client, each with the client's clock
+// recorder, random source and fault hook.
+type clientHooks struct{}
+
+func newClientHooks() clientHooks { return clientHooks{} }
+
+func (clientHooks) open(t testing.TB, h storetest.Handle, cfg spec.Config, c *client) spec.Store {
+	return h.OpenWith(t, storetest.Options{Config: cfg, Clock: c.clock, Random: c.random, Hook: c.hook})
+}

@@ -1,0 +1,230 @@
+package harness
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/leasehold/leasehold/model"
+	"github.com/leasehold/leasehold/spec"
+)
+
+var linPayloads = []string{`{"n":1,"tags":["a","b"]}`, `{ "tags" : ["a","b"], "n" : 1.0 }`, `{"n":2,"tags":["a","b"]}`}
+
+// apiStep is one operation of an API client: mostly admissions (with keys
+// reused so that replays and conflicts happen), and cancels, replays, reaps,
+// purges and clock moves.
+func (c *client) apiStep(ctx context.Context) error {
+	r := c.r
+	tenant := c.w.Tenants[r.IntN(len(c.w.Tenants))]
+	var op model.Op
+	switch p := r.IntN(100); {
+	case p < 45:
+		id := fmt.Sprintf("%s-%d", c.name, c.created)
+		c.created++
+		op = model.Op{Kind: spec.OpCreateRun, Req: spec.CreateRunRequest{Tenant: tenant, Operation: "work",
+			IdempotencyKey: fmt.Sprintf("k%d", r.IntN(12)), RunID: id, Payload: []byte(linPayloads[r.IntN(len(linPayloads))])}}
+	case p < 60:
+		book := c.runs
+		if r.IntN(2) == 0 {
+			book = c.active
+		}
+		ref, ok := book.pick(r)
+		if !ok {
+			return nil
+		}
+		op = model.Op{Kind: spec.OpCancel, Req: spec.CancelRequest{Tenant: ref.tenant, RunID: ref.id}}
+	case p < 67:
+		ref, ok := c.runs.pick(r)
+		if !ok {
+			return nil
+		}
+		id := fmt.Sprintf("%s-%d", c.name, c.created)
+		c.created++
+		op = model.Op{Kind: spec.OpReplay, Req: spec.ReplayRequest{Tenant: ref.tenant, RunID: ref.id, NewRunID: id, Actor: c.name}}
+	case p < 77:
+		op = model.Op{Kind: spec.OpReap, Req: spec.ReapRequest{Tenant: tenant, Limit: 3}}
+	case p < 81 && c.w.Purge:
+		op = model.Op{Kind: spec.OpPurge, Req: spec.PurgeRequest{Limit: 5}}
+	default:
+		return c.advance()
+	}
+	res, err := c.do(ctx, op)
+	if err != nil {
+		return err
+	}
+	switch v := res.Value.(type) {
+	case spec.CreateRunResult:
+		if !v.Replayed {
+			c.runs.add(v.Run.Tenant, v.Run.ID)
+		}
+	case spec.Run:
+		if op.Kind == spec.OpReplay {
+			c.runs.add(v.Tenant, v.ID)
+		}
+	}
+	return nil
+}
+
+// advance moves the shared clock forward by 1–25 ms.
+func (c *client) advance() error {
+	d := 1 + c.r.Int64N(25)
+	now, err := c.shared.Advance(d)
+	if err != nil {
+		return err
+	}
+	c.rec.note(c.id, fmt.Sprintf("%s: clock +%d ms -> %d", c.name, d, now))
+	return nil
+}
+
+// workerStep is one operation of a worker: claim, or act on a lease it holds
+// (renew, the effect protocol, complete, retry, fail, release, or nothing —
+// a pause that lets the lease expire), or, now and then, a write with a lease
+// it no longer holds.
+func (c *client) workerStep(ctx context.Context) error {
+	r := c.r
+	if len(c.held) == 0 || r.IntN(100) < 25 {
+		tenant := c.w.Tenants[r.IntN(len(c.w.Tenants))]
+		res, err := c.do(ctx, model.Op{Kind: spec.OpClaim, Req: spec.ClaimRequest{Tenant: tenant, Worker: c.name,
+			LeaseMs: 10 + r.Int64N(50), Limit: 1 + r.IntN(2)}})
+		if err == nil {
+			if leases, ok := res.Value.([]spec.Lease); ok {
+				c.held = append(c.held, leases...)
+				for _, l := range leases {
+					c.active.add(l.Tenant, l.RunID)
+				}
+			}
+		}
+		return err
+	}
+	stale := len(c.old) > 0 && r.IntN(100) < 8
+	var l spec.Lease
+	i := -1
+	if stale {
+		l = c.old[r.IntN(len(c.old))]
+	} else {
+		i = r.IntN(len(c.held))
+		l = c.held[i]
+	}
+	ref := l.Ref()
+	var op model.Op
+	switch p := r.IntN(100); {
+	case p < 15:
+		op = model.Op{Kind: spec.OpRenew, Req: spec.RenewRequest{Lease: ref, LeaseMs: 10 + r.Int64N(50)}}
+	case p < 35:
+		return c.effect(ctx, l, i)
+	case p < 60:
+		op = model.Op{Kind: spec.OpComplete, Req: spec.CompleteRequest{Lease: ref, Result: []byte(`{"ok":true}`)}}
+	case p < 75:
+		op = model.Op{Kind: spec.OpRetry, Jitter: r.Int64N(c.w.Config.Backoff.JitterMs + 1),
+			Req: spec.RetryRequest{Lease: ref, ErrorCode: "transient", RetryAfterMs: r.Int64N(2) * r.Int64N(30)}}
+	case p < 80:
+		op = model.Op{Kind: spec.OpFail, Req: spec.FailRequest{Lease: ref, ErrorCode: "bad_input"}}
+	case p < 85:
+		op = model.Op{Kind: spec.OpRelease, Req: spec.ReleaseRequest{Lease: ref}}
+	default:
+		return nil // a pause: the lease may expire meanwhile
+	}
+	res, err := c.do(ctx, op)
+	if err != nil || i < 0 {
+		return err
+	}
+	if lease, renewed := res.Value.(spec.Lease); renewed {
+		c.held[i] = lease
+	} else {
+		c.drop(i)
+	}
+	return nil
+}
+
+// drop moves held lease i to the stale pile.
+func (c *client) drop(i int) {
+	c.old = append(c.old, c.held[i])
+	c.held = append(c.held[:i], c.held[i+1:]...)
+}
+
+// effect runs the effect-ledger protocol for one external call of lease l:
+// reserve; on proceed call the provider (fenced by generation) and record the
+// outcome — sometimes as unknown, as if the provider's reply was lost; on
+// reconcile ask the provider and reconcile; on done do nothing.
+func (c *client) effect(ctx context.Context, l spec.Lease, held int) error {
+	ref := l.Ref()
+	step, key := "charge", "charge-"+l.RunID
+	res, err := c.do(ctx, model.Op{Kind: spec.OpReserveEffect, Req: spec.ReserveEffectRequest{Lease: ref, Step: step, Key: key}})
+	if err != nil {
+		return err
+	}
+	if res.Err != nil {
+		if held >= 0 && res.Err.Code != spec.CodeUnavailable {
+			c.drop(held)
+		}
+		return nil
+	}
+	providerKey := l.Tenant + "/" + l.RunID + "/" + step + "/" + key
+	record := spec.RecordEffectRequest{Lease: ref, Step: step, Key: key}
+	kind := spec.OpRecordEffect
+	switch res.Value.(spec.EffectReservation).Decision {
+	case spec.DecisionDone:
+		return nil
+	case spec.DecisionProceed:
+		switch {
+		case !c.provider.Call(providerKey, l.Generation):
+			record.State = spec.EffectFailed // fenced off: definitely not applied
+		case c.r.IntN(100) < 15:
+			record.State = spec.EffectUnknown
+		default:
+			record.State, record.ProviderRef = spec.EffectSucceeded, fmt.Sprintf("ch_%s_%d", l.RunID, l.Generation)
+		}
+	case spec.DecisionReconcile:
+		kind, record.State = spec.OpReconcileEffect, spec.EffectFailed
+		if c.provider.Status(providerKey) {
+			record.State, record.ProviderRef = spec.EffectSucceeded, "reconciled"
+		}
+	}
+	_, err = c.do(ctx, model.Op{Kind: kind, Req: record})
+	return err
+}
+
+// drain finishes every run: it moves the clock past every lease and backoff,
+// reaps what cannot be claimed, claims and completes the rest, until every
+// run in the store is terminal. It injects no faults.
+func (c *client) drain(ctx context.Context) error {
+	cfg := c.w.Config
+	step := cfg.MaxLeaseMs + cfg.Backoff.CapMs + cfg.Backoff.JitterMs + cfg.Backoff.RetryAfterCapMs + 1
+	for round := 0; round < 20; round++ {
+		now, err := c.shared.Advance(step)
+		if err != nil {
+			return err
+		}
+		c.rec.note(c.id, fmt.Sprintf("drain: clock +%d ms -> %d", step, now))
+		for _, tenant := range c.w.Tenants {
+			if _, err := c.do(ctx, model.Op{Kind: spec.OpReap, Req: spec.ReapRequest{Tenant: tenant, Limit: spec.MaxBatch}}); err != nil {
+				return err
+			}
+			res, err := c.do(ctx, model.Op{Kind: spec.OpClaim, Req: spec.ClaimRequest{Tenant: tenant, Worker: c.name,
+				LeaseMs: cfg.MaxLeaseMs, Limit: spec.MaxBatch}})
+			if err != nil {
+				return err
+			}
+			leases, _ := res.Value.([]spec.Lease)
+			for _, l := range leases {
+				if _, err := c.do(ctx, model.Op{Kind: spec.OpComplete, Req: spec.CompleteRequest{Lease: l.Ref()}}); err != nil {
+					return err
+				}
+			}
+		}
+		snap, err := c.store.Snapshot(ctx)
+		if err != nil {
+			return err
+		}
+		open := 0
+		for _, r := range snap.Runs {
+			if !r.State.Terminal() {
+				open++
+			}
+		}
+		if open == 0 {
+			return nil
+		}
+	}
+	return fmt.Errorf("drain: runs still not terminal after 20 rounds")
+}
