@@ -1,0 +1,136 @@
+package postgres_test
+
+import (
+	"context"
+	"testing"
+
+	"github.com/leasehold/leasehold/clock"
+	"github.com/leasehold/leasehold/impl/postgres"
+	"github.com/leasehold/leasehold/impl/postgres/pgtest"
+	"github.com/leasehold/leasehold/spec"
+)
+
+// TestDatabaseClock: with no injected clock the store takes every time from
+// the server, inside the operation's transaction. Each operation's time must
+// lie between two readings of the server clock taken around it on another
+// connection (an ordering check on one clock, not a timing assertion).
+func TestDatabaseClock(t *testing.T) {
+	ctx := context.Background()
+	dsn, schema := pgtest.Schema(t)
+	s := openOn(t, dsn, schema, postgres.Options{})
+	if !s.UsesDatabaseClock() {
+		t.Fatal("a store opened without Options.Clock must use the database clock")
+	}
+	conn := pgtest.Conn(t, dsn, schema)
+	dbNow := func() int64 {
+		t.Helper()
+		var v int64
+		if err := conn.QueryRow(ctx, postgres.ClockSQL).Scan(&v); err != nil {
+			t.Fatalf("read the server clock: %v", err)
+		}
+		return v
+	}
+	within := func(what string, lo, v, hi int64) {
+		t.Helper()
+		if v < lo || v > hi {
+			t.Fatalf("%s used time %d, outside the server clock readings [%d, %d] around it", what, v, lo, hi)
+		}
+	}
+
+	t1 := dbNow()
+	res, err := s.CreateRun(ctx, spec.CreateRunRequest{Tenant: "acme", Operation: "work", IdempotencyKey: "k", RunID: "r1", Payload: []byte(`{}`)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t2 := dbNow()
+	within("create", t1, res.Run.CreatedAt, t2)
+
+	const leaseMs = 60_000
+	leases, err := s.Claim(ctx, spec.ClaimRequest{Tenant: "acme", Worker: "w", LeaseMs: leaseMs, Limit: 1})
+	if err != nil || len(leases) != 1 {
+		t.Fatalf("claim: %v, %v", runIDs(leases), err)
+	}
+	t3 := dbNow()
+	within("claim", t2, leases[0].ExpiresAt-leaseMs, t3)
+
+	renewed, err := s.Renew(ctx, spec.RenewRequest{Lease: leases[0].Ref(), LeaseMs: leaseMs})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t4 := dbNow()
+	within("renew", t3, renewed.ExpiresAt-leaseMs, t4)
+
+	run, err := s.Complete(ctx, spec.CompleteRequest{Lease: leases[0].Ref()})
+	if err != nil || run.State != spec.RunCompleted {
+		t.Fatalf("complete: %+v, %v", run, err)
+	}
+	t5 := dbNow()
+	events, err := s.Events(ctx, "acme", "r1")
+	if err != nil || len(events) != 2 {
+		t.Fatalf("events: %+v, %v", events, err)
+	}
+	within("the run_completed event", t4, events[1].At, t5)
+}
+
+// TestClockReadAfterTheLock: a guarded write that waits for its job's row
+// lock reads its clock only once it holds the lock. Here the clock moves
+// while the write waits; the write must use the later time.
+func TestClockReadAfterTheLock(t *testing.T) {
+	ctx := context.Background()
+	dsn, schema := pgtest.Schema(t)
+	clk := clock.NewManual(t0)
+	app := "lh-clock-" + schema[len(schema)-8:]
+	s := openOn(t, dsn, schema, postgres.Options{Clock: clk, ApplicationName: app})
+	createRuns(t, s, clk, 3, "r1")
+	leases, err := s.Claim(ctx, spec.ClaimRequest{Tenant: "acme", Worker: "w", LeaseMs: 60_000, Limit: 1})
+	if err != nil || len(leases) != 1 {
+		t.Fatalf("claim: %v, %v", runIDs(leases), err)
+	}
+
+	holder := pgtest.Conn(t, dsn, schema)
+	tx, err := holder.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback(ctx)
+	if _, err := tx.Exec(ctx, `SELECT 1 FROM jobs WHERE tenant = 'acme' AND run_id = 'r1' FOR UPDATE`); err != nil {
+		t.Fatal(err)
+	}
+	type result struct {
+		run spec.Run
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		run, err := s.Complete(ctx, spec.CompleteRequest{Lease: leases[0].Ref()})
+		done <- result{run, err}
+	}()
+	// Barrier: the write is waiting for the job's lock.
+	watcher := pgtest.Conn(t, dsn, schema)
+	for {
+		var waiting int
+		if err := watcher.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity
+			WHERE application_name = $1 AND wait_event_type = 'Lock'`, app).Scan(&waiting); err != nil {
+			t.Fatal(err)
+		}
+		if waiting == 1 {
+			break
+		}
+	}
+	later := clk.Now() + 5_000
+	clk.Set(later)
+	if err := tx.Rollback(ctx); err != nil {
+		t.Fatal(err)
+	}
+	res := <-done
+	if res.err != nil {
+		t.Fatalf("complete after waiting for the lock: %v", res.err)
+	}
+	events, err := s.Events(ctx, "acme", "r1")
+	if err != nil || len(events) != 2 {
+		t.Fatalf("events: %+v, %v", events, err)
+	}
+	if events[1].At != later {
+		t.Fatalf("the completion waited for the lock while the clock moved to %d, but recorded %d: the clock was read before the lock", later, events[1].At)
+	}
+}
