@@ -157,8 +157,8 @@ type client struct {
 	fault    atomic.Value // pending fault for the next operation: error or nil
 	held     []spec.Lease // leases this worker believes it holds
 	old      []spec.Lease // leases it gave up or lost: stale writes come from here
-	runs     *runBook // runs created or replayed
-	active   *runBook // runs some worker claimed: cancels aim there half the time
+	runs     *runBook     // runs created or replayed
+	active   *runBook     // runs some worker claimed: cancels aim there half the time
 	created  int
 	quiet    bool // inject no faults (the drain)
 }

@@ -186,7 +186,8 @@ func (c *client) effect(ctx context.Context, l spec.Lease, held int) error {
 
 // drain finishes every run: it moves the clock past every lease and backoff,
 // reaps what cannot be claimed, claims and completes the rest, until every
-// run in the store is terminal. It injects no faults.
+// run in the store is terminal. It injects no faults. Runs it cannot finish
+// in 20 rounds are left for the accounting to report as lost.
 func (c *client) drain(ctx context.Context) error {
 	cfg := c.w.Config
 	step := cfg.MaxLeaseMs + cfg.Backoff.CapMs + cfg.Backoff.JitterMs + cfg.Backoff.RetryAfterCapMs + 1
@@ -226,5 +227,6 @@ func (c *client) drain(ctx context.Context) error {
 			return nil
 		}
 	}
-	return fmt.Errorf("drain: runs still not terminal after 20 rounds")
+	c.rec.note(c.id, "drain: runs still not terminal after 20 rounds")
+	return nil
 }
