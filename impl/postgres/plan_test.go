@@ -25,6 +25,8 @@ const (
 	depthLeased    = 10_000  // acme, leased, unexpired, budget left
 	depthLastTry   = 10_000  // acme, leased on their last attempt, expired: reapable
 	depthCompleted = 30_000  // acme, completed
+	depthExpired   = 5_000   // tenant beta, leased, expired, budget left: reclaimable
+	depthBeta      = 5_000   // tenant beta, queued, due after the expired leases
 	depthNow       = 51_000  // the claim's "now": half of the backlog is due
 )
 
@@ -33,38 +35,44 @@ const (
 // ANALYZEs, as autovacuum would on a real table.
 func loadDepth(t *testing.T, ctx context.Context, conn *pgx.Conn) {
 	t.Helper()
-	total := depthQueued + depthOther + depthLeased + depthLastTry + depthCompleted
+	total := depthQueued + depthOther + depthLeased + depthLastTry + depthCompleted + depthExpired + depthBeta
 	// Row g's role is decided by its range; ids are zero-padded so that their
 	// order is their number.
-	role := fmt.Sprintf(`CASE WHEN g <= %d THEN 'queued' WHEN g <= %d THEN 'other' WHEN g <= %d THEN 'leased'
-		WHEN g <= %d THEN 'lasttry' ELSE 'completed' END`,
-		depthQueued, depthQueued+depthOther, depthQueued+depthOther+depthLeased, depthQueued+depthOther+depthLeased+depthLastTry)
+	bounds := []int{depthQueued, depthOther, depthLeased, depthLastTry, depthCompleted, depthExpired}
+	names := []string{"queued", "other", "leased", "lasttry", "completed", "expired"}
+	role, upTo := "CASE", 0
+	for i, n := range bounds {
+		upTo += n
+		role += fmt.Sprintf(" WHEN g <= %d THEN '%s'", upTo, names[i])
+	}
+	role += " ELSE 'beta' END"
+	tenant := `CASE role WHEN 'other' THEN 'other' WHEN 'expired' THEN 'beta' WHEN 'beta' THEN 'beta' ELSE 'acme' END`
 	stmts := []string{
 		`CREATE TEMP TABLE depth AS SELECT g, 'r' || lpad(g::text, 7, '0') AS run_id, ` + role + ` AS role
 			FROM generate_series(1, ` + fmt.Sprint(total) + `) AS g`,
 		`INSERT INTO runs (tenant, run_id, operation, state, version, last_event_seq, payload, fingerprint,
 			max_attempts, created_at, deadline_at)
-		SELECT CASE role WHEN 'other' THEN 'other' ELSE 'acme' END, run_id, 'work',
-			CASE role WHEN 'queued' THEN 'queued' WHEN 'other' THEN 'queued' WHEN 'completed' THEN 'completed' ELSE 'running' END,
-			CASE role WHEN 'queued' THEN 1 WHEN 'other' THEN 1 ELSE 2 END, 1, '{}', 'fp1:x', 3, 0, 100000000
+		SELECT ` + tenant + `, run_id, 'work',
+			CASE WHEN role IN ('queued', 'other', 'beta') THEN 'queued' WHEN role = 'completed' THEN 'completed' ELSE 'running' END,
+			CASE WHEN role IN ('queued', 'other', 'beta') THEN 1 ELSE 2 END, 1, '{}', 'fp1:x', 3, 0, 100000000
 		FROM depth`,
 		`INSERT INTO jobs (tenant, run_id, operation, state, available_at, lease_owner, lease_expires_at,
 			lease_generation, attempts, max_attempts)
-		SELECT CASE role WHEN 'other' THEN 'other' ELSE 'acme' END, run_id, 'work',
-			CASE role WHEN 'queued' THEN 'queued' WHEN 'other' THEN 'queued' WHEN 'completed' THEN 'completed' ELSE 'leased' END,
-			CASE role WHEN 'queued' THEN 1000 + g - 1 ELSE g % 1000 END,
-			CASE WHEN role IN ('leased', 'lasttry') THEN 'w' END,
-			CASE role WHEN 'leased' THEN 10000000 WHEN 'lasttry' THEN 1000 END,
-			CASE WHEN role IN ('queued', 'other') THEN 0 WHEN role = 'lasttry' THEN 3 ELSE 1 END,
-			CASE WHEN role IN ('queued', 'other') THEN 0 WHEN role = 'lasttry' THEN 3 ELSE 1 END,
+		SELECT ` + tenant + `, run_id, 'work',
+			CASE WHEN role IN ('queued', 'other', 'beta') THEN 'queued' WHEN role = 'completed' THEN 'completed' ELSE 'leased' END,
+			CASE WHEN role IN ('queued', 'beta') THEN 1000 + g - 1 ELSE g % 1000 END,
+			CASE WHEN role IN ('leased', 'lasttry', 'expired') THEN 'w' END,
+			CASE role WHEN 'leased' THEN 10000000 WHEN 'lasttry' THEN 1000 WHEN 'expired' THEN 1000 + g % 500 END,
+			CASE WHEN role IN ('queued', 'other', 'beta') THEN 0 WHEN role = 'lasttry' THEN 3 ELSE 1 END,
+			CASE WHEN role IN ('queued', 'other', 'beta') THEN 0 WHEN role = 'lasttry' THEN 3 ELSE 1 END,
 			3
 		FROM depth`,
 		`INSERT INTO attempts (tenant, run_id, generation, number, worker, claimed_at, renewed_at, outcome)
-		SELECT 'acme', run_id, CASE role WHEN 'lasttry' THEN 3 ELSE 1 END, CASE role WHEN 'lasttry' THEN 3 ELSE 1 END,
+		SELECT ` + tenant + `, run_id, CASE role WHEN 'lasttry' THEN 3 ELSE 1 END, CASE role WHEN 'lasttry' THEN 3 ELSE 1 END,
 			'w', 0, 0, 'running'
-		FROM depth WHERE role IN ('leased', 'lasttry')`,
+		FROM depth WHERE role IN ('leased', 'lasttry', 'expired')`,
 		`INSERT INTO idempotency_keys (tenant, operation, idempotency_key, fingerprint, run_id, created_at, expires_at)
-		SELECT CASE role WHEN 'other' THEN 'other' ELSE 'acme' END, 'work', 'key-' || g, 'fp1:x', run_id, 0, 1 + g
+		SELECT ` + tenant + `, 'work', 'key-' || g, 'fp1:x', run_id, 0, 1 + g
 		FROM depth`,
 		`ANALYZE runs, jobs, attempts, idempotency_keys`,
 	}
@@ -136,8 +144,9 @@ func explain(t *testing.T, ctx context.Context, conn *pgx.Conn, query string, a 
 // TestPlansAtDepth loads a deep queue and checks, on the exact statements the
 // store runs and with its parameters, that claim (including expiry
 // reclaim), reap, admission's idempotency lookup and purge are index scans:
-// no Seq Scan on any table, the intended index used, and only a few dozen
-// buffers touched.
+// no Seq Scan on any table, in the plan for these parameters (run with
+// EXPLAIN ANALYZE in a rolled-back transaction, and logged) and in the
+// generic plan a prepared statement may cache; and the intended index used.
 func TestPlansAtDepth(t *testing.T) {
 	ctx := context.Background()
 	dsn, schema := pgtest.Schema(t)
@@ -147,11 +156,6 @@ func TestPlansAtDepth(t *testing.T) {
 	}
 	t.Cleanup(func() { s.Close() })
 	conn := pgtest.Conn(t, dsn, schema)
-	// The store's sessions plan every execution with its parameters (see
-	// Open); so does this one.
-	if _, err := conn.Exec(ctx, "SET plan_cache_mode = force_custom_plan"); err != nil {
-		t.Fatal(err)
-	}
 	loadDepth(t, ctx, conn)
 
 	cases := []struct {
@@ -165,6 +169,8 @@ func TestPlansAtDepth(t *testing.T) {
 			"jobs_due", 1},
 		{"claim batch of 100", postgres.ClaimSQL, pgx.NamedArgs{"tenant": "acme", "worker": "w2", "now": depthNow, "expires_at": depthNow + 30_000, "limit": 100},
 			"jobs_due", 100},
+		{"claim batch of 100 reclaiming expired leases", postgres.ClaimSQL, pgx.NamedArgs{"tenant": "beta", "worker": "w2", "now": depthNow, "expires_at": depthNow + 30_000, "limit": 100},
+			"jobs_expired", 100},
 		{"reap", postgres.ReapSQL, pgx.NamedArgs{"tenant": "acme", "now": depthNow, "limit": 100}, "jobs_reap", 100},
 		{"idempotency lookup", postgres.IdempotencySQL, pgx.NamedArgs{"tenant": "acme", "operation": "work", "key": "key-4242"},
 			"idempotency_keys_pkey", 1},
@@ -194,11 +200,62 @@ func TestPlansAtDepth(t *testing.T) {
 			if !usesIndex {
 				t.Errorf("plan does not use index %s\n%s", c.wantIndex, raw)
 			}
+			var genericSeq []string
+			genericPlan(t, ctx, conn, c.query, c.args).walk(func(n planNode) {
+				if n.NodeType == "Seq Scan" {
+					genericSeq = append(genericSeq, n.RelationName)
+				}
+			})
+			if len(genericSeq) > 0 {
+				t.Errorf("the generic (cached) plan has a Seq Scan on %v", genericSeq)
+			}
 			if c.name != "purge" && plan.Plan.ActualRows != c.wantRows {
 				t.Errorf("statement returned %v rows, want %v (the load is not what the test assumes)", plan.Plan.ActualRows, c.wantRows)
 			}
 		})
 	}
+}
+
+// genericPlan returns the plan PostgreSQL would cache for query as a
+// prepared statement with a generic plan (one that cannot see the parameter
+// values: the LIMIT, "now"). pgx prepares every statement, and PostgreSQL
+// may switch a prepared statement to its generic plan after five executions,
+// so that plan must be good too.
+func genericPlan(t *testing.T, ctx context.Context, conn *pgx.Conn, query string, a pgx.NamedArgs) planNode {
+	t.Helper()
+	sql, list, err := a.RewriteQuery(ctx, conn, query, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lits := make([]string, len(list))
+	for i, v := range list {
+		switch v := v.(type) {
+		case string:
+			lits[i] = "'" + strings.ReplaceAll(v, "'", "''") + "'"
+		default:
+			lits[i] = fmt.Sprint(v)
+		}
+	}
+	tx, err := conn.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback(ctx)
+	for _, q := range []string{"SET LOCAL plan_cache_mode = force_generic_plan", "PREPARE lh_generic AS " + sql} {
+		if _, err := tx.Exec(ctx, q); err != nil {
+			t.Fatalf("%v\n%s", err, q)
+		}
+	}
+	defer tx.Exec(ctx, "DEALLOCATE lh_generic") // PREPARE outlives a rollback
+	var raw []byte
+	if err := tx.QueryRow(ctx, "EXPLAIN (FORMAT JSON) EXECUTE lh_generic("+strings.Join(lits, ", ")+")").Scan(&raw); err != nil {
+		t.Fatal(err)
+	}
+	var out []explained
+	if err := json.Unmarshal(raw, &out); err != nil || len(out) != 1 {
+		t.Fatalf("EXPLAIN JSON: %v", err)
+	}
+	return out[0].Plan
 }
 
 // printPlan writes an indented one-line-per-node summary of a plan.

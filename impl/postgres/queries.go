@@ -215,11 +215,16 @@ const (
 
 	// purgeIdempotency deletes the oldest expired records; a record another
 	// transaction holds (an admission replacing it) is skipped, not waited
-	// for.
-	purgeIdempotency = `DELETE FROM idempotency_keys WHERE expires_at <= @now AND (tenant, operation, idempotency_key) IN (
-		SELECT tenant, operation, idempotency_key FROM idempotency_keys WHERE expires_at <= @now
+	// for. The rows are addressed by ctid, which cannot change while this
+	// transaction holds their lock: "ctid = ANY(ARRAY(…))" is a TID scan
+	// whatever the planner estimates. The plain "key IN (subquery)" form
+	// has a generic (cached) plan that seq-scans the table, because a
+	// generic plan cannot see how small the LIMIT is (found by
+	// TestPlansAtDepth).
+	purgeIdempotency = `DELETE FROM idempotency_keys WHERE ctid = ANY (ARRAY(
+		SELECT ctid FROM idempotency_keys WHERE expires_at <= @now
 		ORDER BY expires_at, tenant, operation, idempotency_key LIMIT @limit
-		FOR UPDATE SKIP LOCKED)`
+		FOR UPDATE SKIP LOCKED))`
 
 	selectReplayOf = `SELECT run_id FROM runs WHERE tenant = @tenant AND replay_of = @run_id`
 

@@ -182,13 +182,6 @@ func Open(ctx context.Context, dsn string, opts Options) (*Store, error) {
 	// this package's SQL means the store's own table.
 	params["search_path"] = pgx.Identifier{opts.Schema}.Sanitize()
 	params["application_name"] = opts.ApplicationName
-	// Plan every execution with its parameters. The claim's LIMIT and time
-	// bounds are parameters; a cached generic plan cannot see that LIMIT is
-	// small or how many jobs are due, and a queue's data shifts all the time.
-	// Planning these short statements costs far less than one bad plan.
-	if _, ok := params["plan_cache_mode"]; !ok {
-		params["plan_cache_mode"] = "force_custom_plan"
-	}
 	pool, err := pgxpool.NewWithConfig(ctx, pc)
 	if err != nil {
 		return nil, &spec.Error{Code: spec.CodeUnavailable, Message: "postgres: cannot create the connection pool", Err: err}
