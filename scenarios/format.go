@@ -707,8 +707,8 @@ func checkFlow(sc *Scenario) error {
 	}
 	async := map[string]*asyncState{}
 	busy := map[string]string{} // client -> async name in flight
-	bound := map[string]bool{} // usable lease names
-	named := map[string]bool{} // every bind name, usable or not yet
+	bound := map[string]bool{}  // usable lease names
+	named := map[string]bool{}  // every bind name, usable or not yet
 	for _, st := range sc.Steps {
 		at := fmt.Sprintf("step %d (%s)", st.Index, st.Op)
 		if _, ok := storeOps[st.Op]; ok {

@@ -212,10 +212,10 @@ type inflight struct {
 	done    chan struct{}
 	out     Outcome
 	// missed is set when the operation ended without reaching its barrier.
-	missed   bool
-	resumed  bool
-	fault    bool
-	awaited  bool
+	missed  bool
+	resumed bool
+	fault   bool
+	awaited bool
 }
 
 func (r *runner) open(ctx context.Context, open Opener) error {
