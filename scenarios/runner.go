@@ -125,9 +125,15 @@ func Run(ctx context.Context, sc *Scenario, open Opener) *Result {
 
 // RunTimeout is Run with another deadlock guard.
 func RunTimeout(ctx context.Context, sc *Scenario, open Opener, timeout time.Duration) *Result {
-	ctx, cancel := context.WithTimeout(ctx, timeout)
-	defer cancel()
-	r := &runner{sc: sc, clock: clock.NewManual(sc.Start), barriers: harness.NewBarriers(),
+	// Two contexts: the operations run under ops, the runner waits under
+	// guard. When the guard fires, the runner lists what is pending while
+	// everything is still where it got stuck, and only then cancels ops.
+	ops, cancelOps := context.WithCancel(ctx)
+	defer cancelOps()
+	guard, cancelGuard := context.WithTimeout(ops, timeout)
+	defer cancelGuard()
+	ctx = guard
+	r := &runner{sc: sc, ops: ops, clock: clock.NewManual(sc.Start), barriers: harness.NewBarriers(),
 		stores: map[string]spec.Store{}, randoms: map[string]*harness.ScriptedRandom{},
 		leases: map[string]*boundLease{}, maxGen: map[string]int64{}, async: map[string]*inflight{},
 		res: &Result{Scenario: sc.Name, Races: map[Race]int{}}}
@@ -142,7 +148,7 @@ func RunTimeout(ctx context.Context, sc *Scenario, open Opener, timeout time.Dur
 		}
 	}
 	if r.res.Stuck {
-		cancel() // held hooks and blocked operations return now
+		cancelOps() // held hooks and blocked operations return now
 		if !r.drain() {
 			r.mismatch(0, "operations still running %s after the scenario was cancelled: %s; their stores are left open",
 				drainTimeout, strings.Join(r.pending(), "; "))
@@ -170,6 +176,8 @@ var raceMeaning = map[Race]string{
 
 type runner struct {
 	sc       *Scenario
+	ops      context.Context // the operations' context
+	current  *inflight       // the synchronous operation in flight, if any
 	clock    *clock.Manual
 	barriers *harness.Barriers
 	stores   map[string]spec.Store // by client
@@ -350,27 +358,22 @@ func (r *runner) step(ctx context.Context, st *Step) bool {
 			return true
 		}
 		r.noteOverlap(st.Client)
-		s := r.stores[st.Client]
+		a := r.launch(c)
 		if st.Async == "" {
-			o := c.exec(ctx, s)
-			if ctx.Err() != nil {
+			// Even a synchronous operation runs in its own goroutine, so
+			// that the deadlock guard can stop a scenario blocked in one.
+			r.current = a
+			select {
+			case <-a.done:
+			case <-ctx.Done():
 				return r.stuck(st, label)
 			}
-			r.finish(c, o, nil)
-			r.record(st, now, label, o.String(st.Expect), compare(st.Expect, o)...)
+			r.current = nil
+			r.finish(c, a.out, nil)
+			r.record(st, now, label, a.out.String(st.Expect), compare(st.Expect, a.out)...)
 			return true
 		}
-		a := &inflight{name: st.Async, c: c, done: make(chan struct{})}
-		if st.PauseAt != "" {
-			a.barrier = r.barriers.Arm(st.Client, storeOps[st.Op], st.PauseAt)
-		}
 		r.async[st.Async] = a
-		r.wg.Add(1)
-		go func() {
-			defer r.wg.Done()
-			a.out = c.exec(ctx, s)
-			close(a.done)
-		}()
 		out := "started"
 		if st.PauseAt != "" {
 			out += ", to be held at " + string(st.PauseAt)
@@ -378,6 +381,24 @@ func (r *runner) step(ctx context.Context, st *Step) bool {
 		r.record(st, now, label, out)
 	}
 	return true
+}
+
+// launch starts c on its client's store under the operations' context,
+// arming its barrier first.
+func (r *runner) launch(c *call) *inflight {
+	st := c.st
+	a := &inflight{name: st.Async, c: c, done: make(chan struct{})}
+	if st.PauseAt != "" {
+		a.barrier = r.barriers.Arm(st.Client, storeOps[st.Op], st.PauseAt)
+	}
+	s := r.stores[st.Client]
+	r.wg.Add(1)
+	go func() {
+		defer r.wg.Done()
+		a.out = c.exec(r.ops, s)
+		close(a.done)
+	}()
+	return a
 }
 
 // exec runs the call on s and observes what it returned.
@@ -399,9 +420,12 @@ func (r *runner) stuck(st *Step, label string) bool {
 	return false
 }
 
-// pending lists the asynchronous operations not yet awaited, in step order.
+// pending lists the operations not yet awaited, in step order.
 func (r *runner) pending() []string {
 	var out []string
+	if a := r.current; a != nil && !isClosed(a.done) {
+		out = append(out, fmt.Sprintf("step %d %s: running (not returned)", a.c.st.Index, describe(a.c.st)))
+	}
 	for _, a := range slices.SortedFunc(maps.Values(r.async), func(a, b *inflight) int { return a.c.st.Index - b.c.st.Index }) {
 		if a.awaited {
 			continue
