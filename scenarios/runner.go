@@ -220,10 +220,13 @@ type inflight struct {
 	done    chan struct{}
 	out     Outcome
 	// missed is set when the operation ended without reaching its barrier.
-	missed  bool
-	resumed bool
-	fault   bool
-	awaited bool
+	missed bool
+	// notStarted is set when the step could not start the operation (its
+	// lease was never bound).
+	notStarted bool
+	resumed    bool
+	fault      bool
+	awaited    bool
 }
 
 func (r *runner) open(ctx context.Context, open Opener) error {
@@ -306,8 +309,23 @@ func (r *runner) step(ctx context.Context, st *Step) bool {
 		}
 		o := observe(kind, v, err)
 		r.record(st, now, label, o.String(st.Expect), compare(st.Expect, o)...)
+	case "await_arrival", "resume", "await":
+		return r.asyncStep(ctx, st, now, label)
+	default: // a store operation
+		return r.storeStep(ctx, st, now, label)
+	}
+	return true
+}
+
+// asyncStep plays await_arrival, resume or await.
+func (r *runner) asyncStep(ctx context.Context, st *Step, now int64, label string) bool {
+	a := r.async[st.Of]
+	if a.notStarted {
+		r.record(st, now, label, fmt.Sprintf("skipped: step %d did not start %s", a.c.st.Index, st.Of))
+		return true
+	}
+	switch st.Op {
 	case "await_arrival":
-		a := r.async[st.Of]
 		select {
 		case <-a.barrier.Arrived():
 			r.record(st, now, label, fmt.Sprintf("held at %s", a.c.st.PauseAt))
@@ -321,7 +339,6 @@ func (r *runner) step(ctx context.Context, st *Step) bool {
 			return r.stuck(st, label)
 		}
 	case "resume":
-		a := r.async[st.Of]
 		if a.missed {
 			r.record(st, now, label, "nothing to resume (it never arrived)")
 			return true
@@ -339,7 +356,6 @@ func (r *runner) step(ctx context.Context, st *Step) bool {
 		}
 		r.record(st, now, label, out)
 	case "await":
-		a := r.async[st.Of]
 		select {
 		case <-a.done:
 		case <-ctx.Done():
@@ -348,38 +364,47 @@ func (r *runner) step(ctx context.Context, st *Step) bool {
 		a.awaited = true
 		r.finish(a.c, a.out, a)
 		r.record(st, now, label, a.out.String(st.Expect), compare(st.Expect, a.out)...)
-	default: // a store operation
-		c, err := r.prepare(ctx, st)
-		if ctx.Err() != nil {
+	}
+	return true
+}
+
+// storeStep plays a store operation, synchronous or asynchronous.
+func (r *runner) storeStep(ctx context.Context, st *Step, now int64, label string) bool {
+	c, err := r.prepare(ctx, st)
+	if ctx.Err() != nil {
+		return r.stuck(st, label)
+	}
+	if err != nil {
+		r.record(st, now, label, "not run", err.Error())
+		if st.Async != "" {
+			// Its await_arrival, resume and await are skipped; the
+			// reason is this step's mismatch.
+			r.async[st.Async] = &inflight{name: st.Async, c: &call{st: st}, notStarted: true, awaited: true}
+		}
+		return true
+	}
+	r.noteOverlap(st.Client)
+	a := r.launch(c)
+	if st.Async == "" {
+		// Even a synchronous operation runs in its own goroutine, so
+		// that the deadlock guard can stop a scenario blocked in one.
+		r.current = a
+		select {
+		case <-a.done:
+		case <-ctx.Done():
 			return r.stuck(st, label)
 		}
-		if err != nil {
-			r.record(st, now, label, "not run", err.Error())
-			return true
-		}
-		r.noteOverlap(st.Client)
-		a := r.launch(c)
-		if st.Async == "" {
-			// Even a synchronous operation runs in its own goroutine, so
-			// that the deadlock guard can stop a scenario blocked in one.
-			r.current = a
-			select {
-			case <-a.done:
-			case <-ctx.Done():
-				return r.stuck(st, label)
-			}
-			r.current = nil
-			r.finish(c, a.out, nil)
-			r.record(st, now, label, a.out.String(st.Expect), compare(st.Expect, a.out)...)
-			return true
-		}
-		r.async[st.Async] = a
-		out := "started"
-		if st.PauseAt != "" {
-			out += ", to be held at " + string(st.PauseAt)
-		}
-		r.record(st, now, label, out)
+		r.current = nil
+		r.finish(c, a.out, nil)
+		r.record(st, now, label, a.out.String(st.Expect), compare(st.Expect, a.out)...)
+		return true
 	}
+	r.async[st.Async] = a
+	out := "started"
+	if st.PauseAt != "" {
+		out += ", to be held at " + string(st.PauseAt)
+	}
+	r.record(st, now, label, out)
 	return true
 }
 
