@@ -51,6 +51,8 @@ func main() {
 		reports := fs.String("reports", "reports", "directory holding failfiles/")
 		fs.Parse(args)
 		err = replay(ctx, os.Stdout, *reports, fs.Args())
+	case "scenario":
+		err = scenarioCmd(ctx, os.Stdout, args)
 	case "help", "-h", "--help":
 		fmt.Print(usage)
 		return
