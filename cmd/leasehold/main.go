@@ -3,6 +3,7 @@
 //	leasehold demo [--dir DIR]     the companion example on a fresh SQLite file
 //	leasehold verify [--budget D]  every check on SQLite (and PostgreSQL when configured)
 //	leasehold replay [FILE...]     replay kept failing seeds (reports/failfiles)
+//	leasehold lincheck FILE        re-check a recorded history (reports/lin/.../history.json)
 package main
 
 import (
@@ -22,6 +23,7 @@ commands:
             scenarios, mutants) on SQLite, and on PostgreSQL when LEASEHOLD_PG_DSN is set;
             writes reports/verify.json and reports/verify.md
   replay    replay every kept failfile under reports/failfiles (or the files given)
+  lincheck  re-check a recorded history.json with the linearizability and accounting checks
 `
 
 func main() {
@@ -46,6 +48,15 @@ func main() {
 		fs.Parse(args)
 		err = verify(ctx, verifyOptions{budget: *budget, reports: *reports, only: *only,
 			requirePG: os.Getenv("LEASEHOLD_REQUIRE_PG") == "1" || os.Getenv("CI") == "true", out: os.Stdout})
+	case "lincheck":
+		fs := flag.NewFlagSet("lincheck", flag.ExitOnError)
+		timeout := fs.Duration("timeout", 5*time.Minute, "checker time limit (a timeout is a failure)")
+		fs.Parse(args)
+		if fs.NArg() != 1 {
+			fmt.Fprintln(os.Stderr, "usage: leasehold lincheck [--timeout D] history.json")
+			os.Exit(2)
+		}
+		err = lincheck(os.Stdout, fs.Arg(0), *timeout)
 	case "replay":
 		fs := flag.NewFlagSet("replay", flag.ExitOnError)
 		reports := fs.String("reports", "reports", "directory holding failfiles/")

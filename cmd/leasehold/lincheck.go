@@ -1,0 +1,35 @@
+package main
+
+import (
+	"fmt"
+	"io"
+	"os"
+	"time"
+
+	"github.com/leasehold/leasehold/harness"
+	"github.com/leasehold/leasehold/model"
+)
+
+// lincheck re-checks a recorded history (history.json from a report) with the
+// same layered checks the harness ran: linearizability against the model,
+// then the accounting.
+func lincheck(out io.Writer, path string, timeout time.Duration) error {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return err
+	}
+	h, f, err := harness.DecodeHistory(data)
+	if err != nil {
+		return fmt.Errorf("%s: %w", path, err)
+	}
+	v := harness.Judge(model.Model{Config: f.Config}, h, f.Partitioned, timeout)
+	fmt.Fprintf(out, "%s: %d operations from %s (seed %d): linearizability %s in %s; races %+v\n",
+		path, len(h.Entries), f.Store, f.Seed, v.Linearizable, v.CheckTime.Round(time.Millisecond), v.Races)
+	for _, a := range v.Accounting {
+		fmt.Fprintf(out, "  accounting: %s\n", a)
+	}
+	if n := v.Violations(); n > 0 {
+		return fmt.Errorf("%d violations", n)
+	}
+	return nil
+}
