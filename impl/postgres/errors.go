@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
+	"net"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -59,7 +61,13 @@ func unavailableReason(ctx context.Context, err error) string {
 	if pgconn.Timeout(err) {
 		return "the database did not answer in time"
 	}
-	return "the database connection failed"
+	var netErr net.Error
+	var connectErr *pgconn.ConnectError
+	if errors.As(err, &netErr) || errors.As(err, &connectErr) || errors.Is(err, io.EOF) ||
+		errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, pgconn.ErrConnClosed) || pgconn.SafeToRetry(err) {
+		return "the database connection failed"
+	}
+	return "the operation failed (" + err.Error() + ")"
 }
 
 // commitClass is what a failed COMMIT tells the client.

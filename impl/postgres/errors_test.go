@@ -71,6 +71,8 @@ func TestTypedBeforeCommit(t *testing.T) {
 		{"unique violation", context.Background(), &pgconn.PgError{Severity: "ERROR", Code: "23505", ConstraintName: "runs_pkey"}, "concurrent write"},
 		{"caller's context ended", done, context.Canceled, "context ended"},
 		{"dropped connection", context.Background(), io.ErrUnexpectedEOF, "connection failed"},
+		{"reset connection", context.Background(), &net.OpError{Op: "read", Net: "tcp", Err: errors.New("connection reset by peer")}, "connection failed"},
+		{"internal error", context.Background(), errors.New("postgres: invariant violated"), "invariant violated"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

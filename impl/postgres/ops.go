@@ -676,9 +676,7 @@ func (s *Store) ReserveEffect(ctx context.Context, req spec.ReserveEffectRequest
 		case state == spec.EffectFailed:
 			_, err = t.exec(reReserveEffect, a)
 			res.Decision = spec.DecisionProceed
-		case state == spec.EffectReserved && generation == req.Lease.Generation:
-			res.Decision = spec.DecisionProceed
-		default: // unknown, or reserved by an older generation that never recorded
+		default: // unknown, or reserved (by any generation, the caller's too): it may have been applied
 			res.Decision = spec.DecisionReconcile
 		}
 		if err != nil {

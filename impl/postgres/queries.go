@@ -237,11 +237,11 @@ const (
 	recordEffect = `UPDATE effects SET state = @state, provider_ref = @provider_ref, updated_at = @now
 		WHERE tenant = @tenant AND run_id = @run_id AND step = @step AND effect_key = @key
 		AND state = 'reserved' AND generation = @generation`
-	// reconcileEffect: only an unknown row, or one reserved by an older
-	// generation, is resolved by the current generation.
+	// reconcileEffect: only an unknown or reserved row (whoever reserved it:
+	// the call may have happened) is resolved by the current generation.
 	reconcileEffect = `UPDATE effects SET state = @state, provider_ref = @provider_ref, generation = @generation, updated_at = @now
 		WHERE tenant = @tenant AND run_id = @run_id AND step = @step AND effect_key = @key
-		AND (state = 'unknown' OR (state = 'reserved' AND generation < @generation))`
+		AND state IN ('unknown', 'reserved')`
 
 	selectRun     = `SELECT ` + runColumns + ` FROM runs WHERE tenant = @tenant AND run_id = @run_id`
 	selectJob     = `SELECT ` + jobColumns + ` FROM jobs WHERE tenant = @tenant AND run_id = @run_id`
