@@ -135,7 +135,7 @@ func (r *runner) checkRun(ctx context.Context, id string, want *FinalRun) {
 	}
 	var wantEffects, gotEffects []string
 	for i, e := range want.Effects {
-		wantEffects = append(wantEffects, effectText(e.Effect, e.Key, e.State, e.Generation, e.ProviderRef))
+		wantEffects = append(wantEffects, effectText(e.Effect, e.Key, e.State, *e.Generation, e.ProviderRef))
 		if i < len(effects) {
 			var ref *string
 			if e.ProviderRef != nil {

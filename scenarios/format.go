@@ -125,7 +125,7 @@ type FinalEffect struct {
 	Effect      string           `json:"effect"`
 	Key         string           `json:"key"`
 	State       spec.EffectState `json:"state"`
-	Generation  int64            `json:"generation"`
+	Generation  *int64           `json:"generation"`
 	ProviderRef *string          `json:"provider_ref"`
 }
 
@@ -679,7 +679,7 @@ func parseFinal(raw json.RawMessage) (Final, error) {
 			return Final{}, fmt.Errorf("runs.%s: event_payloads has %d entries for %d events", id, len(fr.EventPayloads), len(fr.Events))
 		}
 		for i, e := range fr.Effects {
-			if e.Effect == "" || e.Key == "" || e.State == "" {
+			if e.Effect == "" || e.Key == "" || e.State == "" || e.Generation == nil {
 				return Final{}, fmt.Errorf("runs.%s: effects[%d]: effect, key, state and generation are required", id, i)
 			}
 		}
