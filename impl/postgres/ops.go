@@ -664,8 +664,7 @@ func (s *Store) ReserveEffect(ctx context.Context, req spec.ReserveEffectRequest
 		}
 		a := leaseArgs(req.Lease, now).with(args{"step": req.Step, "key": req.Key})
 		var state spec.EffectState
-		var generation int64
-		err = t.QueryRow(ctx, selectEffect, a).Scan(&state, &generation)
+		err = t.QueryRow(ctx, selectEffect, a).Scan(&state)
 		switch {
 		case errors.Is(err, pgx.ErrNoRows):
 			_, err = t.exec(insertEffect, a)

@@ -228,7 +228,7 @@ const (
 
 	selectReplayOf = `SELECT run_id FROM runs WHERE tenant = @tenant AND replay_of = @run_id`
 
-	selectEffect = `SELECT state, generation FROM effects WHERE tenant = @tenant AND run_id = @run_id AND step = @step AND effect_key = @key`
+	selectEffect = `SELECT state FROM effects WHERE tenant = @tenant AND run_id = @run_id AND step = @step AND effect_key = @key`
 	insertEffect = `INSERT INTO effects (tenant, run_id, step, effect_key, state, generation, updated_at)
 		VALUES (@tenant, @run_id, @step, @key, 'reserved', @generation, @now)`
 	reReserveEffect = `UPDATE effects SET state = 'reserved', provider_ref = '', generation = @generation, updated_at = @now
