@@ -92,9 +92,9 @@ type Store interface {
 	// the caller's generation reserved; anything else is CodeEffectConflict.
 	RecordEffect(ctx context.Context, req RecordEffectRequest) (Effect, error)
 
-	// ReconcileEffect resolves a row that is unknown, or reserved by an older
-	// generation, to succeeded or failed after the caller asked the external
-	// system; anything else is CodeEffectConflict.
+	// ReconcileEffect resolves a row that is unknown or reserved (by any
+	// generation) to succeeded or failed after the caller asked the external
+	// system; a succeeded or failed row is CodeEffectConflict.
 	ReconcileEffect(ctx context.Context, req RecordEffectRequest) (Effect, error)
 
 	// Snapshot returns every row in canonical order. It is for verification

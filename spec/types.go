@@ -194,15 +194,16 @@ type Effect struct {
 type EffectDecision string
 
 const (
-	// DecisionProceed: the caller's generation holds the reservation; call out,
-	// then RecordEffect.
+	// DecisionProceed: the caller's generation now holds a fresh reservation;
+	// call out once, then RecordEffect.
 	DecisionProceed EffectDecision = "proceed"
 	// DecisionDone: the effect already succeeded; do not call out again; use
 	// Effect.ProviderRef.
 	DecisionDone EffectDecision = "done"
 	// DecisionReconcile: an earlier call may have been applied (state unknown,
-	// or reserved by an older generation that never recorded an outcome). Ask
-	// the external system, then ReconcileEffect. Never repeat blindly.
+	// or reserved — by an older generation, or by the caller itself, which may
+	// have called out before its record was lost). Ask the external system,
+	// then ReconcileEffect. Never repeat blindly.
 	DecisionReconcile EffectDecision = "reconcile"
 )
 

@@ -598,8 +598,7 @@ func (s *Store) ReserveEffect(ctx context.Context, req spec.ReserveEffectRequest
 		}
 		a := leaseArgs(req.Lease, now).with(args{"step": req.Step, "key": req.Key})
 		var state spec.EffectState
-		var generation int64
-		err := tx.QueryRowContext(ctx, selectEffect, a.list()...).Scan(&state, &generation)
+		err := tx.QueryRowContext(ctx, selectEffect, a.list()...).Scan(&state)
 		switch {
 		case errors.Is(err, sql.ErrNoRows):
 			_, err = exec(ctx, tx, insertEffect, a)
@@ -610,9 +609,7 @@ func (s *Store) ReserveEffect(ctx context.Context, req spec.ReserveEffectRequest
 		case state == spec.EffectFailed:
 			_, err = exec(ctx, tx, reReserveEffect, a)
 			res.Decision = spec.DecisionProceed
-		case state == spec.EffectReserved && generation == req.Lease.Generation:
-			res.Decision = spec.DecisionProceed
-		default: // unknown, or reserved by an older generation that never recorded
+		default: // unknown, or reserved (by any generation, the caller's too): it may have been applied
 			res.Decision = spec.DecisionReconcile
 		}
 		if err != nil {

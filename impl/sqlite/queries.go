@@ -106,7 +106,7 @@ const (
 
 	selectReplayOf = `SELECT run_id FROM runs WHERE tenant = :tenant AND replay_of = :run_id`
 
-	selectEffect = `SELECT state, generation FROM effects WHERE tenant = :tenant AND run_id = :run_id AND step = :step AND effect_key = :key`
+	selectEffect = `SELECT state FROM effects WHERE tenant = :tenant AND run_id = :run_id AND step = :step AND effect_key = :key`
 	insertEffect = `INSERT INTO effects (tenant, run_id, step, effect_key, state, generation, updated_at)
 		VALUES (:tenant, :run_id, :step, :key, 'reserved', :generation, :now)`
 	reReserveEffect = `UPDATE effects SET state = 'reserved', provider_ref = '', generation = :generation, updated_at = :now
@@ -115,9 +115,9 @@ const (
 	recordEffect = `UPDATE effects SET state = :state, provider_ref = :provider_ref, updated_at = :now
 		WHERE tenant = :tenant AND run_id = :run_id AND step = :step AND effect_key = :key
 		AND state = 'reserved' AND generation = :generation`
-	// reconcileEffect: only an unknown row, or one reserved by an older
-	// generation, is resolved by the current generation.
+	// reconcileEffect: only an unknown or reserved row (whoever reserved it:
+	// the call may have happened) is resolved by the current generation.
 	reconcileEffect = `UPDATE effects SET state = :state, provider_ref = :provider_ref, generation = :generation, updated_at = :now
 		WHERE tenant = :tenant AND run_id = :run_id AND step = :step AND effect_key = :key
-		AND (state = 'unknown' OR (state = 'reserved' AND generation < :generation))`
+		AND state IN ('unknown', 'reserved')`
 )

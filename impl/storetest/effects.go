@@ -45,11 +45,11 @@ func testEffectAppliedAtMostOnce(t *testing.T, f Factory) {
 
 	mustReserve(e, "first reserve", a, "charge", "c-1",
 		spec.EffectReservation{Effect: effect("c-1", spec.EffectReserved, "", 1, t0), Decision: spec.DecisionProceed})
-	// The same generation asking again (it crashed before calling out, say)
-	// still holds the reservation; nothing changes.
+	// The same generation asking again may have called out already (its
+	// record was lost): it must ask the provider first. Nothing changes.
 	e.set(t0 + 1)
 	mustReserve(e, "reserve again by the same generation", a, "charge", "c-1",
-		spec.EffectReservation{Effect: effect("c-1", spec.EffectReserved, "", 1, t0), Decision: spec.DecisionProceed})
+		spec.EffectReservation{Effect: effect("c-1", spec.EffectReserved, "", 1, t0), Decision: spec.DecisionReconcile})
 	e.set(t0 + 2)
 	got, err := record(e, a, "c-1", spec.EffectSucceeded, "ch_123")
 	mustOK(t, "record succeeded", err)
@@ -94,13 +94,16 @@ func testEffectUnknownAndFailedOutcomes(t *testing.T, f Factory) {
 	a := e.claimOne("acme", "r1", "wa", 60_000)
 	mustReserve(e, "reserve", a, "charge", "c-1",
 		spec.EffectReservation{Effect: effect("c-1", spec.EffectReserved, "", 1, t0), Decision: spec.DecisionProceed})
-	// A reservation held by the caller cannot be reconciled: it records.
-	_, err := reconcile(e, a, "c-1", spec.EffectSucceeded, "x")
-	mustCode(t, "reconcile of the caller's own reservation", err, spec.CodeEffectConflict)
-
+	// The caller's own reservation may be reconciled too: it lost track of
+	// whether it called out, asked the provider, and learned it had not.
+	got, err := reconcile(e, a, "c-1", spec.EffectFailed, "none0")
+	mustOK(t, "reconcile of the caller's own reservation", err)
+	mustEqual(t, "reconciled own reservation", got, effect("c-1", spec.EffectFailed, "none0", 1, t0))
+	mustReserve(e, "reserve after reconciling to failed", a, "charge", "c-1",
+		spec.EffectReservation{Effect: effect("c-1", spec.EffectReserved, "", 1, t0), Decision: spec.DecisionProceed})
 	// The call timed out: unknown. The key must be reconciled, not repeated.
 	e.set(t0 + 1)
-	got, err := record(e, a, "c-1", spec.EffectUnknown, "req_77")
+	got, err = record(e, a, "c-1", spec.EffectUnknown, "req_77")
 	mustOK(t, "record unknown", err)
 	unknown := effect("c-1", spec.EffectUnknown, "req_77", 1, t0+1)
 	mustEqual(t, "unknown effect", got, unknown)
