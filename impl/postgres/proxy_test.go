@@ -141,11 +141,12 @@ func (p *commitProxy) serverToClient(c, s net.Conn, swallow *atomic.Int32) {
 			continue
 		}
 		// The server has finished the COMMIT; the client never hears of it.
+		// Count the cut before any close can wake the client.
+		p.cuts.Add(1)
 		if mode == armLoseAnswerAndServer {
 			p.refuse.Store(true)
 			p.closeAll()
 		}
-		p.cuts.Add(1)
 		c.Close()
 		s.Close()
 		return
