@@ -75,6 +75,8 @@ type Mismatch struct {
 // FinalStep is Mismatch.Step for a difference in the final state.
 const FinalStep = -1
 
+// String names the mismatch's place (a step, the final state, or nothing
+// for the guards) and says what was expected and got.
 func (m Mismatch) String() string {
 	switch m.Step {
 	case 0:
