@@ -1,0 +1,244 @@
+package model
+
+import (
+	"slices"
+
+	"github.com/leasehold/leasehold/spec"
+)
+
+// CheckStep returns nil when the move from prev to next by op respects every
+// transition invariant of SPEC.md, and otherwise a Violations listing each
+// one found:
+//
+//   - 5: a job's generation never decreases; a claim raises it by exactly one
+//     and only for a job that was eligible at op.Now and is now leased to the
+//     claiming worker; nothing else changes it; a new run's job starts at 0
+//     (CreateRun) or at the original job's generation (Replay).
+//   - 10: a guarded write (Renew, Complete, Retry, Fail, Release and the
+//     effect calls) changes nothing unless op's lease was current and
+//     unexpired in prev, and then only that run's rows.
+//   - 12: a succeeded effect never changes again; effects are never deleted.
+//   - 13: an operation naming a tenant changes only that tenant's rows.
+//   - and the history rules the invariants rest on: runs, events and attempt
+//     rows are never deleted; events are append-only; a finished attempt and
+//     a terminal run never change; every change to a run row raises its
+//     version by exactly one; idempotency records are never rewritten and are
+//     deleted only once expired (by CreateRun of their scope, or Purge).
+//
+// It does not recompute Step: it holds for any next a correct store may
+// reach, including Observe's non-FIFO claims.
+func (m Model) CheckStep(prev State, op Op, next State) error {
+	var v Violations
+	tenant, scoped := opTenant(op)
+	var guardRef *spec.LeaseRef
+	if ref, isGuarded := leaseRefOf(op); isGuarded {
+		guardRef = &ref
+	}
+	claimReq, isClaim := op.Req.(spec.ClaimRequest)
+	isClaim = isClaim && op.Kind == spec.OpClaim
+
+	nextRows := map[[2]string]*runRow{}
+	for _, r := range next.runs {
+		nextRows[[2]string{r.run.Tenant, r.run.ID}] = r
+	}
+	for _, p := range prev.runs {
+		id := [2]string{p.run.Tenant, p.run.ID}
+		n := nextRows[id]
+		delete(nextRows, id)
+		name := id[0] + "/" + id[1]
+		if n == nil {
+			v.add("7", "run %s was deleted", name)
+			continue
+		}
+		if n == p {
+			continue // shared row: unchanged
+		}
+		if n.key == p.key && p.key != "" {
+			continue // equal rows
+		}
+		if scoped && p.run.Tenant != tenant {
+			v.add("13", "%s for tenant %s changed run %s of another tenant", op.Kind, tenant, name)
+		}
+		if op.Kind == spec.OpPurge {
+			v.add("13", "purge_idempotency changed run %s (it may only delete idempotency records)", name)
+		}
+		if guardRef != nil {
+			if guardRef.Tenant != p.run.Tenant || guardRef.RunID != p.run.ID {
+				v.add("10", "%s through lease %s changed another run %s", op.Kind, guardRef, name)
+			} else if err := spec.LeaseError(p.job, *guardRef, op.Now); err != nil {
+				v.add("10", "%s through a lease that was not current (%s: %s) changed run %s", op.Kind, err.Code, err.Message, name)
+			}
+		}
+		checkRunStep(&v, op, isClaim, claimReq, name, p, n)
+	}
+	for _, n := range nextRows { // new runs
+		name := n.run.Tenant + "/" + n.run.ID
+		if scoped && n.run.Tenant != tenant {
+			v.add("13", "%s for tenant %s created run %s", op.Kind, tenant, name)
+		}
+		switch op.Kind {
+		case spec.OpCreateRun:
+			if n.job.Generation != 0 {
+				v.add("5", "created run %s starts at generation %d (want 0)", name, n.job.Generation)
+			}
+		case spec.OpReplay:
+			orig := prev.row(n.run.Tenant, n.run.ReplayOf)
+			if orig == nil || n.job.Generation != orig.job.Generation {
+				v.add("5", "replay %s of %s starts at generation %d (want the original's, never lowered)", name, n.run.ReplayOf, n.job.Generation)
+			}
+		default:
+			v.add("7", "%s created run %s", op.Kind, name)
+		}
+		if n.job.Attempts != 0 || len(n.attempts) != 0 || len(n.effects) != 0 {
+			v.add("7", "new run %s starts with attempts %d, %d attempt rows, %d effects", name, n.job.Attempts, len(n.attempts), len(n.effects))
+		}
+	}
+	checkIdempotencyStep(&v, op, tenant, scoped, prev, next)
+	return v.err()
+}
+
+// checkRunStep checks the transition of one run that changed.
+func checkRunStep(v *Violations, op Op, isClaim bool, claim spec.ClaimRequest, name string, p, n *runRow) {
+	// History: a terminal run never changes; events only append.
+	if p.run.State.Terminal() {
+		v.add("3", "terminal (%s) run %s changed", p.run.State, name)
+	}
+	if len(n.events) < len(p.events) || !slices.Equal(p.events, n.events[:len(p.events)]) {
+		v.add("1", "run %s: events were rewritten or deleted (the log is append-only)", name)
+	}
+	if p.run != n.run && n.run.Version != p.run.Version+1 {
+		v.add("5", "run %s changed with version %d -> %d (want +1)", name, p.run.Version, n.run.Version)
+	}
+
+	// 5: the generation.
+	pg, ng := p.job.Generation, n.job.Generation
+	claimed := isClaim && ng == pg+1
+	switch {
+	case ng < pg:
+		v.add("5", "run %s: generation decreased %d -> %d", name, pg, ng)
+	case isClaim && ng != pg && !claimed:
+		v.add("5", "run %s: claim moved generation %d -> %d (want +1)", name, pg, ng)
+	case !isClaim && ng != pg:
+		v.add("5", "run %s: %s moved generation %d -> %d (only a claim may, by one)", name, op.Kind, pg, ng)
+	}
+	if isClaim && !claimed && (p.job.Attempts != n.job.Attempts || p.job.State != n.job.State || p.job.LeaseOwner != n.job.LeaseOwner) {
+		v.add("5", "run %s: claim changed the job (%s -> %s) without raising its generation", name, p.job.State, n.job.State)
+	}
+	if claimed {
+		if !Eligible(p.job, op.Now) {
+			v.add("5", "run %s: claim at %d took a job that was not eligible (%s, available %d, expiry %d, attempts %d/%d)",
+				name, op.Now, p.job.State, p.job.AvailableAt, p.job.LeaseExpiresAt, p.job.Attempts, p.job.MaxAttempts)
+		}
+		if n.job.State != spec.JobLeased || n.job.LeaseOwner != claim.Worker || n.job.Attempts != p.job.Attempts+1 {
+			v.add("5", "run %s: claimed job is %s by %q with attempts %d (want leased by %q, attempts %d)",
+				name, n.job.State, n.job.LeaseOwner, n.job.Attempts, claim.Worker, p.job.Attempts+1)
+		}
+	}
+
+	// History: attempts are never deleted, and a finished one never changes.
+	for _, a := range p.attempts {
+		b, found := n.attempt(a.Generation)
+		switch {
+		case !found:
+			v.add("11", "run %s: attempt %d was deleted (history is kept)", name, a.Generation)
+		case a.Outcome != spec.AttemptRunning && a != b:
+			v.add("11", "run %s: finished attempt %d (%s) was rewritten", name, a.Generation, a.Outcome)
+		}
+	}
+
+	// 12: effects are never deleted; a succeeded effect never changes.
+	for _, e := range p.effects {
+		f, found := n.effect(e.Step, e.Key)
+		switch {
+		case !found:
+			v.add("12", "run %s: effect %s was deleted", name, e.Step)
+		case e.State == spec.EffectSucceeded && e != f:
+			v.add("12", "run %s: succeeded effect %s changed to %s by generation %d", name, e.Step, f.State, f.Generation)
+		}
+	}
+}
+
+// checkIdempotencyStep checks that records are only inserted, or deleted once expired.
+func checkIdempotencyStep(v *Violations, op Op, tenant string, scoped bool, prev, next State) {
+	for _, rec := range prev.idem {
+		got, _, found := next.idempotency(rec.Tenant, rec.Operation, rec.Key)
+		if found && got == rec {
+			continue
+		}
+		if scoped && rec.Tenant != tenant {
+			v.add("13", "%s for tenant %s changed an idempotency record of tenant %s", op.Kind, tenant, rec.Tenant)
+		}
+		switch {
+		case rec.ExpiresAt > op.Now:
+			v.add("9", "%s changed or deleted a live idempotency record (%s/%s, expires %d, now %d)", op.Kind, rec.Tenant, rec.Operation, rec.ExpiresAt, op.Now)
+		case op.Kind != spec.OpPurge && op.Kind != spec.OpCreateRun:
+			v.add("9", "%s deleted an idempotency record", op.Kind)
+		}
+	}
+	for _, rec := range next.idem {
+		old, _, found := prev.idempotency(rec.Tenant, rec.Operation, rec.Key)
+		if found && old == rec {
+			continue
+		}
+		if op.Kind != spec.OpCreateRun {
+			v.add("9", "%s wrote an idempotency record", op.Kind)
+		}
+		if scoped && rec.Tenant != tenant {
+			v.add("13", "%s for tenant %s wrote an idempotency record of tenant %s", op.Kind, tenant, rec.Tenant)
+		}
+	}
+}
+
+// opTenant returns the tenant an operation is scoped to; Purge has none.
+func opTenant(op Op) (string, bool) {
+	if ref, ok := leaseRefOf(op); ok {
+		return ref.Tenant, true
+	}
+	switch req := op.Req.(type) {
+	case spec.CreateRunRequest:
+		return req.Tenant, true
+	case spec.ClaimRequest:
+		return req.Tenant, true
+	case spec.CancelRequest:
+		return req.Tenant, true
+	case spec.ReapRequest:
+		return req.Tenant, true
+	case spec.ReplayRequest:
+		return req.Tenant, true
+	}
+	return "", false
+}
+
+// leaseRefOf returns the lease a guarded write presents.
+func leaseRefOf(op Op) (spec.LeaseRef, bool) {
+	switch req := op.Req.(type) {
+	case spec.RenewRequest:
+		return req.Lease, true
+	case spec.CompleteRequest:
+		return req.Lease, true
+	case spec.RetryRequest:
+		return req.Lease, true
+	case spec.FailRequest:
+		return req.Lease, true
+	case spec.ReleaseRequest:
+		return req.Lease, true
+	case spec.ReserveEffectRequest:
+		return req.Lease, true
+	case spec.RecordEffectRequest:
+		return req.Lease, true
+	}
+	return spec.LeaseRef{}, false
+}
+
+// sameState reports whether two states hold the same rows.
+func sameState(a, b State) bool {
+	if len(a.runs) != len(b.runs) || !slices.Equal(a.idem, b.idem) {
+		return false
+	}
+	for i := range a.runs {
+		if a.runs[i] != b.runs[i] && a.runs[i].key != b.runs[i].key {
+			return false
+		}
+	}
+	return true
+}
