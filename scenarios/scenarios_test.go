@@ -21,11 +21,7 @@ func TestMain(m *testing.M) { pgtest.Main(m) }
 // "store/scenario", with the reason. They are expected to fail (and fail
 // quickly, under a short deadlock guard); when one passes, the test fails
 // so that the entry is removed. Each is reported to the store's owner.
-var knownStoreIssues = map[string]string{
-	"sqlite/stalled_after_commit_vs_reclaim": "impl/sqlite's write() holds its process-wide writer queue (writerLock) " +
-		"through the AfterCommit hook, so a client held after its commit blocks every other writer of the file: " +
-		"B's claim waits for A's already-committed renewal to return",
-}
+var knownStoreIssues = map[string]string{}
 
 // knownIssueTimeout is the deadlock guard for a scenario expected to hang.
 const knownIssueTimeout = 2 * time.Second

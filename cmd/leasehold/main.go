@@ -4,6 +4,7 @@
 //	leasehold verify [--budget D]  every check on SQLite (and PostgreSQL when configured)
 //	leasehold replay [FILE...]     replay kept failing seeds (reports/failfiles)
 //	leasehold lincheck FILE        re-check a recorded history (reports/lin/.../history.json)
+//	leasehold scenario run FILE... play race scenarios against a store
 package main
 
 import (
@@ -24,6 +25,7 @@ commands:
             writes reports/verify.json and reports/verify.md
   replay    replay every kept failfile under reports/failfiles (or the files given)
   lincheck  re-check a recorded history.json with the linearizability and accounting checks
+  scenario  run FILE... --store sqlite|postgres: play race scenarios (scenarios/testdata)
 `
 
 func main() {

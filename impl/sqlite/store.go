@@ -168,29 +168,37 @@ func (s *Store) migrate(ctx context.Context) error {
 // the database is busy, so it must only assign its results, never append.
 func (s *Store) write(ctx context.Context, op spec.Op, fn func(tx *sql.Tx, now int64) error) error {
 	return s.retryBusy(ctx, func() error {
-		if err := s.writer.lock(ctx); err != nil {
+		if err := s.commit(ctx, op, fn); err != nil {
 			return err
 		}
-		defer s.writer.unlock()
-		tx, err := s.db.BeginTx(ctx, nil)
-		if err != nil {
-			return err
-		}
-		defer tx.Rollback()
-		if err := fn(tx, s.clock.Now()); err != nil {
-			return err
-		}
-		if err := s.runHook(ctx, op, spec.BeforeCommit); err != nil {
-			return err
-		}
-		if err := tx.Commit(); err != nil {
-			return err
-		}
+		// The writer queue is free again: a caller held here (a test's
+		// barrier) has committed and blocks no one.
 		if err := s.runHook(ctx, op, spec.AfterCommit); err != nil {
 			return &spec.Error{Code: spec.CodeUnknownOutcome, Message: fmt.Sprintf("%s committed but its result was lost; read back before acting", op), Err: err}
 		}
 		return nil
 	})
+}
+
+// commit runs fn and the BeforeCommit hook in one immediate transaction,
+// holding this process's writer queue until the commit returns.
+func (s *Store) commit(ctx context.Context, op spec.Op, fn func(tx *sql.Tx, now int64) error) error {
+	if err := s.writer.lock(ctx); err != nil {
+		return err
+	}
+	defer s.writer.unlock()
+	tx, err := s.db.BeginTx(ctx, nil)
+	if err != nil {
+		return err
+	}
+	defer tx.Rollback()
+	if err := fn(tx, s.clock.Now()); err != nil {
+		return err
+	}
+	if err := s.runHook(ctx, op, spec.BeforeCommit); err != nil {
+		return err
+	}
+	return tx.Commit()
 }
 
 // read runs fn in one transaction; reads take no clock reading and run no hooks.
