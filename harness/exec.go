@@ -64,37 +64,3 @@ func Execute(ctx context.Context, s spec.Store, op model.Op) (res model.Result, 
 	}
 	return model.Result{Err: e}, nil
 }
-
-// KindOf returns the operation a request stands for; reconcile is told apart
-// from record by the caller.
-func KindOf(req any) spec.Op {
-	switch req.(type) {
-	case spec.CreateRunRequest:
-		return spec.OpCreateRun
-	case spec.ClaimRequest:
-		return spec.OpClaim
-	case spec.RenewRequest:
-		return spec.OpRenew
-	case spec.CompleteRequest:
-		return spec.OpComplete
-	case spec.RetryRequest:
-		return spec.OpRetry
-	case spec.FailRequest:
-		return spec.OpFail
-	case spec.CancelRequest:
-		return spec.OpCancel
-	case spec.ReleaseRequest:
-		return spec.OpRelease
-	case spec.ReapRequest:
-		return spec.OpReap
-	case spec.PurgeRequest:
-		return spec.OpPurge
-	case spec.ReplayRequest:
-		return spec.OpReplay
-	case spec.ReserveEffectRequest:
-		return spec.OpReserveEffect
-	case spec.RecordEffectRequest:
-		return spec.OpRecordEffect
-	}
-	return ""
-}

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"hash/fnv"
-	"reflect"
 	"sort"
 	"strings"
 
@@ -191,6 +190,3 @@ func describeState(m model.Model, s model.State) string {
 	}
 	return strings.Join(parts, " ")
 }
-
-// sameValue compares results' values as the model does (nil and empty equal).
-func sameValue(a, b any) bool { return reflect.DeepEqual(a, b) }

@@ -379,23 +379,8 @@ func (m *machine) remember(r spec.Run) {
 // staleGeneration reports a guarded write presented with a generation older
 // than the job's current one (for the vacuity counters).
 func (m *machine) staleGeneration(op model.Op) bool {
-	var ref spec.LeaseRef
-	switch req := op.Req.(type) {
-	case spec.RenewRequest:
-		ref = req.Lease
-	case spec.CompleteRequest:
-		ref = req.Lease
-	case spec.RetryRequest:
-		ref = req.Lease
-	case spec.FailRequest:
-		ref = req.Lease
-	case spec.ReleaseRequest:
-		ref = req.Lease
-	case spec.ReserveEffectRequest:
-		ref = req.Lease
-	case spec.RecordEffectRequest:
-		ref = req.Lease
-	default:
+	ref, guarded := leaseOf(op)
+	if !guarded {
 		return false
 	}
 	newest := int64(0)
