@@ -19,10 +19,11 @@ import (
 //     unexpired in prev, and then only that run's rows.
 //   - 12: a succeeded effect never changes again; effects are never deleted.
 //   - 13: an operation naming a tenant changes only that tenant's rows.
-//   - and the history rules the invariants rest on: runs, events and attempt
-//     rows are never deleted; events are append-only; a finished attempt and
-//     a terminal run never change; every change to a run row raises its
-//     version by exactly one; idempotency records are never rewritten and are
+//   - and the history rules the invariants rest on (reported under the
+//     invariant they protect, or "H"): runs, events and attempt rows are
+//     never deleted; events are append-only; a finished attempt and a
+//     terminal run never change; every change to a run row raises its version
+//     by exactly one (H); idempotency records are never rewritten and are
 //     deleted only once expired (by CreateRun of their scope, or Purge).
 //
 // It does not recompute Step: it holds for any next a correct store may
@@ -107,7 +108,7 @@ func checkRunStep(v *Violations, op Op, isClaim bool, claim spec.ClaimRequest, n
 		v.add("1", "run %s: events were rewritten or deleted (the log is append-only)", name)
 	}
 	if p.run != n.run && n.run.Version != p.run.Version+1 {
-		v.add("5", "run %s changed with version %d -> %d (want +1)", name, p.run.Version, n.run.Version)
+		v.add("H", "run %s changed with version %d -> %d (every change to a run row raises it by one)", name, p.run.Version, n.run.Version)
 	}
 
 	// 5: the generation.
@@ -170,7 +171,7 @@ func checkIdempotencyStep(v *Violations, op Op, tenant string, scoped bool, prev
 		}
 		switch {
 		case rec.ExpiresAt > op.Now:
-			v.add("9", "%s changed or deleted a live idempotency record (%s/%s, expires %d, now %d)", op.Kind, rec.Tenant, rec.Operation, rec.ExpiresAt, op.Now)
+			v.add("9", "%s changed or deleted a live idempotency record (%s/%s/%s, expires %d, now %d)", op.Kind, rec.Tenant, rec.Operation, spec.ShortHash(rec.Key), rec.ExpiresAt, op.Now)
 		case op.Kind != spec.OpPurge && op.Kind != spec.OpCreateRun:
 			v.add("9", "%s deleted an idempotency record", op.Kind)
 		}

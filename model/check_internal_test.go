@@ -1,0 +1,168 @@
+package model
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/leasehold/leasehold/spec"
+)
+
+// leasedState returns a valid state with t1/r1 leased by w1 (generation 1)
+// with a reserved effect, and t1/r2 queued.
+func leasedState(t *testing.T) (Model, State) {
+	t.Helper()
+	m := Model{Config: spec.DefaultConfig()}
+	s := m.Init()
+	for _, op := range []Op{
+		{Kind: spec.OpCreateRun, Req: spec.CreateRunRequest{Tenant: "t1", Operation: "work", IdempotencyKey: "k1", RunID: "r1", Payload: []byte(`{}`)}},
+		{Kind: spec.OpCreateRun, Req: spec.CreateRunRequest{Tenant: "t1", Operation: "work", IdempotencyKey: "k2", RunID: "r2", Payload: []byte(`{}`)}},
+		{Kind: spec.OpClaim, Req: spec.ClaimRequest{Tenant: "t1", Worker: "w1", LeaseMs: 10, Limit: 1}},
+		{Kind: spec.OpReserveEffect, Req: spec.ReserveEffectRequest{Lease: spec.LeaseRef{Tenant: "t1", RunID: "r1", Owner: "w1", Generation: 1}, Step: "s", Key: "e"}},
+	} {
+		var res Result
+		if s, res = m.Step(s, op); res.Err != nil {
+			t.Fatalf("setup %s: %v", op, res.Err)
+		}
+	}
+	if err := m.Check(s); err != nil {
+		t.Fatalf("setup state is invalid: %v", err)
+	}
+	return m, s
+}
+
+// corrupt returns s with run (t1, id) replaced by a corrupted copy.
+func corrupt(s State, id string, f func(r *runRow)) State {
+	r := s.row("t1", id).clone()
+	f(r)
+	return s.put(r)
+}
+
+// TestCheckDetectsEachInvariant corrupts one row of a valid state per case
+// and requires Check to name the invariant it breaks.
+func TestCheckDetectsEachInvariant(t *testing.T) {
+	for _, tc := range []struct {
+		inv  string
+		run  string
+		bend func(r *runRow)
+	}{
+		{"1", "r1", func(r *runRow) { r.run.LastSeq = 2 }},
+		{"1", "r1", func(r *runRow) {
+			r.events = []spec.Event{{Tenant: "t1", RunID: "r1", Seq: 2, Kind: spec.EventRunQueued}}
+		}},
+		{"2", "r1", func(r *runRow) { r.appendEvent(spec.EventRunQueued, 0, "{}") }},
+		{"2", "r1", func(r *runRow) { r.events = nil; r.run.LastSeq = 0 }},
+		{"3", "r1", func(r *runRow) { r.run.State = spec.RunCompleted }},
+		{"3", "r1", func(r *runRow) {
+			r.appendEvent(spec.EventRunCancelled, 0, "{}")
+			r.appendEvent(spec.EventRunCompleted, 0, "{}")
+		}},
+		{"3", "r2", func(r *runRow) {
+			r.appendEvent(spec.EventRunCompleted, 0, "{}")
+			r.run.State = spec.RunCancelled
+			r.job.State = spec.JobCancelled
+		}},
+		{"4", "r2", func(r *runRow) {
+			r.appendEvent(spec.EventRunCancelled, 0, "{}")
+			r.run.State = spec.RunCancelled
+		}},
+		{"4", "r1", func(r *runRow) { r.run.State = spec.RunQueued }},
+		{"4", "r2", func(r *runRow) { r.run.State = spec.RunRunning }},
+		{"6", "r1", func(r *runRow) { r.job.Attempts = r.job.MaxAttempts + 1 }},
+		{"13", "r1", func(r *runRow) { r.job.Tenant = "t2" }},
+		{"8", "r1", func(r *runRow) { r.job.LeaseOwner = "" }},
+		{"8", "r2", func(r *runRow) { r.job.LeaseExpiresAt = 5 }},
+		{"11", "r1", func(r *runRow) { r.job.Generation = 2 }},
+		{"11", "r1", func(r *runRow) {
+			a, _ := r.attempt(1)
+			a.Outcome = spec.AttemptExpired
+			r.putAttempt(a)
+		}},
+		{"12", "r1", func(r *runRow) {
+			e, _ := r.effect("s", "e")
+			e.Generation = 5
+			r.putEffect(e)
+		}},
+		{"13", "r1", func(r *runRow) {
+			e, _ := r.effect("s", "e")
+			e.Tenant = "t2"
+			r.putEffect(e)
+		}},
+		{"13", "r1", func(r *runRow) {
+			r.events = append([]spec.Event(nil), spec.Event{Tenant: "t1", RunID: "r2", Seq: 1, Kind: spec.EventRunQueued})
+		}},
+		{"R", "r2", func(r *runRow) { r.run.ReplayOf = "r1"; r.run.ReplayDepth = 1 }},
+	} {
+		m, s := leasedState(t)
+		bad := corrupt(s, tc.run, tc.bend)
+		err := m.Check(bad)
+		if err == nil || !strings.Contains(err.Error(), "invariant "+tc.inv+":") {
+			t.Errorf("corrupting %s for invariant %s: Check returned %v", tc.run, tc.inv, err)
+		}
+	}
+}
+
+func TestCheckDetectsIdempotencyInvariants(t *testing.T) {
+	m, s := leasedState(t)
+	rec := s.idem[0]
+	for _, tc := range []struct {
+		inv  string
+		bend func(State) State
+	}{
+		{"7", func(s State) State { r := rec; r.Key = "k9"; r.RunID = "gone"; return s.putIdempotency(r) }},
+		{"9", func(s State) State { r := rec; r.Key = "k9"; return s.putIdempotency(r) }}, // a run bound to two keys
+		{"9", func(s State) State { r := rec; r.Fingerprint = "fp1:other"; return s.putIdempotency(r) }},
+	} {
+		err := m.Check(tc.bend(s))
+		if err == nil || !strings.Contains(err.Error(), "invariant "+tc.inv+":") {
+			t.Errorf("idempotency corruption for invariant %s: Check returned %v", tc.inv, err)
+		}
+	}
+}
+
+// TestCheckStepDetectsEachTransitionInvariant moves a valid state to a
+// corrupted one through an op and requires CheckStep to name the broken rule.
+func TestCheckStepDetectsEachTransitionInvariant(t *testing.T) {
+	m, s := leasedState(t)
+	ref := spec.LeaseRef{Tenant: "t1", RunID: "r1", Owner: "w1", Generation: 1}
+	stale := ref
+	stale.Generation = 7
+	for _, tc := range []struct {
+		name string
+		inv  string
+		op   Op
+		next func() State
+	}{
+		{"generation decreases", "5", Op{Kind: spec.OpRenew, Req: spec.RenewRequest{Lease: ref, LeaseMs: 1}},
+			func() State { return corrupt(s, "r1", func(r *runRow) { r.job.Generation = 0 }) }},
+		{"a non-claim moves the generation", "5", Op{Kind: spec.OpCancel, Req: spec.CancelRequest{Tenant: "t1", RunID: "r2"}},
+			func() State { return corrupt(s, "r2", func(r *runRow) { r.job.Generation = 1 }) }},
+		{"a claim raises it by two", "5", Op{Kind: spec.OpClaim, Req: spec.ClaimRequest{Tenant: "t1", Worker: "w2", LeaseMs: 1, Limit: 1}},
+			func() State { return corrupt(s, "r2", func(r *runRow) { r.job.Generation = 2 }) }},
+		{"a stale lease writes", "10", Op{Kind: spec.OpRenew, Req: spec.RenewRequest{Lease: stale, LeaseMs: 1}},
+			func() State { return corrupt(s, "r1", func(r *runRow) { r.job.LeaseExpiresAt = 99 }) }},
+		{"a write changes another run", "10", Op{Kind: spec.OpRenew, Req: spec.RenewRequest{Lease: ref, LeaseMs: 1}},
+			func() State { return corrupt(s, "r2", func(r *runRow) { r.job.AvailableAt = 9 }) }},
+		{"another tenant's run changes", "13", Op{Kind: spec.OpCancel, Req: spec.CancelRequest{Tenant: "t2", RunID: "r2"}},
+			func() State { return corrupt(s, "r2", func(r *runRow) { r.job.AvailableAt = 9 }) }},
+		{"a succeeded effect changes", "12", Op{Kind: spec.OpRecordEffect, Req: spec.RecordEffectRequest{Lease: ref}},
+			func() State {
+				done := corrupt(s, "r1", func(r *runRow) { e, _ := r.effect("s", "e"); e.State = spec.EffectSucceeded; r.putEffect(e) })
+				s = done
+				return corrupt(done, "r1", func(r *runRow) { e, _ := r.effect("s", "e"); e.State = spec.EffectFailed; r.putEffect(e) })
+			}},
+		{"a run row changes without its version", "H", Op{Kind: spec.OpRenew, Req: spec.RenewRequest{Lease: ref, LeaseMs: 1}},
+			func() State { return corrupt(s, "r1", func(r *runRow) { r.run.ErrorCode = "x" }) }},
+		{"a live idempotency record is deleted", "9", Op{Kind: spec.OpPurge, Req: spec.PurgeRequest{Limit: 1}},
+			func() State { return s.withoutIdempotency(func(spec.IdempotencyRecord) bool { return true }) }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, base := leasedState(t)
+			s = base
+			next := tc.next()
+			err := m.CheckStep(s, tc.op, next)
+			if err == nil || !strings.Contains(err.Error(), "invariant "+tc.inv+":") {
+				t.Fatalf("CheckStep returned %v, want a violation of invariant %s", err, tc.inv)
+			}
+		})
+	}
+}
