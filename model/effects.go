@@ -30,9 +30,7 @@ func (m Model) reserveEffect(s State, now int64, req spec.ReserveEffectRequest) 
 		return s, ok(spec.EffectReservation{Effect: e, Decision: spec.DecisionDone})
 	case e.State == spec.EffectFailed:
 		return reserve()
-	case e.State == spec.EffectReserved && e.Generation == g:
-		return s, ok(spec.EffectReservation{Effect: e, Decision: spec.DecisionProceed})
-	default: // unknown, or reserved by an older generation that never recorded an outcome
+	default: // unknown, or reserved by any generation (the caller's too): it may have been applied
 		return s, ok(spec.EffectReservation{Effect: e, Decision: spec.DecisionReconcile})
 	}
 }
@@ -48,14 +46,14 @@ func (m Model) recordEffect(s State, now int64, req spec.RecordEffectRequest) (S
 }
 
 // reconcileEffect is ReconcileEffect: the caller asked the external system
-// about a row that is unknown, or reserved by an older generation, and now
-// resolves it (taking it over for its generation).
+// about a row that is unknown or reserved (by any generation, its own
+// included) and now resolves it (taking it over for its generation).
 func (m Model) reconcileEffect(s State, now int64, req spec.RecordEffectRequest) (State, Result) {
 	if err := m.Config.CheckRecordEffect(req, now, true); err != nil {
 		return s, failed(err)
 	}
 	return m.writeEffect(s, now, req, func(e spec.Effect, g int64) bool {
-		return e.State == spec.EffectUnknown || e.State == spec.EffectReserved && e.Generation < g
+		return e.State == spec.EffectUnknown || e.State == spec.EffectReserved
 	})
 }
 
