@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"sync"
 	"sync/atomic"
 	"time"
 )
@@ -44,9 +45,17 @@ type System struct{}
 func (System) Now() int64 { return time.Now().UnixMilli() }
 
 // Manual is a clock that moves only when told to. The zero value reads 0.
-// It is safe for concurrent use.
+// It is safe for concurrent use. It is also a Timers: its timers fire when
+// Set or Advance moves the clock to or past their deadline, never by
+// themselves (see timer.go).
 type Manual struct {
 	now atomic.Int64
+	// mu orders moves of the clock against timers being made and stopped,
+	// so that a timer made concurrently with a move either sees the old
+	// time (and is fired by the move) or the new one.
+	mu      sync.Mutex
+	timers  []*manualTimer
+	changed chan struct{} // closed and replaced whenever the pending set grows
 }
 
 // NewManual returns a Manual clock reading start.
@@ -59,24 +68,31 @@ func NewManual(start int64) *Manual {
 // Now returns the time last set.
 func (m *Manual) Now() int64 { return m.now.Load() }
 
-// Set moves the clock to t. Tests may set any value, including negative or
+// Set moves the clock to t and fires every pending timer whose deadline is
+// at or before t. Tests may set any value, including negative or
 // near-overflow ones, to exercise the stores' validation.
-func (m *Manual) Set(t int64) { m.now.Store(t) }
+func (m *Manual) Set(t int64) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.now.Store(t)
+	m.fireLocked(t)
+}
 
-// Advance moves the clock forward by d milliseconds and returns the new time.
-// It returns ErrNegative or ErrOverflow, leaving the clock unchanged, when the
-// move is invalid.
+// Advance moves the clock forward by d milliseconds, fires every pending
+// timer whose deadline is at or before the new time, and returns the new
+// time. It returns ErrNegative or ErrOverflow, leaving the clock unchanged,
+// when the move is invalid.
 func (m *Manual) Advance(d int64) (int64, error) {
-	for {
-		old := m.now.Load()
-		next, err := Add(old, d)
-		if err != nil {
-			return old, err
-		}
-		if m.now.CompareAndSwap(old, next) {
-			return next, nil
-		}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	old := m.now.Load()
+	next, err := Add(old, d)
+	if err != nil {
+		return old, err
 	}
+	m.now.Store(next)
+	m.fireLocked(next)
+	return next, nil
 }
 
 // Recorder wraps a clock and remembers the last value read. A harness gives each
