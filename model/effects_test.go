@@ -40,8 +40,7 @@ func TestEffectLedger(t *testing.T) {
 			{"record before reserve", 1, spec.OpRecordEffect, recordOp(spec.EffectSucceeded, "p"), spec.CodeNotFound, "", "", 0, ""},
 			{"reconcile before reserve", 1, spec.OpReconcileEffect, recordOp(spec.EffectSucceeded, "p"), spec.CodeNotFound, "", "", 0, ""},
 			{"reserve", 1, spec.OpReserveEffect, reserveOp, "", spec.DecisionProceed, spec.EffectReserved, 1, ""},
-			{"reserve again by the holder", 1, spec.OpReserveEffect, reserveOp, "", spec.DecisionProceed, spec.EffectReserved, 1, ""},
-			{"reconcile own reservation", 1, spec.OpReconcileEffect, recordOp(spec.EffectSucceeded, "p"), spec.CodeEffectConflict, "", spec.EffectReserved, 1, ""},
+			{"reserve again by the holder: never handed out twice", 1, spec.OpReserveEffect, reserveOp, "", spec.DecisionReconcile, spec.EffectReserved, 1, ""},
 			{"reconcile to unknown is invalid", 1, spec.OpReconcileEffect, recordOp(spec.EffectUnknown, ""), spec.CodeInvalidArgument, "", spec.EffectReserved, 1, ""},
 			{"record an invalid state", 1, spec.OpRecordEffect, recordOp(spec.EffectReserved, ""), spec.CodeInvalidArgument, "", spec.EffectReserved, 1, ""},
 			{"record success", 1, spec.OpRecordEffect, recordOp(spec.EffectSucceeded, "pay-7"), "", "", spec.EffectSucceeded, 1, "pay-7"},
@@ -49,6 +48,12 @@ func TestEffectLedger(t *testing.T) {
 			{"reserve after success", 1, spec.OpReserveEffect, reserveOp, "", spec.DecisionDone, spec.EffectSucceeded, 1, "pay-7"},
 			{"next generation: done", 2, spec.OpReserveEffect, reserveOp, "", spec.DecisionDone, spec.EffectSucceeded, 1, "pay-7"},
 			{"next generation cannot reconcile a success", 2, spec.OpReconcileEffect, recordOp(spec.EffectFailed, ""), spec.CodeEffectConflict, "", spec.EffectSucceeded, 1, "pay-7"},
+		}},
+		{"the holder reconciles its own reservation", []step{
+			{"reserve", 1, spec.OpReserveEffect, reserveOp, "", spec.DecisionProceed, spec.EffectReserved, 1, ""},
+			{"reserve again", 1, spec.OpReserveEffect, reserveOp, "", spec.DecisionReconcile, spec.EffectReserved, 1, ""},
+			{"reconcile to success", 1, spec.OpReconcileEffect, recordOp(spec.EffectSucceeded, "pay-3"), "", "", spec.EffectSucceeded, 1, "pay-3"},
+			{"reconcile again", 1, spec.OpReconcileEffect, recordOp(spec.EffectFailed, ""), spec.CodeEffectConflict, "", spec.EffectSucceeded, 1, "pay-3"},
 		}},
 		{"failed: reserved again", []step{
 			{"reserve", 1, spec.OpReserveEffect, reserveOp, "", spec.DecisionProceed, spec.EffectReserved, 1, ""},
@@ -65,7 +70,9 @@ func TestEffectLedger(t *testing.T) {
 		{"reserved by a generation that vanished", []step{
 			{"reserve", 1, spec.OpReserveEffect, reserveOp, "", spec.DecisionProceed, spec.EffectReserved, 1, ""},
 			{"next generation is told to reconcile", 2, spec.OpReserveEffect, reserveOp, "", spec.DecisionReconcile, spec.EffectReserved, 1, ""},
+			{"the old generation cannot record any more", 1, spec.OpRecordEffect, recordOp(spec.EffectSucceeded, "p"), spec.CodeLostLease, "", spec.EffectReserved, 1, ""},
 			{"reconcile to failure", 2, spec.OpReconcileEffect, recordOp(spec.EffectFailed, ""), "", "", spec.EffectFailed, 2, ""},
+			{"reconcile a failed row", 2, spec.OpReconcileEffect, recordOp(spec.EffectSucceeded, "p"), spec.CodeEffectConflict, "", spec.EffectFailed, 2, ""},
 			{"then reserve", 2, spec.OpReserveEffect, reserveOp, "", spec.DecisionProceed, spec.EffectReserved, 2, ""},
 		}},
 	} {
