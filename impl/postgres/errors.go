@@ -29,8 +29,13 @@ func typed(ctx context.Context, err error) error {
 	return &spec.Error{Code: spec.CodeUnavailable, Message: unavailableReason(ctx, err) + "; nothing was written, retry", Err: err}
 }
 
-// unavailableReason names the failure for CodeUnavailable's message.
+// unavailableReason names the failure for CodeUnavailable's message. The
+// caller's context comes first: when it ended, whatever the driver reports
+// (a cancelled statement, a closed connection) is a consequence.
 func unavailableReason(ctx context.Context, err error) string {
+	if ctx.Err() != nil {
+		return "the caller's context ended before the operation finished"
+	}
 	var pe *pgconn.PgError
 	if errors.As(err, &pe) {
 		switch {
@@ -54,9 +59,6 @@ func unavailableReason(ctx context.Context, err error) string {
 			return "a concurrent write conflicted (" + pe.Code + " " + pe.ConstraintName + ")"
 		}
 		return "the database failed the statement (" + pe.Code + ")"
-	}
-	if ctx.Err() != nil {
-		return "the caller's context ended before the operation finished"
 	}
 	if pgconn.Timeout(err) {
 		return "the database did not answer in time"

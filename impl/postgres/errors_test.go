@@ -70,6 +70,7 @@ func TestTypedBeforeCommit(t *testing.T) {
 		{"terminated", context.Background(), &pgconn.PgError{Severity: "FATAL", Code: "57P01"}, "terminated"},
 		{"unique violation", context.Background(), &pgconn.PgError{Severity: "ERROR", Code: "23505", ConstraintName: "runs_pkey"}, "concurrent write"},
 		{"caller's context ended", done, context.Canceled, "context ended"},
+		{"statement cancelled because the caller's context ended", done, &pgconn.PgError{Severity: "ERROR", Code: "57014"}, "context ended"},
 		{"dropped connection", context.Background(), io.ErrUnexpectedEOF, "connection failed"},
 		{"reset connection", context.Background(), &net.OpError{Op: "read", Net: "tcp", Err: errors.New("connection reset by peer")}, "connection failed"},
 		{"internal error", context.Background(), errors.New("postgres: invariant violated"), "invariant violated"},
