@@ -1,0 +1,78 @@
+package spec
+
+import "context"
+
+// Optional capabilities. A store may implement these interfaces in addition
+// to Store; callers (the worker runtime in worker/) discover them with a type
+// assertion and fall back to the plain Store methods when they are absent.
+// Implementing one never changes the meaning of a Store method.
+
+// OpCompleteBatch names BatchCompleter.CompleteBatch for hooks and reports.
+const OpCompleteBatch Op = "complete_batch"
+
+// BatchCompleter completes many runs in one transaction (ADR-013, batched
+// completion).
+type BatchCompleter interface {
+	// CompleteBatch applies each request as its own guarded completion — the
+	// exact writes, checks and error codes of Store.Complete — inside ONE
+	// transaction that reads the store's clock once. A member whose lease is
+	// not current (lost_lease, cancelled, already_terminal), whose run is
+	// missing (not_found) or whose result is invalid (invalid_argument) is
+	// refused individually, in its BatchOutcome, and the other members still
+	// complete. The outcomes are in request order, one per request; a request
+	// that appears twice completes once and the repeat is already_terminal.
+	//
+	// The returned error is for the batch as a whole: CodeUnavailable
+	// (nothing was written), CodeUnknownOutcome (the commit's answer was lost:
+	// every member may or may not have applied), CodeInvalidArgument (more
+	// than MaxBatch requests, or an invalid clock reading). With a non-nil
+	// error the outcomes are nil. An empty batch writes nothing and returns
+	// no outcomes.
+	CompleteBatch(ctx context.Context, reqs []CompleteRequest) ([]BatchOutcome, error)
+}
+
+// BatchOutcome is one member's result in a batch completion: the completed
+// run when Err is nil, else Err (a *Error whose code is the one Store.Complete
+// would have returned) and a zero Run.
+type BatchOutcome struct {
+	Run Run
+	Err error
+}
+
+// NotificationKind says what a Notification announces.
+type NotificationKind string
+
+const (
+	// NotifyRunCreated: a run was admitted (CreateRun) or replayed, so a job
+	// became claimable. Sent when the creating transaction commits.
+	NotifyRunCreated NotificationKind = "run_created"
+	// NotifyRunCancelled: a run was cancelled; Generation is the job's
+	// generation at the cancel (the attempt it cut short, if leased). Sent
+	// when the cancel commits.
+	NotifyRunCancelled NotificationKind = "run_cancelled"
+	// NotifyResync: the listener (re)connected and may have missed
+	// notifications; a listener should look for work as if it had been told
+	// about some. Tenant and RunID are empty.
+	NotifyResync NotificationKind = "resync"
+)
+
+// Notification is a hint that something changed. It is delivered at most
+// once, possibly late, possibly never (a listener that was disconnected gets
+// NotifyResync instead): it may wake a waiting worker or stop a doomed
+// attempt early, but nothing may depend on receiving it.
+type Notification struct {
+	Kind       NotificationKind
+	Tenant     string
+	RunID      string
+	Generation int64
+}
+
+// Notifier is a store that can push notifications (PostgreSQL's
+// LISTEN/NOTIFY).
+type Notifier interface {
+	// Listen calls fn for every notification, from one goroutine, until ctx
+	// ends; it then returns nil. It reconnects by itself after a failure and
+	// delivers NotifyResync after every (re)connection, the first included.
+	// fn must not block for long.
+	Listen(ctx context.Context, fn func(Notification)) error
+}
