@@ -114,6 +114,9 @@ func (s *Store) CreateRun(ctx context.Context, req spec.CreateRunRequest) (res s
 		if _, err := t.exec(insertEvent, a.with(args{"payload": spec.QueuedPayload("", "", 0)})); err != nil {
 			return err
 		}
+		if err := s.notify(t, spec.NotifyRunCreated, n.Tenant, n.RunID, 0); err != nil {
+			return err
+		}
 		res.Run = run
 		return nil
 	})
@@ -436,7 +439,10 @@ func (s *Store) Cancel(ctx context.Context, req spec.CancelRequest) (run spec.Ru
 		}
 		run, err = finishRunWithEvent(t, req.Tenant, req.RunID, now, terminal{run: spec.RunCancelled,
 			event: spec.EventRunCancelled, payload: spec.CancelledPayload(reason, job.Generation), errorCode: reason})
-		return err
+		if err != nil {
+			return err
+		}
+		return s.notify(t, spec.NotifyRunCancelled, req.Tenant, req.RunID, job.Generation)
 	})
 	return run, err
 }
@@ -628,9 +634,11 @@ func (s *Store) Replay(ctx context.Context, req spec.ReplayRequest) (run spec.Ru
 		if _, err := t.exec(insertJob, a); err != nil {
 			return err
 		}
-		_, err = t.exec(insertEvent, a.with(args{"seq": 1, "kind": string(spec.EventRunQueued),
-			"payload": spec.QueuedPayload(orig.ID, req.Actor, depth)}))
-		return err
+		if _, err := t.exec(insertEvent, a.with(args{"seq": 1, "kind": string(spec.EventRunQueued),
+			"payload": spec.QueuedPayload(orig.ID, req.Actor, depth)})); err != nil {
+			return err
+		}
+		return s.notify(t, spec.NotifyRunCreated, req.Tenant, req.NewRunID, 0)
 	})
 	return run, err
 }
