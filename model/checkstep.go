@@ -51,11 +51,8 @@ func (m Model) CheckStep(prev State, op Op, next State) error {
 			v.add("7", "run %s was deleted", name)
 			continue
 		}
-		if n == p {
-			continue // shared row: unchanged
-		}
-		if n.key == p.key && p.key != "" {
-			continue // equal rows
+		if n.equal(p) {
+			continue
 		}
 		if scoped && p.run.Tenant != tenant {
 			v.add("13", "%s for tenant %s changed run %s of another tenant", op.Kind, tenant, name)
@@ -237,7 +234,7 @@ func sameState(a, b State) bool {
 		return false
 	}
 	for i := range a.runs {
-		if a.runs[i] != b.runs[i] && a.runs[i].key != b.runs[i].key {
+		if !a.runs[i].equal(b.runs[i]) {
 			return false
 		}
 	}

@@ -8,14 +8,10 @@ import "strconv"
 // it for Equal and Hash. The encoding is self-delimiting (every string is
 // length-prefixed, every list counted), which is what makes it injective.
 func (s State) Key() string {
-	n := 16
-	for _, r := range s.runs {
-		n += len(r.key) + 8
-	}
-	e := encoder(make([]byte, 0, n+len(s.idem)*96))
+	e := encoder(make([]byte, 0, 512*len(s.runs)+96*len(s.idem)+16))
 	e.int(int64(len(s.runs)))
 	for _, r := range s.runs {
-		e.str(r.key)
+		r.encode(&e)
 	}
 	e.int(int64(len(s.idem)))
 	for _, rec := range s.idem {
@@ -30,10 +26,11 @@ func (s State) Key() string {
 	return string(e)
 }
 
-// seal computes the row's encoding. It is called once, when the row is put
-// into a State, so that Key only concatenates the rows' encodings.
-func (r *runRow) seal() {
-	e := encoder(make([]byte, 0, 256+len(r.run.Payload)+len(r.events)*64+len(r.attempts)*64+len(r.effects)*48))
+// encode appends the row's canonical encoding: every field of the run, its
+// job, events, attempts and effects, the lists counted. Rows are not cached
+// with their encoding: the explorer keeps millions of rows, and the encoding
+// would double their size.
+func (r *runRow) encode(e *encoder) {
 	u := r.run
 	e.str(u.Tenant)
 	e.str(u.ID)
@@ -99,7 +96,6 @@ func (r *runRow) seal() {
 		e.int(f.Generation)
 		e.int(f.UpdatedAt)
 	}
-	r.key = string(e)
 }
 
 // encoder appends self-delimiting fields: "len:bytes" for strings and

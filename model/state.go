@@ -22,14 +22,13 @@ type State struct {
 // runRow is one run with every row that belongs to it, which makes orphans
 // unrepresentable except through the idempotency records. An operation that
 // changes a run copies its row (and each slice it changes) before writing and
-// seals the copy, so unchanged rows stay shared between states.
+// puts the copy into a new State, so unchanged rows stay shared between states.
 type runRow struct {
 	run      spec.Run
 	job      spec.Job
 	events   []spec.Event   // by seq
 	attempts []spec.Attempt // by generation
 	effects  []spec.Effect  // by (step, key)
-	key      string         // canonical encoding of the fields above; set by seal
 }
 
 // clone returns a private copy of r that the caller may change before putting
@@ -37,7 +36,6 @@ type runRow struct {
 // copying helpers below.
 func (r *runRow) clone() *runRow {
 	c := *r
-	c.key = ""
 	return &c
 }
 
@@ -111,10 +109,9 @@ func (s State) row(tenant, id string) *runRow {
 	return s.runs[i]
 }
 
-// put returns a State with r sealed and stored in place of the run of the same
-// (tenant, id), or inserted. s is unchanged.
+// put returns a State with r stored in place of the run of the same (tenant,
+// id), or inserted. s is unchanged; the caller must not change r afterwards.
 func (s State) put(r *runRow) State {
-	r.seal()
 	i, ok := slices.BinarySearchFunc(s.runs, r.run.Tenant, func(x *runRow, t string) int { return runOrder(x, t, r.run.ID) })
 	s.runs = putAt(s.runs, i, ok, r)
 	return s
@@ -148,3 +145,9 @@ func (s State) withoutIdempotency(drop func(spec.IdempotencyRecord) bool) State 
 
 // Runs returns how many runs the state holds (every tenant).
 func (s State) Runs() int { return len(s.runs) }
+
+// equal reports whether two rows hold the same values.
+func (r *runRow) equal(o *runRow) bool {
+	return r == o || r.run == o.run && r.job == o.job && slices.Equal(r.events, o.events) &&
+		slices.Equal(r.attempts, o.attempts) && slices.Equal(r.effects, o.effects)
+}
