@@ -1,0 +1,436 @@
+package worker
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"runtime/debug"
+	"sync"
+
+	"github.com/leasehold/leasehold/spec"
+)
+
+// writeTries is how many times a publication is sent in all when the store
+// answers unavailable (nothing was written), or unknown_outcome followed by
+// a read-back showing that it did not apply.
+const writeTries = 3
+
+// attempt supervises one claimed generation: it runs the handler, renews
+// the lease, and publishes exactly one outcome, or nothing once the store
+// has refused the lease.
+type attempt struct {
+	w     *Worker
+	lease spec.Lease
+	log   *slog.Logger
+
+	// ctx is the handler's context; cancel ends it with a cause.
+	ctx    context.Context
+	cancel context.CancelCauseFunc
+
+	mu    sync.Mutex
+	fence error // non-nil: publish nothing more for this generation
+
+	stopRenew     chan struct{}
+	stopRenewOnce sync.Once
+	renewDone     chan struct{}
+}
+
+func newAttempt(w *Worker, l spec.Lease) *attempt {
+	ctx, cancel := context.WithCancelCause(w.bg)
+	return &attempt{
+		w: w, lease: l, ctx: ctx, cancel: cancel,
+		log:       w.log.With("tenant", l.Tenant, "run_id", l.RunID, "generation", l.Generation, "attempt", l.Attempt),
+		stopRenew: make(chan struct{}),
+		renewDone: make(chan struct{}),
+	}
+}
+
+// setFence stops publishing for this generation and cancels the handler's
+// context with f as the cause. It returns the fence already set (and changes
+// nothing) if there was one.
+func (a *attempt) setFence(f error) error {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.fence != nil {
+		return a.fence
+	}
+	a.fence = f
+	a.cancel(f)
+	return nil
+}
+
+func (a *attempt) fenced() error {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.fence
+}
+
+type handlerReturn struct {
+	result []byte
+	err    error
+}
+
+// run is the attempt's goroutine. With releaseNow (a lease that arrived
+// after shutdown began) it only releases the lease.
+func (a *attempt) run(releaseNow bool) {
+	defer a.w.finished(a)
+	defer a.cancel(nil)
+	if releaseNow {
+		a.setFence(&fenceError{reason: ErrShutdown})
+		a.report(a.release())
+		return
+	}
+	a.log.Debug("attempt started", "operation", a.lease.Operation, "max_attempts", a.lease.MaxAttempts, "expires_at", a.lease.ExpiresAt)
+	job := &Job{Tenant: a.lease.Tenant, RunID: a.lease.RunID, Operation: a.lease.Operation, Generation: a.lease.Generation,
+		Attempt: a.lease.Attempt, MaxAttempts: a.lease.MaxAttempts, Payload: []byte(a.lease.Payload), DeadlineAt: a.lease.DeadlineAt, a: a}
+	returned := make(chan handlerReturn, 1)
+	go func() { returned <- a.callHandler(job) }()
+	go a.renewLoop()
+
+	var ret handlerReturn
+	select {
+	case ret = <-returned:
+	case <-a.w.hardStop:
+		a.stopRenewing()
+		if prev := a.setFence(&fenceError{reason: ErrShutdown}); prev != nil {
+			a.report(a.fencedResult(prev))
+			return
+		}
+		a.log.Warn("grace period over: handler cancelled, releasing the lease")
+		a.report(a.release())
+		return
+	}
+	a.stopRenewing()
+	if f := a.fenced(); f != nil {
+		a.report(a.fencedResult(f))
+		return
+	}
+	var cause error
+	if a.ctx.Err() != nil {
+		cause = context.Cause(a.ctx)
+	}
+	d := classify(ret.err, cause)
+	a.report(a.publish(d, ret))
+}
+
+// callHandler runs the handler, turning a panic into a retryable error.
+func (a *attempt) callHandler(job *Job) (ret handlerReturn) {
+	defer func() {
+		if p := recover(); p != nil {
+			a.log.Error("handler panicked", "panic", fmt.Sprint(p), "stack", string(debug.Stack()))
+			ret = handlerReturn{err: Retryable(fmt.Errorf("handler panicked: %v", p), 0).WithCode(CodeHandlerPanic)}
+		}
+	}()
+	result, err := a.w.cfg.Handler.Handle(a.ctx, job)
+	return handlerReturn{result: result, err: err}
+}
+
+// renewLoop renews the lease every RenewEvery until stopRenewing. A refusal
+// of the lease fences the attempt (the handler's context is cancelled and
+// nothing more is published); deadline_exceeded cancels the handler's
+// context with ErrRunDeadline and stops renewing (the lease stays valid
+// until it expires); any other failure is tried again after a quarter of the
+// interval, the store deciding in the end whether the lease still holds.
+func (a *attempt) renewLoop() {
+	defer close(a.renewDone)
+	every := ms(a.w.cfg.RenewEvery)
+	wait := every
+	for {
+		t := a.w.cfg.Timers.NewTimer(wait)
+		select {
+		case <-t.C():
+		case <-a.stopRenew:
+			t.Stop()
+			return
+		}
+		select {
+		case <-a.stopRenew:
+			return
+		default:
+		}
+		ctx, cancel := context.WithTimeout(a.w.bg, a.w.cfg.StoreTimeout)
+		l, err := a.w.cfg.Store.Renew(ctx, spec.RenewRequest{Lease: a.lease.Ref(), LeaseMs: ms(a.w.cfg.Lease)})
+		cancel()
+		if err == nil {
+			a.log.Debug("lease renewed", "expires_at", l.ExpiresAt)
+			wait = every
+			continue
+		}
+		code := spec.CodeOf(err)
+		if f := fenceFor(err); f != nil || code == spec.CodeNotFound {
+			if f == nil {
+				f = &fenceError{reason: ErrLeaseLost, cause: err}
+			}
+			if a.setFence(f) == nil {
+				a.log.Warn("renewal refused: handler context cancelled, publishing nothing more for this generation", "code", code, "err", err)
+			}
+			return
+		}
+		if code == spec.CodeDeadlineExceeded {
+			a.log.Warn("the lease cannot be renewed past the run's deadline: handler context cancelled", "deadline_at", a.lease.DeadlineAt)
+			a.cancel(fmt.Errorf("%w: %w", ErrRunDeadline, err))
+			return
+		}
+		a.log.Warn("renewal failed; trying again sooner", "code", code, "err", err)
+		wait = max(every/4, 1)
+	}
+}
+
+// stopRenewing stops the renewal loop and waits for it (and any renewal in
+// flight) to end.
+func (a *attempt) stopRenewing() {
+	a.stopRenewOnce.Do(func() { close(a.stopRenew) })
+	<-a.renewDone
+}
+
+// fencedResult is the result of an attempt the store refused (or that
+// shutdown released) before it published.
+func (a *attempt) fencedResult(f error) Result {
+	r := a.result(OutcomeLost)
+	r.Err = f
+	switch {
+	case errors.Is(f, ErrRunCancelled):
+		r.Outcome = OutcomeCancelled
+	case errors.Is(f, ErrRunTerminal):
+		r.Outcome = OutcomeAlreadyTerminal
+	case errors.Is(f, ErrShutdown):
+		r.Outcome = OutcomeReleased
+	}
+	return r
+}
+
+func (a *attempt) result(o Outcome) Result {
+	return Result{Tenant: a.lease.Tenant, RunID: a.lease.RunID, Operation: a.lease.Operation, Generation: a.lease.Generation,
+		Attempt: a.lease.Attempt, Outcome: o}
+}
+
+// publish makes the one write the decision calls for.
+func (a *attempt) publish(d decision, ret handlerReturn) Result {
+	switch d.kind {
+	case decideComplete:
+		return a.complete(ret.result)
+	case decideCompleted:
+		return a.result(OutcomeCompleted)
+	case decideRetry:
+		return a.retry(d, ret.err)
+	case decideFail:
+		return a.fail(d.code, ret.err, d.why)
+	case decideRelease:
+		return a.release()
+	default: // decideNothing
+		a.setFence(d.fence)
+		return a.fencedResult(d.fence)
+	}
+}
+
+// complete publishes the handler's result, through the completer when
+// completions are batched. The slot is held until the store acknowledged
+// the completion or refused it.
+func (a *attempt) complete(result []byte) Result {
+	req := spec.CompleteRequest{Lease: a.lease.Ref(), Result: result}
+	var job *spec.Job
+	var err error
+	if a.w.completer != nil {
+		job, err = a.w.completer.submit(a, req)
+	} else {
+		job, err = a.write("complete", func(ctx context.Context) error {
+			_, err := a.w.cfg.Store.Complete(ctx, req)
+			return err
+		})
+	}
+	return a.outcome(OutcomeCompleted, job, err)
+}
+
+// fail publishes a terminal failure with code.
+func (a *attempt) fail(code string, cause error, why string) Result {
+	job, err := a.write("fail", func(ctx context.Context) error {
+		_, err := a.w.cfg.Store.Fail(ctx, spec.FailRequest{Lease: a.lease.Ref(), ErrorCode: code})
+		return err
+	})
+	r := a.outcome(OutcomeFailed, job, err)
+	if r.Outcome == OutcomeFailed {
+		r.ErrorCode, r.Err = code, cause
+		a.log.Warn("run failed", "code", code, "why", why, "err", cause)
+	}
+	return r
+}
+
+// retry publishes a retryable failure, or fails the run when the retry
+// deadline has passed.
+func (a *attempt) retry(d decision, cause error) Result {
+	retryAfterMs, failWhy := a.retryPlan(d)
+	if failWhy != "" {
+		return a.fail(d.code, cause, failWhy)
+	}
+	var after spec.Job
+	job, err := a.write("retry", func(ctx context.Context) error {
+		var err error
+		after, err = a.w.cfg.Store.Retry(ctx, spec.RetryRequest{Lease: a.lease.Ref(), ErrorCode: d.code, RetryAfterMs: retryAfterMs})
+		return err
+	})
+	if job == nil && err == nil {
+		job = &after
+	}
+	r := a.outcome(OutcomeRetried, job, err)
+	switch r.Outcome {
+	case OutcomeRetried:
+		r.ErrorCode, r.Err, r.RetryAt = d.code, cause, job.AvailableAt
+		a.log.Info("attempt failed; job requeued", "code", d.code, "why", d.why, "retry_at", job.AvailableAt, "err", cause)
+	case OutcomeFailed:
+		r.ErrorCode, r.Err = d.code, cause
+		a.log.Warn("attempt failed with no attempts left; run failed", "code", d.code, "why", d.why, "err", cause)
+	}
+	return r
+}
+
+// release gives the lease back (shutdown): the job is requeued, the attempt
+// refunded, the generation kept. The store's lease guard makes it a no-op
+// for a lease no longer owned.
+func (a *attempt) release() Result {
+	job, err := a.write("release", func(ctx context.Context) error {
+		_, err := a.w.cfg.Store.Release(ctx, spec.ReleaseRequest{Lease: a.lease.Ref()})
+		return err
+	})
+	r := a.outcome(OutcomeReleased, job, err)
+	if r.Outcome == OutcomeReleased {
+		r.Err = ErrShutdown
+	}
+	return r
+}
+
+// write runs a guarded write of this attempt's lease. It sends it again
+// after unavailable (nothing was written), up to writeTries in all. After
+// unknown_outcome it reads the job back: still leased to this generation
+// means the write did not apply, and it is sent again; anything else is
+// returned as the job read (the caller decides what it shows). It returns
+// (nil, nil) when the write applied, (nil, err) when it was refused or never
+// got through, and (job, nil) for a read-back.
+func (a *attempt) write(what string, call func(ctx context.Context) error) (*spec.Job, error) {
+	var err error
+	for range writeTries {
+		ctx, cancel := context.WithTimeout(a.w.bg, a.w.cfg.StoreTimeout)
+		err = call(ctx)
+		cancel()
+		switch spec.CodeOf(err) {
+		case "":
+			return nil, nil
+		case spec.CodeUnavailable:
+			a.log.Warn(what+" failed; nothing was written, sending it again", "err", err)
+			continue
+		case spec.CodeUnknownOutcome:
+			job, rerr := a.readBack()
+			if rerr != nil {
+				return nil, fmt.Errorf("%s: outcome unknown and the job could not be read back (%v): %w", what, rerr, err)
+			}
+			if job.State == spec.JobLeased && job.Generation == a.lease.Generation && job.LeaseOwner == a.lease.Owner {
+				a.log.Warn(what+": outcome unknown; the job is still leased to this generation, so it did not apply: sending it again", "err", err)
+				continue
+			}
+			return &job, nil
+		default:
+			return nil, err
+		}
+	}
+	return nil, err
+}
+
+func (a *attempt) readBack() (spec.Job, error) {
+	ctx, cancel := context.WithTimeout(a.w.bg, a.w.cfg.StoreTimeout)
+	defer cancel()
+	return a.w.cfg.Store.GetJob(ctx, a.lease.Tenant, a.lease.RunID)
+}
+
+// outcome turns what a publication returned into a Result: want when it
+// applied; the loser's outcome when the store refused the lease (a
+// completion refused as cancelled lost the cancel-vs-complete race); for a
+// read-back, what the job shows; abandoned when the store never answered.
+func (a *attempt) outcome(want Outcome, job *spec.Job, err error) Result {
+	r := a.result(want)
+	switch {
+	case job != nil:
+		r.Outcome = a.shown(want, *job)
+		if r.Outcome == OutcomeAbandoned {
+			r.Err = fmt.Errorf("the job read back after an unknown outcome is %s at generation %d", job.State, job.Generation)
+		}
+	case err == nil:
+	case fenceFor(err) != nil:
+		f := fenceFor(err)
+		a.setFence(f)
+		r = a.fencedResult(f)
+		switch r.Outcome {
+		case OutcomeCancelled:
+			a.log.Warn("the run was cancelled before this attempt published: its "+string(want)+" lost to the cancel and was discarded", "err", err)
+		case OutcomeAlreadyTerminal:
+			a.log.Warn("the run was already terminal: this attempt's "+string(want)+" was discarded", "state", spec.StateOf(err), "err", err)
+		default:
+			a.log.Warn("lease lost before this attempt published: its "+string(want)+" was discarded", "err", err)
+		}
+	default:
+		r.Outcome, r.Err = OutcomeAbandoned, err
+		a.log.Error("could not publish the attempt's "+string(want)+"; the lease recovers by expiry and the run is attempted again", "code", spec.CodeOf(err), "err", err)
+	}
+	if r.Outcome == OutcomeCompleted {
+		a.log.Info("run completed")
+	}
+	return r
+}
+
+// shown is the outcome a job read back after an unknown outcome shows.
+func (a *attempt) shown(want Outcome, job spec.Job) Outcome {
+	if job.Generation != a.lease.Generation {
+		return OutcomeLost
+	}
+	switch job.State {
+	case spec.JobCompleted:
+		if want == OutcomeCompleted {
+			return OutcomeCompleted
+		}
+		return OutcomeAlreadyTerminal
+	case spec.JobDead:
+		if want == OutcomeFailed || want == OutcomeRetried {
+			return OutcomeFailed
+		}
+		return OutcomeAlreadyTerminal
+	case spec.JobCancelled:
+		return OutcomeCancelled
+	case spec.JobQueued:
+		if want == OutcomeRetried || want == OutcomeReleased {
+			return want
+		}
+	}
+	return OutcomeAbandoned
+}
+
+// report counts, logs and delivers the attempt's one result.
+func (a *attempt) report(r Result) {
+	a.w.stats.count(r.Outcome)
+	a.log.Debug("attempt ended", "outcome", r.Outcome, "code", r.ErrorCode)
+	if a.w.cfg.OnResult != nil {
+		a.w.cfg.OnResult(r)
+	}
+}
+
+// storeCall runs one store call for the handler (an effect-ledger write)
+// under StoreTimeout, on a context that the handler's cancellation does not
+// cut (the store's lease guard decides whether the write may still happen).
+// It tries again after unavailable, and fences the attempt when the store
+// refuses the lease.
+func (a *attempt) storeCall(ctx context.Context, what string, call func(ctx context.Context) error) error {
+	var err error
+	for range writeTries {
+		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), a.w.cfg.StoreTimeout)
+		err = call(sctx)
+		cancel()
+		if spec.CodeOf(err) != spec.CodeUnavailable {
+			break
+		}
+		a.log.Warn(what+" failed; nothing was written, sending it again", "err", err)
+	}
+	if f := fenceFor(err); f != nil {
+		if a.setFence(f) == nil {
+			a.log.Warn(what+" refused: handler context cancelled, publishing nothing more for this generation", "code", spec.CodeOf(err))
+		}
+	}
+	return err
+}
