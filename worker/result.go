@@ -75,7 +75,7 @@ type Stats struct {
 // counters is the atomic form of Stats.
 type counters struct {
 	claimed, completed, retried, failed, released, lost, cancelled, terminal, abandoned, batches, batched atomic.Uint64
-	inFlight                                                                                             atomic.Int64
+	inFlight                                                                                              atomic.Int64
 }
 
 func (c *counters) count(o Outcome) {
