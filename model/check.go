@@ -11,6 +11,7 @@ import (
 // invariant found, one line each, prefixed with its number in SPEC.md.
 type Violations []string
 
+// Error lists the violations, one per line.
 func (v Violations) Error() string {
 	return fmt.Sprintf("%d invariant violation(s):\n  %s", len(v), strings.Join(v, "\n  "))
 }

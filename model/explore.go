@@ -31,6 +31,8 @@ type Report struct {
 	Violation *Violation
 }
 
+// String is the one-line summary (states, transitions, depth, time), then
+// the counterexample if there is one.
 func (r Report) String() string {
 	status := "complete"
 	if !r.Complete {
@@ -50,6 +52,8 @@ type Violation struct {
 	Trace []TraceStep
 }
 
+// String prints the trace one numbered step per line, with the clock, then
+// the violated invariants.
 func (v *Violation) String() string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "counterexample (%d steps):\n", len(v.Trace))
@@ -69,6 +73,7 @@ type TraceStep struct {
 	Result  Result
 }
 
+// String renders the step as "t=<clock>  <op> -> <result>".
 func (t TraceStep) String() string {
 	if t.Advance > 0 {
 		return fmt.Sprintf("t=%d  clock advances by %d", t.Now, t.Advance)
@@ -119,6 +124,7 @@ func Explore(m Model, sc Scope) Report {
 					x.nodes = append(x.nodes, node{parent: batch[i].id, action: c.action, choice: c.choice})
 					next = append(next, c)
 				}
+				batch[i].s = State{} // expanded: let its rows go
 			}
 			if sc.MaxStates > 0 && len(x.nodes) >= sc.MaxStates {
 				rep.Complete = false

@@ -23,8 +23,11 @@ func scopesFromEnv() []model.Scope {
 // TestExplore checks every invariant at every state and transition of each
 // scope, and prints what it explored.
 func TestExplore(t *testing.T) {
-	// The explorer allocates many short-lived states; a lazier GC halves its time.
+	// The explorer allocates many short-lived states: a lazier GC halves its
+	// time, and a soft memory limit keeps the large scopes' heap near what
+	// they keep alive (a few GB) instead of five times that.
 	defer debug.SetGCPercent(debug.SetGCPercent(400))
+	defer debug.SetMemoryLimit(debug.SetMemoryLimit(3 << 30))
 	for _, sc := range scopesFromEnv() {
 		t.Run(sc.Name, func(t *testing.T) {
 			rep := model.Explore(model.Model{Config: sc.Config}, sc)

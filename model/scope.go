@@ -126,20 +126,24 @@ func LifecycleScope() Scope {
 	return sc
 }
 
-// LargeScopes are the scopes LEASEHOLD_EXPLORE_SCOPE=large selects (minutes):
-// the default scope to depth 9 with both jitter draws, and the lifecycle
-// scope with the effect ledger.
+// LargeScopes are the scopes LEASEHOLD_EXPLORE_SCOPE=large selects (about
+// three minutes and 3 GB on two cores): the default scope to depth 9 with
+// both jitter draws; the lifecycle scope with the effect ledger; and the
+// lifecycle scope up to generation 3 (a release or a replay, then two more
+// claims).
 func LargeScopes() []Scope {
 	deep := DefaultScope()
 	deep.Name = "large-default"
 	deep.MaxDepth = 9
 	deep.Jitters = []int64{0, 1}
-	life := LifecycleScope()
-	life.Name = "large-lifecycle"
-	life.EffectStep, life.EffectKey = "charge", "e1"
-	life.MaxGeneration = 3
-	life.Jitters = []int64{0, 1}
-	return []Scope{deep, life}
+	effects := LifecycleScope()
+	effects.Name = "large-lifecycle-effects"
+	effects.EffectStep, effects.EffectKey = "charge", "e1"
+	effects.Jitters = []int64{0, 1}
+	gen3 := LifecycleScope()
+	gen3.Name = "large-lifecycle-gen3"
+	gen3.MaxGeneration = 3
+	return []Scope{deep, effects, gen3}
 }
 
 // action is one thing the explorer may do at a state: move the clock, or
