@@ -38,61 +38,73 @@ func (m Model) CheckStep(prev State, op Op, next State) error {
 	claimReq, isClaim := op.Req.(spec.ClaimRequest)
 	isClaim = isClaim && op.Kind == spec.OpClaim
 
-	nextRows := map[[2]string]*runRow{}
-	for _, r := range next.runs {
-		nextRows[[2]string{r.run.Tenant, r.run.ID}] = r
-	}
-	for _, p := range prev.runs {
-		id := [2]string{p.run.Tenant, p.run.ID}
-		n := nextRows[id]
-		delete(nextRows, id)
-		name := id[0] + "/" + id[1]
-		if n == nil {
-			v.add("7", "run %s was deleted", name)
-			continue
-		}
-		if n.equal(p) {
-			continue
-		}
-		if scoped && p.run.Tenant != tenant {
-			v.add("13", "%s for tenant %s changed run %s of another tenant", op.Kind, tenant, name)
-		}
-		if op.Kind == spec.OpPurge {
-			v.add("13", "purge_idempotency changed run %s (it may only delete idempotency records)", name)
-		}
-		if guardRef != nil {
-			if guardRef.Tenant != p.run.Tenant || guardRef.RunID != p.run.ID {
-				v.add("10", "%s through lease %s changed another run %s", op.Kind, guardRef, name)
-			} else if err := spec.LeaseError(p.job, *guardRef, op.Now); err != nil {
-				v.add("10", "%s through a lease that was not current (%s: %s) changed run %s", op.Kind, err.Code, err.Message, name)
-			}
-		}
-		checkRunStep(&v, op, isClaim, claimReq, name, p, n)
-	}
-	for _, n := range nextRows { // new runs
-		name := n.run.Tenant + "/" + n.run.ID
-		if scoped && n.run.Tenant != tenant {
-			v.add("13", "%s for tenant %s created run %s", op.Kind, tenant, name)
-		}
-		switch op.Kind {
-		case spec.OpCreateRun:
-			if n.job.Generation != 0 {
-				v.add("5", "created run %s starts at generation %d (want 0)", name, n.job.Generation)
-			}
-		case spec.OpReplay:
-			orig := prev.row(n.run.Tenant, n.run.ReplayOf)
-			if orig == nil || n.job.Generation != orig.job.Generation {
-				v.add("5", "replay %s of %s starts at generation %d (want the original's, never lowered)", name, n.run.ReplayOf, n.job.Generation)
-			}
+	// Both run lists are sorted by (tenant, run id): walk them together.
+	pi, ni := 0, 0
+	for pi < len(prev.runs) || ni < len(next.runs) {
+		var p, n *runRow
+		switch {
+		case ni == len(next.runs):
+			p, pi = prev.runs[pi], pi+1
+		case pi == len(prev.runs):
+			n, ni = next.runs[ni], ni+1
 		default:
-			v.add("7", "%s created run %s", op.Kind, name)
+			c := runOrder(prev.runs[pi], next.runs[ni].run.Tenant, next.runs[ni].run.ID)
+			if c <= 0 {
+				p, pi = prev.runs[pi], pi+1
+			}
+			if c >= 0 {
+				n, ni = next.runs[ni], ni+1
+			}
 		}
-		if n.job.Attempts != 0 || len(n.attempts) != 0 || len(n.effects) != 0 {
-			v.add("7", "new run %s starts with attempts %d, %d attempt rows, %d effects", name, n.job.Attempts, len(n.attempts), len(n.effects))
+		switch {
+		case n == nil:
+			v.add("7", "run %s/%s was deleted", p.run.Tenant, p.run.ID)
+		case p == nil:
+			checkNewRun(&v, op, tenant, scoped, prev, n)
+		case !n.equal(p):
+			name := p.run.Tenant + "/" + p.run.ID
+			if scoped && p.run.Tenant != tenant {
+				v.add("13", "%s for tenant %s changed run %s of another tenant", op.Kind, tenant, name)
+			}
+			if op.Kind == spec.OpPurge {
+				v.add("13", "purge_idempotency changed run %s (it may only delete idempotency records)", name)
+			}
+			if guardRef != nil {
+				if guardRef.Tenant != p.run.Tenant || guardRef.RunID != p.run.ID {
+					v.add("10", "%s through lease %s changed another run %s", op.Kind, guardRef, name)
+				} else if err := spec.LeaseError(p.job, *guardRef, op.Now); err != nil {
+					v.add("10", "%s through a lease that was not current (%s: %s) changed run %s", op.Kind, err.Code, err.Message, name)
+				}
+			}
+			checkRunStep(&v, op, isClaim, claimReq, name, p, n)
 		}
 	}
 	checkIdempotencyStep(&v, op, tenant, scoped, prev, next)
 	return v.err()
+}
+
+// checkNewRun checks a run that op created.
+func checkNewRun(v *Violations, op Op, tenant string, scoped bool, prev State, n *runRow) {
+	name := n.run.Tenant + "/" + n.run.ID
+	if scoped && n.run.Tenant != tenant {
+		v.add("13", "%s for tenant %s created run %s", op.Kind, tenant, name)
+	}
+	switch op.Kind {
+	case spec.OpCreateRun:
+		if n.job.Generation != 0 {
+			v.add("5", "created run %s starts at generation %d (want 0)", name, n.job.Generation)
+		}
+	case spec.OpReplay:
+		orig := prev.row(n.run.Tenant, n.run.ReplayOf)
+		if orig == nil || n.job.Generation != orig.job.Generation {
+			v.add("5", "replay %s of %s starts at generation %d (want the original's, never lowered)", name, n.run.ReplayOf, n.job.Generation)
+		}
+	default:
+		v.add("7", "%s created run %s", op.Kind, name)
+	}
+	if n.job.Attempts != 0 || len(n.attempts) != 0 || len(n.effects) != 0 {
+		v.add("7", "new run %s starts with attempts %d, %d attempt rows, %d effects", name, n.job.Attempts, len(n.attempts), len(n.effects))
+	}
 }
 
 // checkRunStep checks the transition of one run that changed.
