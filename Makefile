@@ -51,9 +51,11 @@ lint:
 	$(GO) vet ./...
 	$(GO) vet -tags leasehold_mutants ./...
 
-## bench: leasehold against River and the database's ceiling (reports/bench.*)
+## bench: leasehold against River and the database's ceiling (reports/bench.*);
+## BENCHFLAGS=--quick for the under-3-minutes run (PostgreSQL: LEASEHOLD_PG_DSN)
+BENCHFLAGS ?=
 bench:
-	$(GO) run ./cmd/leasehold bench --reports $(REPORTS)
+	$(GO) run ./cmd/leasehold bench --reports $(REPORTS) $(BENCHFLAGS)
 
 clean:
 	rm -rf $(REPORTS)/tmp

@@ -5,6 +5,7 @@
 //	leasehold replay [FILE...]     replay kept failing seeds (reports/failfiles)
 //	leasehold lincheck FILE        re-check a recorded history (reports/lin/.../history.json)
 //	leasehold scenario run FILE... play race scenarios against a store
+//	leasehold bench [--quick]      leasehold vs River vs the commit ceiling
 package main
 
 import (
@@ -26,6 +27,8 @@ commands:
   replay    replay every kept failfile under reports/failfiles (or the files given)
   lincheck  re-check a recorded history.json with the linearizability and accounting checks
   scenario  run FILE... --store sqlite|postgres: play race scenarios (scenarios/testdata)
+  bench     [--quick] leasehold against River and the database's commit ceiling (needs PostgreSQL:
+            LEASEHOLD_PG_DSN or --dsn); writes reports/bench.json and reports/bench.md
 `
 
 func main() {
@@ -66,6 +69,8 @@ func main() {
 		err = replay(ctx, os.Stdout, *reports, fs.Args())
 	case "scenario":
 		err = scenarioCmd(ctx, os.Stdout, args)
+	case "bench":
+		err = benchCmd(ctx, os.Stdout, os.Stderr, args)
 	case "help", "-h", "--help":
 		fmt.Print(usage)
 		return

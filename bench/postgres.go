@@ -1,0 +1,350 @@
+package bench
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/leasehold/leasehold/impl/postgres"
+	"github.com/leasehold/leasehold/spec"
+)
+
+// openPG opens a leasehold PostgreSQL store on a fresh schema of the
+// benchmark database, with the database clock (what production runs) and a
+// pool of o.Conns connections.
+func openPG(ctx context.Context, dsn, schema string, o Options) (*postgres.Store, error) {
+	if err := dropSchema(ctx, dsn, schema); err != nil {
+		return nil, err
+	}
+	return postgres.Open(ctx, dsn, postgres.Options{Config: config(), Schema: schema, MaxConns: int32(o.Conns),
+		MinConns: int32(o.Conns), ApplicationName: "leasehold-bench"})
+}
+
+func dropSchema(ctx context.Context, dsn, schema string) error {
+	conn, err := pgx.Connect(ctx, dsn)
+	if err != nil {
+		return err
+	}
+	defer conn.Close(ctx)
+	_, err = conn.Exec(ctx, `DROP SCHEMA IF EXISTS `+pgx.Identifier{schema}.Sanitize()+` CASCADE`)
+	return err
+}
+
+// closePG closes the store and drops its schema.
+func closePG(ctx context.Context, dsn string, s *postgres.Store) {
+	schema := s.Schema()
+	s.Close()
+	_ = dropSchema(context.WithoutCancel(ctx), dsn, schema)
+}
+
+// The bulk loader writes queued runs straight into the store's schema with
+// INSERT … SELECT generate_series: for each i in [from, to] a run (queued,
+// version 1, last seq 1, payload {"n":i}, its real fingerprint, the default
+// policy's 3 attempts and 1h deadline), its run_queued event (seq 1, "{}"),
+// its job (queued, available now, generation 0, attempts 0) and its
+// idempotency record (24h retention): exactly the rows CreateRun writes
+// (bulk_test.go holds it to that), minutes faster at depth. One statement:
+// the foreign keys are checked as the rows go in.
+const loadQueuedSQL = `WITH clock AS (
+	SELECT floor(extract(epoch FROM clock_timestamp()) * 1000)::bigint AS now
+), src AS (
+	SELECT 'job-' || lpad(i::text, 10, '0') AS run_id, 'key-' || i AS idem_key, '{"n":' || i || '}' AS payload, now
+	FROM generate_series($2::bigint, $3::bigint) AS i, clock
+), r AS (
+	INSERT INTO runs (tenant, run_id, operation, state, version, last_event_seq, payload, fingerprint,
+		max_attempts, created_at, deadline_at)
+	SELECT $1, run_id, 'work', 'queued', 1, 1, payload,
+		'fp1:' || encode(sha256(convert_to('{"max_attempts":3,"operation":"work","payload":' || payload
+			|| ',"schema_version":1,"tenant":' || to_json($1::text)::text || ',"timeout_ms":3600000}', 'UTF8')), 'hex'),
+		3, now, now + 3600000
+	FROM src
+	RETURNING tenant, run_id, fingerprint, created_at
+), e AS (
+	INSERT INTO run_events (tenant, run_id, seq, kind, at, payload)
+	SELECT tenant, run_id, 1, 'run_queued', created_at, '{}' FROM r
+), j AS (
+	INSERT INTO jobs (tenant, run_id, operation, state, available_at, lease_generation, attempts, max_attempts)
+	SELECT tenant, run_id, 'work', 'queued', created_at, 0, 0, 3 FROM r
+)
+INSERT INTO idempotency_keys (tenant, operation, idempotency_key, fingerprint, run_id, created_at, expires_at)
+SELECT r.tenant, 'work', src.idem_key, r.fingerprint, r.run_id, r.created_at, r.created_at + 86400000
+FROM r JOIN src USING (run_id)`
+
+// loadChunk bounds one loader statement, so a 1M load is a few statements
+// whose progress can be seen.
+const loadChunk = 250_000
+
+// loadQueued bulk-loads jobs [from, to] of tenant into the store's schema
+// and then VACUUM ANALYZEs the tables, as autovacuum would have done on a
+// table of that size.
+func loadQueued(ctx context.Context, pool *pgxpool.Pool, from, to int64) error {
+	for lo := from; lo <= to; lo += loadChunk {
+		hi := min(lo+loadChunk-1, to)
+		if _, err := pool.Exec(ctx, loadQueuedSQL, tenant, lo, hi); err != nil {
+			return fmt.Errorf("bulk load %d..%d: %w", lo, hi, err)
+		}
+	}
+	_, err := pool.Exec(ctx, `VACUUM ANALYZE runs, run_events, jobs, idempotency_keys, attempts`)
+	return err
+}
+
+// expireSQL turns the first $2 queued jobs (in claim order) into leases
+// that expired a second ago, held by a crashed worker with budget left:
+// job leased (generation 1, attempts 1, owner, expiry), its attempt row
+// running, its run running (version 2). These are the rows a claim then has
+// to reclaim.
+const expireSQL = `WITH clock AS (
+	SELECT floor(extract(epoch FROM clock_timestamp()) * 1000)::bigint AS now
+), v AS (
+	SELECT run_id FROM jobs WHERE tenant = $1 AND state = 'queued'
+	ORDER BY available_at, run_id LIMIT $2
+), j AS (
+	UPDATE jobs SET state = 'leased', lease_owner = 'crashed-worker', lease_expires_at = clock.now - 1000,
+		lease_generation = 1, attempts = 1
+	FROM v, clock WHERE jobs.tenant = $1 AND jobs.run_id = v.run_id
+	RETURNING jobs.run_id, clock.now
+), a AS (
+	INSERT INTO attempts (tenant, run_id, generation, number, worker, claimed_at, renewed_at, outcome)
+	SELECT $1, run_id, 1, 1, 'crashed-worker', now - 2000, now - 2000, 'running' FROM j
+)
+UPDATE runs SET state = 'running', version = 2 FROM j WHERE runs.tenant = $1 AND runs.run_id = j.run_id`
+
+// expireLeases applies expireSQL to k jobs and re-analyzes.
+func expireLeases(ctx context.Context, pool *pgxpool.Pool, k int) error {
+	if _, err := pool.Exec(ctx, expireSQL, tenant, k); err != nil {
+		return err
+	}
+	_, err := pool.Exec(ctx, `VACUUM ANALYZE runs, jobs, attempts`)
+	return err
+}
+
+// insertLeaseholdPG measures admission: n CreateRun calls from W
+// goroutines on a fresh schema, and the bulk loader's rate for comparison.
+func insertLeaseholdPG(ctx context.Context, pg *server, dsn string, o Options, logf func(string, ...any)) ([]InsertResult, error) {
+	s, err := openPG(ctx, dsn, "bench_insert", o)
+	if err != nil {
+		return nil, err
+	}
+	defer closePG(ctx, dsn, s)
+	elapsed, c, err := pg.measure(ctx, o.N, func() error { return insertAPI(ctx, s, o.N, o.Workers) })
+	if err != nil {
+		return nil, err
+	}
+	api := InsertResult{System: "leasehold", Store: "postgres", Method: "CreateRun, one run per call, W goroutines",
+		Jobs: o.N, Seconds: elapsed.Seconds(), JobsPerSec: float64(o.N) / elapsed.Seconds(), Cost: c}
+	logf("leasehold postgres insert (CreateRun): %.0f jobs/s", api.JobsPerSec)
+
+	if _, err := s.Pool().Exec(ctx, `TRUNCATE runs, run_events, jobs, idempotency_keys, attempts, effects`); err != nil {
+		return nil, err
+	}
+	elapsed, c, err = pg.measure(ctx, o.N, func() error { return loadQueued(ctx, s.Pool(), 1, int64(o.N)) })
+	if err != nil {
+		return nil, err
+	}
+	bulk := InsertResult{System: "leasehold", Store: "postgres", Method: "bulk SQL loader (INSERT … SELECT generate_series, not the API; includes VACUUM ANALYZE)",
+		Jobs: o.N, Seconds: elapsed.Seconds(), JobsPerSec: float64(o.N) / elapsed.Seconds(), Cost: c}
+	logf("leasehold postgres bulk load: %.0f jobs/s", bulk.JobsPerSec)
+	return []InsertResult{api, bulk}, nil
+}
+
+// drainLeaseholdPG bulk-loads N jobs into a fresh schema and drains them
+// with variant v.
+func drainLeaseholdPG(ctx context.Context, pg *server, dsn string, o Options, v drainMode, logf func(string, ...any)) (DrainResult, error) {
+	res := DrainResult{System: "leasehold", Store: "postgres", Variant: v.key, Name: v.name, Jobs: o.N}
+	s, err := openPG(ctx, dsn, "bench_"+v.key, o)
+	if err != nil {
+		return res, err
+	}
+	defer closePG(ctx, dsn, s)
+	if err := loadQueued(ctx, s.Pool(), 1, int64(o.N)); err != nil {
+		return res, err
+	}
+	if _, err := s.Pool().Exec(ctx, `CHECKPOINT`); err != nil {
+		return res, err
+	}
+	st := &drainStats{}
+	elapsed, c, err := pg.measure(ctx, o.N, func() error {
+		return profiled(o.ProfileDir, "postgres-"+v.key, func() error { return drain(ctx, s, o.N, o, v, st) })
+	})
+	if err == errNoBatchCompleter {
+		res.NotMeasured = "the PostgreSQL store does not implement spec.BatchCompleter yet"
+		logf("leasehold postgres %s: not measured (%s)", v.key, res.NotMeasured)
+		return res, nil
+	}
+	if err != nil {
+		return res, err
+	}
+	var completed int
+	if err := s.Pool().QueryRow(ctx, `SELECT count(*) FROM jobs WHERE state = 'completed'`).Scan(&completed); err != nil {
+		return res, err
+	}
+	if completed != o.N {
+		return res, fmt.Errorf("%d jobs completed in the table after the drain, want %d", completed, o.N)
+	}
+	res.fill(elapsed, c, st)
+	logf("leasehold postgres %s: %.0f jobs/s (%.2f write transactions/job)", v.key, res.JobsPerSec, c.WriteTxPerJob)
+	return res, nil
+}
+
+func (r *DrainResult) fill(elapsed time.Duration, c Cost, st *drainStats) {
+	r.Seconds = elapsed.Seconds()
+	r.JobsPerSec = float64(r.Jobs) / elapsed.Seconds()
+	r.Cost = c
+	r.Retries = st.retries.Load()
+	if n := st.claims.Load(); n > 0 {
+		r.JobsPerClaim = float64(st.claimed.Load()) / float64(n)
+	}
+	if n := st.completeCalls.Load(); n > 0 {
+		r.JobsPerCompleteCall = float64(st.complete.Load()) / float64(n)
+		r.CompleteCallMs = float64(st.completeNanos.Load()) / 1e6 / float64(n)
+	}
+	if n := st.claims.Load(); n > 0 {
+		r.ClaimCallMs = float64(st.claimNanos.Load()) / 1e6 / float64(n)
+	}
+}
+
+// ceiling measures the database's own commit rate with the benchmark's
+// connections and no queue logic: Conns connections, each committing one
+// single-row UPDATE per round trip (autocommit) on its own row, o.N commits
+// in all. A no-op job needs at least one commit in a one-commit-per-job
+// design, so this is the most such a design can do on this server.
+func ceiling(ctx context.Context, pg *server, dsn string, o Options, logf func(string, ...any)) (CeilingResult, error) {
+	pc, err := pgxpool.ParseConfig(dsn)
+	if err != nil {
+		return CeilingResult{}, err
+	}
+	pc.MaxConns, pc.MinConns = int32(o.Conns), int32(o.Conns)
+	pool, err := pgxpool.NewWithConfig(ctx, pc)
+	if err != nil {
+		return CeilingResult{}, err
+	}
+	defer pool.Close()
+	if _, err := pool.Exec(ctx, `DROP TABLE IF EXISTS bench_ceiling;
+		CREATE TABLE bench_ceiling (id int PRIMARY KEY, n bigint NOT NULL);
+		INSERT INTO bench_ceiling SELECT g, 0 FROM generate_series(0, 1023) AS g`); err != nil {
+		return CeilingResult{}, err
+	}
+	defer pool.Exec(context.WithoutCancel(ctx), `DROP TABLE IF EXISTS bench_ceiling`)
+	n := o.N
+	elapsed, c, err := pg.measure(ctx, n, func() error {
+		errs := make(chan error, o.Conns)
+		per := n / o.Conns
+		for w := range o.Conns {
+			count := per
+			if w == 0 {
+				count += n - per*o.Conns
+			}
+			go func() {
+				conn, err := pool.Acquire(ctx)
+				if err != nil {
+					errs <- err
+					return
+				}
+				defer conn.Release()
+				for range count {
+					if _, err := conn.Exec(ctx, `UPDATE bench_ceiling SET n = n + 1 WHERE id = $1`, w); err != nil {
+						errs <- err
+						return
+					}
+				}
+				errs <- nil
+			}()
+		}
+		var first error
+		for range o.Conns {
+			if err := <-errs; err != nil && first == nil {
+				first = err
+			}
+		}
+		return first
+	})
+	if err != nil {
+		return CeilingResult{}, err
+	}
+	res := CeilingResult{Method: "pgx loop: Conns connections, one single-row UPDATE committed per round trip",
+		Commits: n, Seconds: elapsed.Seconds(), CommitsPerSec: float64(n) / elapsed.Seconds(), Cost: c}
+	logf("ceiling: %.0f commits/s", res.CommitsPerSec)
+	return res, nil
+}
+
+// runPeer measures the peer: one-at-a-time and bulk insert rates, then a
+// drain of N bulk-inserted jobs.
+func runPeer(ctx context.Context, pg *server, o Options, logf func(string, ...any)) ([]InsertResult, DrainResult, error) {
+	p := o.Peer
+	name := p.Name()
+	res := DrainResult{System: name, Store: "postgres", Variant: "peer", Name: name + " (its defaults for completion: batch completer)", Jobs: o.N}
+	if err := pg.recreate(ctx, DBPeer); err != nil {
+		return nil, res, err
+	}
+	defer pg.drop(context.WithoutCancel(ctx), DBPeer)
+	dsn, err := withDatabase(o.DSN, DBPeer)
+	if err != nil {
+		return nil, res, err
+	}
+	if err := p.Open(ctx, dsn, o.Conns); err != nil {
+		return nil, res, err
+	}
+	defer p.Close()
+
+	var inserts []InsertResult
+	elapsed, c, err := pg.measure(ctx, o.N, func() error { return p.InsertOne(ctx, o.N, o.Workers) })
+	if err != nil {
+		return nil, res, err
+	}
+	inserts = append(inserts, InsertResult{System: name, Store: "postgres", Method: "Insert, one job per call, W goroutines",
+		Jobs: o.N, Seconds: elapsed.Seconds(), JobsPerSec: float64(o.N) / elapsed.Seconds(), Cost: c})
+	logf("%s insert (one per call): %.0f jobs/s", name, inserts[0].JobsPerSec)
+	if err := p.Reset(ctx); err != nil {
+		return nil, res, err
+	}
+	elapsed, c, err = pg.measure(ctx, o.N, func() error { return p.InsertBulk(ctx, o.N) })
+	if err != nil {
+		return nil, res, err
+	}
+	inserts = append(inserts, InsertResult{System: name, Store: "postgres", Method: "InsertMany (bulk)",
+		Jobs: o.N, Seconds: elapsed.Seconds(), JobsPerSec: float64(o.N) / elapsed.Seconds(), Cost: c})
+	logf("%s bulk insert: %.0f jobs/s", name, inserts[1].JobsPerSec)
+	conn, err := pgx.Connect(ctx, dsn)
+	if err != nil {
+		return nil, res, err
+	}
+	defer conn.Close(context.WithoutCancel(ctx))
+	if _, err := conn.Exec(ctx, `VACUUM ANALYZE`); err != nil {
+		return nil, res, err
+	}
+	if _, err := conn.Exec(ctx, `CHECKPOINT`); err != nil {
+		return nil, res, err
+	}
+	elapsed, c, err = pg.measure(ctx, o.N, func() error { return p.Drain(ctx, o.N, o.Workers) })
+	if err != nil {
+		return nil, res, err
+	}
+	completed, err := p.Completed(ctx)
+	if err != nil {
+		return nil, res, err
+	}
+	if completed != o.N {
+		return nil, res, fmt.Errorf("%d jobs completed after the drain, want %d", completed, o.N)
+	}
+	res.fill(elapsed, c, &drainStats{})
+	logf("%s drain: %.0f jobs/s (%.2f write transactions/job)", name, res.JobsPerSec, c.WriteTxPerJob)
+	return inserts, res, nil
+}
+
+// checkLoaderFingerprint compares the loader's SQL fingerprint of job i
+// with the one spec computes for the same request.
+func checkLoaderFingerprint(ctx context.Context, pool *pgxpool.Pool, i int64) error {
+	var got string
+	if err := pool.QueryRow(ctx, `SELECT fingerprint FROM runs WHERE tenant = $1 AND run_id = $2`, tenant, runIDOf(i)).Scan(&got); err != nil {
+		return err
+	}
+	want := spec.Fingerprint(spec.FingerprintInput{Tenant: tenant, Operation: operation, SchemaVersion: 1, MaxAttempts: 3,
+		TimeoutMs: 3_600_000, Payload: fmt.Sprintf(`{"n":%d}`, i)})
+	if got != want {
+		return fmt.Errorf("bulk loader fingerprint of job %d is %s, spec computes %s", i, got, want)
+	}
+	return nil
+}

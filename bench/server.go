@@ -1,0 +1,217 @@
+package bench
+
+import (
+	"context"
+	"fmt"
+	"net/url"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// server is the admin connection to the PostgreSQL server under test: it
+// creates the benchmark databases and reads the counters around each phase.
+type server struct {
+	conn *pgx.Conn
+	info PostgresInfo
+}
+
+// settingsThatMatter are the server settings that decide a commit-bound
+// benchmark's figures; the report prints them.
+var settingsThatMatter = []string{"synchronous_commit", "fsync", "shared_buffers", "wal_sync_method",
+	"full_page_writes", "commit_delay", "wal_buffers", "max_wal_size", "checkpoint_timeout", "work_mem",
+	"max_connections", "autovacuum", "jit"}
+
+func openServer(ctx context.Context, dsn string) (*server, error) {
+	conn, err := pgx.Connect(ctx, dsn)
+	if err != nil {
+		return nil, fmt.Errorf("connect to PostgreSQL: %w", err)
+	}
+	s := &server{conn: conn, info: PostgresInfo{Settings: map[string]string{}}}
+	if err := conn.QueryRow(ctx, `SELECT version()`).Scan(&s.info.Version); err != nil {
+		conn.Close(ctx)
+		return nil, err
+	}
+	for _, name := range settingsThatMatter {
+		var v string
+		if err := conn.QueryRow(ctx, `SELECT current_setting($1)`, name).Scan(&v); err != nil {
+			conn.Close(ctx)
+			return nil, err
+		}
+		s.info.Settings[name] = v
+	}
+	return s, nil
+}
+
+func (s *server) close() { s.conn.Close(context.Background()) }
+
+// recreate drops the database if it exists and creates it empty.
+func (s *server) recreate(ctx context.Context, name string) error {
+	if err := s.drop(ctx, name); err != nil {
+		return err
+	}
+	_, err := s.conn.Exec(ctx, `CREATE DATABASE `+pgx.Identifier{name}.Sanitize())
+	return err
+}
+
+func (s *server) drop(ctx context.Context, name string) error {
+	_, err := s.conn.Exec(ctx, `DROP DATABASE IF EXISTS `+pgx.Identifier{name}.Sanitize()+` WITH (FORCE)`)
+	return err
+}
+
+// counters is what the server and this process have done so far; the
+// difference of two readings is a phase's cost.
+type counters struct {
+	at        time.Time
+	xids      int64 // the next transaction id: the count of writing transactions so far
+	walBytes  int64 // pg_current_wal_lsn() in bytes
+	serverCPU time.Duration
+	clientCPU time.Duration
+}
+
+// read takes a reading. Writing transactions are counted by transaction
+// ids: every transaction that writes is assigned one, and the next id
+// (pg_snapshot_xmax of a fresh snapshot) is exact at once, unlike
+// pg_stat_database's counters, which a backend publishes up to seconds
+// late. Read-only transactions (an empty claim) are not counted. The server
+// is the benchmark's alone while it runs, so the counts are the phase's.
+func (s *server) read(ctx context.Context) (counters, error) {
+	c := counters{at: time.Now(), serverCPU: serverCPU(), clientCPU: processCPU()}
+	err := s.conn.QueryRow(ctx, `SELECT pg_snapshot_xmax(pg_current_snapshot())::text::bigint,
+		pg_wal_lsn_diff(pg_current_wal_lsn(), '0/0')::bigint`).Scan(&c.xids, &c.walBytes)
+	return c, err
+}
+
+// Cost is what one phase cost, per job.
+type Cost struct {
+	WriteTxPerJob   float64 `json:"write_transactions_per_job"`
+	WALBytesPerJob  float64 `json:"wal_bytes_per_job"`
+	ServerCPUPerJob float64 `json:"server_cpu_us_per_job"` // PostgreSQL processes, µs
+	ClientCPUPerJob float64 `json:"client_cpu_us_per_job"` // this program, µs
+}
+
+// cost is the per-job cost between two readings.
+func cost(before, after counters, jobs int) Cost {
+	n := float64(jobs)
+	return Cost{
+		WriteTxPerJob:   float64(after.xids-before.xids) / n,
+		WALBytesPerJob:  float64(after.walBytes-before.walBytes) / n,
+		ServerCPUPerJob: float64((after.serverCPU - before.serverCPU).Microseconds()) / n,
+		ClientCPUPerJob: float64((after.clientCPU - before.clientCPU).Microseconds()) / n,
+	}
+}
+
+// measure runs fn and returns its wall time and per-job cost.
+func (s *server) measure(ctx context.Context, jobs int, fn func() error) (time.Duration, Cost, error) {
+	before, err := s.read(ctx)
+	if err != nil {
+		return 0, Cost{}, err
+	}
+	start := time.Now()
+	if err := fn(); err != nil {
+		return 0, Cost{}, err
+	}
+	elapsed := time.Since(start)
+	after, err := s.read(ctx)
+	if err != nil {
+		return 0, Cost{}, err
+	}
+	return elapsed, cost(before, after, jobs), nil
+}
+
+// withDatabase returns dsn pointing at database name: a URL's path is
+// replaced; a key/value string gets a later dbname, which wins.
+func withDatabase(dsn, name string) (string, error) {
+	if strings.Contains(dsn, "://") {
+		u, err := url.Parse(dsn)
+		if err != nil {
+			return "", fmt.Errorf("bench: bad DSN: %w", err)
+		}
+		u.Path = "/" + name
+		return u.String(), nil
+	}
+	return dsn + " dbname=" + name, nil
+}
+
+// processCPU is this process's user+system CPU time.
+func processCPU() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// clockTicks is USER_HZ, the unit of /proc/*/stat times (100 on Linux).
+const clockTicks = 100
+
+// serverCPU sums the CPU time of every process named postgres on this
+// machine (the server under test runs here). Backends that exit between two
+// readings take their time with them; the benchmark's pools keep theirs for
+// the whole phase. Zero where /proc is not available.
+func serverCPU() time.Duration {
+	dirs, err := filepath.Glob("/proc/[0-9]*/stat")
+	if err != nil {
+		return 0
+	}
+	var ticks int64
+	for _, path := range dirs {
+		b, err := os.ReadFile(path)
+		if err != nil {
+			continue
+		}
+		s := string(b)
+		open, end := strings.IndexByte(s, '('), strings.LastIndexByte(s, ')')
+		if open < 0 || end < open || s[open+1:end] != "postgres" {
+			continue
+		}
+		f := strings.Fields(s[end+1:])
+		// After the name: state(0) ... utime(11) stime(12).
+		if len(f) < 13 {
+			continue
+		}
+		u, _ := strconv.ParseInt(f[11], 10, 64)
+		st, _ := strconv.ParseInt(f[12], 10, 64)
+		ticks += u + st
+	}
+	return time.Duration(ticks) * time.Second / clockTicks
+}
+
+// gitCommit is the commit of the code in dir, with "+dirty" when the work
+// tree has changes to tracked files.
+func gitCommit(dir string) string {
+	if dir == "" {
+		dir = "."
+	}
+	out, err := exec.Command("git", "-C", dir, "rev-parse", "HEAD").Output()
+	if err != nil {
+		return "unknown"
+	}
+	commit := strings.TrimSpace(string(out))
+	if st, err := exec.Command("git", "-C", dir, "status", "--porcelain", "--untracked-files=no").Output(); err == nil && len(strings.TrimSpace(string(st))) > 0 {
+		commit += "+dirty"
+	}
+	return commit
+}
+
+func hostInfo() HostInfo {
+	h := HostInfo{GOOS: runtime.GOOS, GOARCH: runtime.GOARCH, CPUs: runtime.NumCPU(), Go: runtime.Version()}
+	if b, err := os.ReadFile("/proc/cpuinfo"); err == nil {
+		for _, line := range strings.Split(string(b), "\n") {
+			if strings.HasPrefix(line, "model name") {
+				if i := strings.IndexByte(line, ':'); i >= 0 {
+					h.CPUModel = strings.TrimSpace(line[i+1:])
+				}
+				break
+			}
+		}
+	}
+	return h
+}

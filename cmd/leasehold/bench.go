@@ -1,0 +1,130 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+)
+
+// benchModule is the benchmark program's directory, relative to the
+// repository root.
+const benchModule = "bench/river"
+
+// benchCmd runs `leasehold bench`: leasehold against River and against the
+// database's own commit ceiling, writing reports/bench.json and
+// reports/bench.md (package bench documents what is measured).
+//
+// Why it runs another program: comparing with River in the same run means
+// the benchmark program must import River, and leasehold's own module must
+// not (its dependency graph must not grow). The benchmark code lives in
+// package bench of this module (tested by `go test ./...`); the program that
+// plugs River into it is the separate module bench/river, which requires
+// leasehold through a replace to this repository and River from the module
+// proxy (its go.sum is committed). This command finds the repository that
+// contains the working directory and runs `go run .` in bench/river with
+// the same arguments, so `leasehold bench` and `make bench` work from a
+// clean clone with nothing but Go, the module proxy and PostgreSQL. A
+// --reports directory is resolved against the caller's working directory
+// first, since the program runs in another one.
+func benchCmd(ctx context.Context, stdout, stderr io.Writer, args []string) error {
+	root, err := repoRoot()
+	if err != nil {
+		return err
+	}
+	args, err = absReports(args)
+	if err != nil {
+		return err
+	}
+	hasRepo := false
+	for _, a := range args {
+		if a == "--repo" || a == "-repo" || strings.HasPrefix(a, "--repo=") || strings.HasPrefix(a, "-repo=") {
+			hasRepo = true
+		}
+	}
+	if !hasRepo {
+		args = append([]string{"--repo", root}, args...)
+	}
+	goTool := "go"
+	if g := os.Getenv("GO"); g != "" {
+		goTool = g
+	}
+	cmd := exec.CommandContext(ctx, goTool, append([]string{"run", "."}, args...)...)
+	cmd.Dir = filepath.Join(root, benchModule)
+	cmd.Stdin, cmd.Stdout, cmd.Stderr = nil, stdout, stderr
+	// The bench module is its own module; a go.work of the caller must not
+	// pull it into another build list.
+	cmd.Env = append(os.Environ(), "GOWORK=off")
+	if err := cmd.Run(); err != nil {
+		var exit *exec.ExitError
+		if errors.As(err, &exit) {
+			return fmt.Errorf("bench: the benchmark program (%s) failed: %v", benchModule, err)
+		}
+		return fmt.Errorf("bench: cannot run the benchmark program in %s: %w", cmd.Dir, err)
+	}
+	return nil
+}
+
+// repoRoot is the nearest directory, from the working directory up, that
+// holds bench/river/go.mod beside leasehold's go.mod.
+func repoRoot() (string, error) {
+	dir, err := os.Getwd()
+	if err != nil {
+		return "", err
+	}
+	for {
+		if _, err := os.Stat(filepath.Join(dir, benchModule, "go.mod")); err == nil {
+			if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
+				return dir, nil
+			}
+		}
+		parent := filepath.Dir(dir)
+		if parent == dir {
+			return "", errors.New("bench: run it inside the leasehold repository (no " + benchModule + "/go.mod above the working directory)")
+		}
+		dir = parent
+	}
+}
+
+// absReports makes the value of --reports (either spelling, either form)
+// absolute, defaulting to ./reports of the caller.
+func absReports(args []string) ([]string, error) {
+	out := append([]string(nil), args...)
+	found := false
+	for i := 0; i < len(out); i++ {
+		a := out[i]
+		name, value, hasValue := strings.Cut(strings.TrimLeft(a, "-"), "=")
+		if !strings.HasPrefix(a, "-") || name != "reports" {
+			continue
+		}
+		found = true
+		if !hasValue {
+			if i+1 >= len(out) {
+				return nil, errors.New("bench: --reports needs a directory")
+			}
+			i++
+			value = out[i]
+		}
+		abs, err := filepath.Abs(value)
+		if err != nil {
+			return nil, err
+		}
+		if hasValue {
+			out[i] = "--reports=" + abs
+		} else {
+			out[i] = abs
+		}
+	}
+	if !found {
+		abs, err := filepath.Abs("reports")
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, "--reports", abs)
+	}
+	return out, nil
+}

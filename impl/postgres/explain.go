@@ -1,0 +1,47 @@
+package postgres
+
+import (
+	"context"
+	"strings"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/leasehold/leasehold/spec"
+)
+
+// ExplainClaim runs EXPLAIN (ANALYZE, BUFFERS) of the claim statement the
+// store runs for req, at the database clock's current time (or the injected
+// clock's), and returns the plan as text. It is a diagnostic for benchmarks
+// and operators (`leasehold bench` prints it at depth): ANALYZE executes the
+// claim, so it runs inside a transaction that is always rolled back and
+// changes nothing.
+func (s *Store) ExplainClaim(ctx context.Context, req spec.ClaimRequest) (string, error) {
+	var plan []string
+	err := func() error {
+		tx, err := s.pool.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.ReadCommitted})
+		if err != nil {
+			return err
+		}
+		defer rollback(tx)
+		t := &txn{Tx: tx, ctx: ctx, s: s}
+		now, err := t.clock()
+		if err != nil {
+			return err
+		}
+		expiresAt, err := s.cfg.CheckClaim(req, now)
+		if err != nil {
+			return err
+		}
+		rows, err := tx.Query(ctx, "EXPLAIN (ANALYZE, BUFFERS) "+claimJobs,
+			args{"tenant": req.Tenant, "worker": req.Worker, "now": now, "expires_at": expiresAt, "limit": req.Limit})
+		if err != nil {
+			return err
+		}
+		plan, err = pgx.CollectRows(rows, pgx.RowTo[string])
+		return err
+	}()
+	if err != nil {
+		return "", typed(ctx, err)
+	}
+	return strings.Join(plan, "\n"), nil
+}
