@@ -4,17 +4,20 @@ import (
 	"os"
 	"runtime/debug"
 	"testing"
+	"time"
 
 	"github.com/leasehold/leasehold/model"
 )
 
 // scopesFromEnv returns the scopes to explore. By default (seconds):
 // model.DefaultScope and model.LifecycleScope. With
-// LEASEHOLD_EXPLORE_SCOPE=large (minutes): model.LargeScopes, e.g.
+// LEASEHOLD_EXPLORE_SCOPE=large (minutes), or a leasehold verify budget of
+// 20 minutes or more (make verify BUDGET=30m): model.LargeScopes, e.g.
 //
 //	LEASEHOLD_EXPLORE_SCOPE=large go test ./model/ -run TestExplore -v -timeout 1h
 func scopesFromEnv() []model.Scope {
-	if os.Getenv("LEASEHOLD_EXPLORE_SCOPE") == "large" {
+	budget, _ := time.ParseDuration(os.Getenv("LEASEHOLD_BUDGET"))
+	if os.Getenv("LEASEHOLD_EXPLORE_SCOPE") == "large" || budget >= 20*time.Minute {
 		return model.LargeScopes()
 	}
 	return []model.Scope{model.DefaultScope(), model.LifecycleScope()}
@@ -32,6 +35,10 @@ func TestExplore(t *testing.T) {
 		t.Run(sc.Name, func(t *testing.T) {
 			rep := model.Explore(model.Model{Config: sc.Config}, sc)
 			t.Log(rep)
+			// The line leasehold verify reads (harness.ReportMetrics's format;
+			// the model's tests cannot import the harness, which imports them).
+			t.Logf(`LEASEHOLD_METRICS {"check":"explore/%s","store":"model","operations":%d,"states_explored":%d}`,
+				sc.Name, rep.Transitions, rep.States)
 			if rep.Violation != nil {
 				t.Fatalf("the correct model violates an invariant:\n%s", rep.Violation)
 			}
