@@ -22,8 +22,17 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"slices"
 	"time"
 )
+
+// partial names what a run left out, for the report's mode.
+func partial(o Options) string {
+	if len(o.Variants) > 0 || o.SkipDepth || o.SkipSQLite || o.Peer == nil || o.DSN == "" {
+		return ", partial"
+	}
+	return ""
+}
 
 // Options configures one benchmark run. Zero fields take the defaults of
 // the mode (see Defaults).
@@ -47,6 +56,10 @@ type Options struct {
 	// fetches up to MaxWorkers minus the jobs in flight; so does ours, capped
 	// here).
 	ClaimBatch int
+	// Producers is the number of goroutines making batch claims (each
+	// claim is one transaction; more than one keeps a claim in flight while
+	// another commits).
+	Producers int
 	// CompleteBatch is the most completions one CompleteBatch call carries.
 	CompleteBatch int
 	// Completers is the number of goroutines flushing batched completions.
@@ -55,6 +68,12 @@ type Options struct {
 	Depths []int
 	// DepthSamples is the number of timed claims at each depth.
 	DepthSamples int
+	// Variants, when set, limits the PostgreSQL drains to these keys
+	// (single, single_batchcomplete, batch, batch_batchcomplete); for
+	// profiling one shape. SkipDepth leaves the depth measurement out.
+	// A report made with either is incomplete and says so in its mode.
+	Variants  []string
+	SkipDepth bool
 	// SQLiteDir holds the SQLite benchmark's file ("" = a temporary
 	// directory, removed afterwards). SkipSQLite leaves SQLite out.
 	SQLiteDir  string
@@ -93,6 +112,7 @@ func (o Options) Defaults() Options {
 	set(&o.Workers, 100, 100)
 	set(&o.Conns, 16, 16)
 	set(&o.ClaimBatch, 100, 100)
+	set(&o.Producers, 2, 2)
 	set(&o.CompleteBatch, 1000, 1000)
 	set(&o.Completers, 2, 2)
 	set(&o.DepthSamples, 300, 2000)
@@ -138,10 +158,10 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 	o = o.Defaults()
 	start := time.Now()
 	r := &Report{
-		Mode:      map[bool]string{true: "quick", false: "full"}[o.Quick],
+		Mode:      map[bool]string{true: "quick", false: "full"}[o.Quick] + partial(o),
 		StartedAt: start.UTC().Format(time.RFC3339),
 		Settings: Settings{N: o.N, Workers: o.Workers, Conns: o.Conns, ClaimBatch: o.ClaimBatch,
-			CompleteBatch: o.CompleteBatch, Completers: o.Completers, Depths: o.Depths, DepthSamples: o.DepthSamples,
+			Producers: o.Producers, CompleteBatch: o.CompleteBatch, Completers: o.Completers, Depths: o.Depths, DepthSamples: o.DepthSamples,
 			LeaseMs: leaseMs},
 	}
 	r.Commit = o.Commit
@@ -183,6 +203,9 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 		}
 		r.Inserts = append(r.Inserts, ins...)
 		for _, v := range pgVariants {
+			if len(o.Variants) > 0 && !slices.Contains(o.Variants, v.key) {
+				continue
+			}
 			d, err := drainLeaseholdPG(ctx, pg, lhDSN, o, v, logf)
 			if err != nil {
 				return nil, fmt.Errorf("leasehold %s: %w", v.name, err)
@@ -208,6 +231,9 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 		r.Ceiling = append(r.Ceiling, c)
 
 		for _, depth := range o.Depths {
+			if o.SkipDepth {
+				break
+			}
 			d, err := measureDepth(ctx, pg, lhDSN, o, depth, logf)
 			if err != nil {
 				return nil, fmt.Errorf("depth %d: %w", depth, err)

@@ -40,13 +40,13 @@ func TestReportRendering(t *testing.T) {
 	}
 	r.computeRatios()
 	want := map[string]float64{
-		"leasehold / River vX (throughput, best variant)": 1.5,
-		"leasehold / ceiling (best variant)":              0.5,
-		"River vX / ceiling":                              200.0 / 600,
+		"leasehold / River vX (throughput, best variant)":          1.5,
+		"leasehold / ceiling (best variant)":                       0.5,
+		"River vX / ceiling":                                       200.0 / 600,
 		"leasehold CreateRun / River vX Insert (one job per call)": 0.5,
-		"depth 1M / 1k, claim p50":                                1.5,
-		"depth 1M / 1k, claim p99":                                1,
-		"leasehold [batch claim] / River vX":                      0,
+		"depth 1M / 1k, claim p50":                                 1.5,
+		"depth 1M / 1k, claim p99":                                 1,
+		"leasehold [batch claim] / River vX":                       0,
 	}
 	got := map[string]float64{}
 	for _, x := range r.Ratios {

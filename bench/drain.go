@@ -32,9 +32,9 @@ func config() spec.Config { return spec.DefaultConfig() }
 type drainMode struct {
 	key  string // stable id: JSON, profile file names
 	name string // for the report
-	// batchClaim: one producer claims up to min(ClaimBatch, free slots)
-	// jobs per Claim and hands them to Workers handler goroutines (River's
-	// producer shape). Otherwise each of the Workers goroutines claims one
+	// batchClaim: Producers goroutines each claim up to min(ClaimBatch,
+	// free slots) jobs per Claim and hand them to Workers handler goroutines
+	// (River's producer shape; River runs one producer per queue). Otherwise each of the Workers goroutines claims one
 	// job at a time (Limit 1) and handles it itself.
 	batchClaim bool
 	// batchComplete: handlers hand completions to Completers goroutines
@@ -229,37 +229,44 @@ func drain(ctx context.Context, store spec.Store, n int, o Options, m drainMode,
 				}
 			})
 		}
-		workers.Go(func() {
-			defer close(work)
-			for claimed.Load() < int64(n) && ctx.Err() == nil {
-				select {
-				case slots <- struct{}{}:
-				case <-ctx.Done():
-					return
-				}
-				free := 1
-			more:
-				for free < o.ClaimBatch {
+		var producers sync.WaitGroup
+		for p := range o.Producers {
+			name := "bench-producer" + strconv.Itoa(p)
+			producers.Go(func() {
+				for claimed.Load() < int64(n) && ctx.Err() == nil {
 					select {
 					case slots <- struct{}{}:
-						free++
-					default:
-						break more
+					case <-ctx.Done():
+						return
+					}
+					free := 1
+				more:
+					for free < o.ClaimBatch {
+						select {
+						case slots <- struct{}{}:
+							free++
+						default:
+							break more
+						}
+					}
+					ls := claim(name, free)
+					for range free - len(ls) {
+						<-slots
+					}
+					if len(ls) == 0 {
+						emptyWait()
+						continue
+					}
+					claimed.Add(int64(len(ls)))
+					for _, l := range ls {
+						work <- l
 					}
 				}
-				ls := claim("bench-producer", free)
-				for range free - len(ls) {
-					<-slots
-				}
-				if len(ls) == 0 {
-					emptyWait()
-					continue
-				}
-				claimed.Add(int64(len(ls)))
-				for _, l := range ls {
-					work <- l
-				}
-			}
+			})
+		}
+		workers.Go(func() {
+			producers.Wait()
+			close(work)
 		})
 	}
 	workers.Wait()

@@ -53,6 +53,7 @@ type Settings struct {
 	Workers       int   `json:"workers"`
 	Conns         int   `json:"conns"`
 	ClaimBatch    int   `json:"claim_batch"`
+	Producers     int   `json:"producers"`
 	CompleteBatch int   `json:"complete_batch"`
 	Completers    int   `json:"completers"`
 	Depths        []int `json:"depths"`
@@ -348,7 +349,7 @@ func (r *Report) Markdown(w io.Writer) {
 	p("\n## Settings\n\n")
 	s := r.Settings
 	p("- N = %d jobs per throughput run; W = %d handler goroutines (leasehold workers, River MaxWorkers); C = %d connections per client (leasehold's pool, River's pool, the ceiling loop)\n", s.N, s.Workers, s.Conns)
-	p("- batch claim: one producer claims up to min(%d, free handler slots) per Claim; batched completion: %d goroutines each send what has queued up, up to %d per CompleteBatch\n", s.ClaimBatch, s.Completers, s.CompleteBatch)
+	p("- batch claim: %d producer goroutines each claim up to min(%d, free handler slots) per Claim; batched completion: %d goroutines each send what has queued up, up to %d per CompleteBatch\n", s.Producers, s.ClaimBatch, s.Completers, s.CompleteBatch)
 	p("- depths %v, %d timed claims per phase (fewer where the phase holds fewer expired leases); lease %d ms; leasehold on the database clock (production mode), fencing on\n", s.Depths, s.DepthSamples, s.LeaseMs)
 	if r.PeerName != "" {
 		p("- %s:", r.PeerName)

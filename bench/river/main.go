@@ -63,12 +63,15 @@ func run(ctx context.Context, args []string) error {
 	fs.IntVar(&o.Workers, "workers", 0, "W: handler goroutines (leasehold workers, River MaxWorkers) (default 100)")
 	fs.IntVar(&o.Conns, "conns", 0, "C: connections per client (default 16)")
 	fs.IntVar(&o.ClaimBatch, "claim-batch", 0, "most jobs per batch claim (default 100)")
+	fs.IntVar(&o.Producers, "producers", 0, "goroutines making batch claims (default 2)")
 	fs.IntVar(&o.CompleteBatch, "complete-batch", 0, "most completions per CompleteBatch (default 1000)")
 	fs.IntVar(&o.Completers, "completers", 0, "goroutines sending batched completions (default 2)")
 	depths := fs.String("depths", "", "comma-separated queue depths (default 1000,100000,1000000)")
 	fs.IntVar(&o.DepthSamples, "samples", 0, "timed claims per depth phase (default: quick 300, full 2000)")
 	fs.StringVar(&o.ProfileDir, "profile", "", "write a CPU profile of each leasehold drain to this directory")
 	fs.BoolVar(&o.SkipSQLite, "no-sqlite", false, "leave the SQLite store out")
+	variants := fs.String("variants", "", "only these PostgreSQL drains (comma-separated keys: single,single_batchcomplete,batch,batch_batchcomplete)")
+	fs.BoolVar(&o.SkipDepth, "no-depth", false, "leave the depth measurement out")
 	noPeer := fs.Bool("no-peer", false, "leave River out (its ratios stay empty)")
 	fs.StringVar(&o.RepoDir, "repo", "../..", "the leasehold repository, for the commit in the report")
 	if err := fs.Parse(args); err != nil {
@@ -82,6 +85,9 @@ func run(ctx context.Context, args []string) error {
 			}
 			o.Depths = append(o.Depths, n)
 		}
+	}
+	if *variants != "" {
+		o.Variants = strings.Split(*variants, ",")
 	}
 	if !*noPeer {
 		o.Peer = &riverPeer{}
