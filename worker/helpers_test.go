@@ -154,9 +154,34 @@ func (e *env) start(cfg worker.Config) *running {
 	}()
 	e.t.Cleanup(func() {
 		stop()
-		<-r.done
+		e.drain(r)
 	})
 	return r
+}
+
+// drain waits for a stopping worker to return. A test that failed may have
+// left handlers blocked, so that Run waits for its grace period: drain moves
+// the workers' clock to each timer they arm until Run returns. A test that
+// passed never needs it.
+func (e *env) drain(r *running) {
+	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
+	defer cancel()
+	for {
+		armed := make(chan error, 1)
+		go func() { armed <- e.wc.BlockUntil(ctx, 1) }()
+		select {
+		case <-r.done:
+			return
+		case err := <-armed:
+			if err != nil {
+				e.t.Errorf("worker did not stop: %v", err)
+				return
+			}
+			if next, ok := e.wc.NextDeadline(); ok && next > e.wc.Now() {
+				e.wc.Set(next)
+			}
+		}
+	}
 }
 
 // shutdown begins the worker's graceful shutdown; wait for it with stopped.

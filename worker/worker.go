@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -247,6 +248,9 @@ func (w *Worker) notified(n spec.Notification) {
 		}
 	case spec.NotifyResync:
 		w.poke()
+		// Notifications sent while the listener was not listening are lost:
+		// a cancel among them would go unnoticed until the next renewal.
+		go w.recheckActive()
 	case spec.NotifyRunCancelled:
 		w.mu.Lock()
 		a := w.active[runKey{n.Tenant, n.RunID}]
@@ -256,6 +260,30 @@ func (w *Worker) notified(n spec.Notification) {
 				Message: fmt.Sprintf("run %s was cancelled at generation %d (announced by the store's notification)", n.RunID, n.Generation)}
 			if a.setFence(&fenceError{reason: ErrRunCancelled, cause: cause}) == nil {
 				a.log.Warn("run cancelled while running (notification): handler context cancelled, publishing nothing more")
+			}
+		}
+	}
+}
+
+// recheckActive reads the job of every running attempt and fences those
+// the store no longer leases to them (a cancel whose notification was
+// missed). Expiry is not judged here: it is the store's, by its own clock.
+func (w *Worker) recheckActive() {
+	w.mu.Lock()
+	list := make([]*attempt, 0, len(w.active))
+	for _, a := range w.active {
+		list = append(list, a)
+	}
+	w.mu.Unlock()
+	for _, a := range list {
+		job, err := a.readBack()
+		if err != nil {
+			continue
+		}
+		// An impossible "now" leaves expiry out of LeaseError's verdict.
+		if lerr := spec.LeaseError(job, a.lease.Ref(), math.MinInt64); lerr != nil {
+			if f := fenceFor(lerr); f != nil && a.setFence(f) == nil {
+				a.log.Warn("the store no longer leases this attempt (found after the listener reconnected): handler context cancelled, publishing nothing more", "code", lerr.Code)
 			}
 		}
 	}
