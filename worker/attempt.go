@@ -102,6 +102,13 @@ func (a *attempt) run(releaseNow bool) {
 		return
 	}
 	a.stopRenewing()
+	if errors.Is(ret.err, ErrCompletedInTx) {
+		// The handler committed the completion itself; a renewal made
+		// after that commit was refused as already_terminal, which must
+		// not turn the run's own completion into a loss.
+		a.report(a.result(OutcomeCompleted))
+		return
+	}
 	if f := a.fenced(); f != nil {
 		a.report(a.fencedResult(f))
 		return
@@ -148,6 +155,9 @@ func (a *attempt) renewLoop() {
 		case <-a.stopRenew:
 			return
 		default:
+		}
+		if a.fenced() != nil {
+			return // the lease is not this generation's any more
 		}
 		ctx, cancel := context.WithTimeout(a.w.bg, a.w.cfg.StoreTimeout)
 		l, err := a.w.cfg.Store.Renew(ctx, spec.RenewRequest{Lease: a.lease.Ref(), LeaseMs: ms(a.w.cfg.Lease)})
@@ -217,7 +227,14 @@ func (a *attempt) publish(d decision, ret handlerReturn) Result {
 	case decideFail:
 		return a.fail(d.code, ret.err, d.why)
 	case decideRelease:
-		return a.release()
+		select {
+		case <-a.w.stopping:
+			return a.release()
+		default:
+			// Outside a shutdown a release would requeue the job at once
+			// with its attempt refunded, over and over: retry it instead.
+			return a.retry(decision{kind: decideRetry, code: CodeHandlerError, why: "ErrShutdown returned while the worker was not shutting down"}, ret.err)
+		}
 	default: // decideNothing
 		a.setFence(d.fence)
 		return a.fencedResult(d.fence)
@@ -228,6 +245,14 @@ func (a *attempt) publish(d decision, ret handlerReturn) Result {
 // completions are batched. The slot is held until the store acknowledged
 // the completion or refused it.
 func (a *attempt) complete(result []byte) Result {
+	if len(result) > 0 {
+		// The store would refuse it with invalid_argument on every attempt:
+		// fail the run instead of abandoning the lease to expiry again and
+		// again.
+		if _, err := spec.Canonicalize(result); err != nil {
+			return a.fail(CodeInvalidResult, err, "the handler's result is not valid JSON within the size limit")
+		}
+	}
 	req := spec.CompleteRequest{Lease: a.lease.Ref(), Result: result}
 	var job *spec.Job
 	var err error

@@ -62,6 +62,9 @@ const (
 	CodeDeadlineExceeded = "deadline_exceeded"
 	// CodeTerminal replaces a Terminal code that is not a valid error code.
 	CodeTerminal = "terminal_error"
+	// CodeInvalidResult fails a run whose handler returned a result that is
+	// not JSON (or is over spec.MaxPayloadBytes): no attempt could complete it.
+	CodeInvalidResult = "invalid_result"
 )
 
 // RetryableError marks a failure that may succeed if tried again later: the

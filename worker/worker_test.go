@@ -100,6 +100,10 @@ func TestOutcomeClassification(t *testing.T) {
 			handler: func() ([]byte, error) { return nil, worker.Retryable(errBoom, 0) },
 			// base 1000 + 700 drawn from [0, 3*1000-1000]
 			want: retried(worker.CodeRetryable, t0+1700)},
+		{name: "a result that is not JSON fails the run", handler: func() ([]byte, error) { return []byte(`{"a":`), nil },
+			want: failed(worker.CodeInvalidResult, spec.ClassTerminal)},
+		{name: "ErrShutdown outside a shutdown is retried, not released", handler: func() ([]byte, error) { return nil, worker.ErrShutdown },
+			want: retried(worker.CodeHandlerError, t0+1000)},
 		{name: "terminal", handler: func() ([]byte, error) { return nil, worker.Terminal("invalid_input", errBoom) },
 			want: failed("invalid_input", spec.ClassTerminal)},
 		{name: "terminal with an unsafe code", handler: func() ([]byte, error) { return nil, worker.Terminal("Secret: 42", errBoom) },
