@@ -63,23 +63,26 @@ func measureDepth(ctx context.Context, pg *server, dsn string, o Options, depth 
 		{phaseReclaim, reclaimExpired, min(samples, reclaimExpired-warmup-1)},
 		{phaseMass, depth / 10, min(samples, 200)},
 	}
+	// remaining is the number of claimable jobs left: every phase leaves at
+	// least half of them, and the expired leases of a phase are converted
+	// from them, so no phase can run the queue dry.
+	remaining := depth
 	for _, ph := range phases {
 		if ph.expire > 0 {
+			ph.expire = min(ph.expire, remaining)
 			if err := expireLeases(ctx, s.Pool(), ph.expire); err != nil {
 				return res, fmt.Errorf("expire %d leases: %w", ph.expire, err)
 			}
+			// Every timed claim of the phase must find an expired lease first.
+			ph.samples = min(ph.samples, ph.expire-warmup-1)
 		}
-		if ph.samples > depth/2 {
-			ph.samples = depth / 2 // never run the queue dry
-		}
+		ph.samples = max(1, min(ph.samples, remaining/2-warmup))
+		remaining -= warmup + ph.samples
 		p, err := timeClaims(ctx, s, ph.samples)
 		if err != nil {
 			return res, fmt.Errorf("%s: %w", ph.name, err)
 		}
 		p.Phase, p.Expired = ph.name, ph.expire
-		if ph.name == phaseReclaim {
-			p.Expired = reclaimExpired
-		}
 		plan, err := s.ExplainClaim(ctx, spec.ClaimRequest{Tenant: tenant, Worker: "bench-explain", LeaseMs: leaseMs, Limit: 1})
 		if err != nil {
 			return res, fmt.Errorf("explain: %w", err)
