@@ -70,8 +70,10 @@ func ReportsDir() (string, error) {
 // reports/failfiles with its sidecar, and returns the sidecar. A regression
 // (k.Expect "pass") is copied: rapid also replays the testdata copy on every
 // run of the test. A demonstration (k.Expect "fail", a mutant's bug) is moved
-// and replaces the previous one, so the mutant test starts from scratch each
-// time and its figures stay honest.
+// out of testdata, so the mutant test starts from scratch each time and its
+// figures stay honest; it is kept only if none is kept for that test yet, so
+// that runs do not churn the repository (delete the directory to renew it,
+// for example when `leasehold replay` says it no longer reproduces).
 func KeepFailfile(testName string, since time.Time, k Kept) (Kept, error) {
 	move := k.Expect == "fail"
 	safe := rapidSafeName(testName)
@@ -100,7 +102,11 @@ func KeepFailfile(testName string, since time.Time, k Kept) (Kept, error) {
 	}
 	dir := filepath.Join(reports, "failfiles", safe)
 	if move {
-		os.RemoveAll(dir)
+		os.Remove(newest)
+		os.Remove(filepath.Dir(newest)) // only if empty
+		if kept, _ := filepath.Glob(filepath.Join(dir, "*.fail.json")); len(kept) > 0 {
+			return readKept(kept[0])
+		}
 	}
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return k, err
@@ -108,10 +114,6 @@ func KeepFailfile(testName string, since time.Time, k Kept) (Kept, error) {
 	dst := filepath.Join(dir, filepath.Base(newest))
 	if err := os.WriteFile(dst, body, 0o644); err != nil {
 		return k, err
-	}
-	if move {
-		os.Remove(newest)
-		os.Remove(filepath.Dir(newest)) // only if empty
 	}
 	if rel, err := filepath.Rel(root, dst); err == nil {
 		k.File = rel
@@ -187,16 +189,25 @@ func KeptFailfiles(reports string) ([]Kept, error) {
 		if err != nil || d.IsDir() || !strings.HasSuffix(path, ".fail.json") {
 			return err
 		}
-		var k Kept
-		body, err := os.ReadFile(path)
-		if err == nil {
-			err = json.Unmarshal(body, &k)
-		}
+		k, err := readKept(path)
 		if err != nil {
-			return fmt.Errorf("%s: %w", path, err)
+			return err
 		}
 		out = append(out, k)
 		return nil
 	})
 	return out, err
+}
+
+// readKept reads one sidecar.
+func readKept(path string) (Kept, error) {
+	var k Kept
+	body, err := os.ReadFile(path)
+	if err == nil {
+		err = json.Unmarshal(body, &k)
+	}
+	if err != nil {
+		return k, fmt.Errorf("%s: %w", path, err)
+	}
+	return k, nil
 }

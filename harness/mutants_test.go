@@ -5,6 +5,7 @@ package harness
 import (
 	"flag"
 	"os"
+	"strings"
 	"testing"
 	"time"
 
@@ -45,7 +46,7 @@ func TestMutants(t *testing.T) {
 			if err != nil {
 				t.Fatalf("keep the mutant's failfile: %v", err)
 			}
-			t.Logf("seed %s; replay: %s", k.Seed, k.Command)
+			t.Logf("%s\nkept failfile (seed %s), replays with: %s", reproduceLine(capture.Output()), k.Seed, k.Command)
 			ReportMetrics(t, Metrics{Check: "mutant/" + name, Store: "sqlite", Operations: int64(f.Operations)})
 		})
 	}
@@ -62,6 +63,16 @@ func TestMutantReplay(t *testing.T) {
 	defer sqlite.SetMutant(name)()
 	p := &Property{Factory: sqlitetest.Factory, Config: TestConfig()}
 	rapid.Check(t, p.Check(t))
+}
+
+// reproduceLine returns rapid's "To reproduce" line (this run's seed).
+func reproduceLine(out string) string {
+	for _, line := range strings.Split(out, "\n") {
+		if strings.Contains(line, "To reproduce") {
+			return strings.TrimSpace(line)
+		}
+	}
+	return "(rapid printed no reproduce line)"
 }
 
 func firstLines(s string, n int) string {

@@ -69,6 +69,9 @@ func replay(ctx context.Context, out io.Writer, reports string, files []string) 
 		if verdict == "FAILS" || verdict == "NO LONGER REPRODUCES" {
 			fmt.Fprintf(out, "%s\n", lastLines(string(output), 30))
 		}
+		if verdict == "NO LONGER REPRODUCES" {
+			fmt.Fprintf(out, "    (a generator or the mutant changed: delete %s and rerun its test to keep a fresh one)\n", filepath.Dir(k.File))
+		}
 	}
 	if bad > 0 {
 		return fmt.Errorf("%d of %d kept failfiles did not replay as expected", bad, len(kept))
