@@ -230,13 +230,19 @@ func runCheck(ctx context.Context, c check, budget time.Duration, o verifyOption
 				}
 			}
 		case "pass", "fail", "skip":
-			if ev.Test == "" || strings.Contains(ev.Test, "/") {
-				if ev.Test == "" && ev.Action == "fail" && res.Status == "" {
+			if ev.Test == "" {
+				if ev.Action == "fail" && res.Status == "" {
 					res.Status = "fail"
 				}
 				continue
 			}
-			res.Tests++
+			res.Tests++ // subtests too: the conformance suite is one test of 50 subtests
+			if strings.Contains(ev.Test, "/") {
+				if ev.Action == "fail" {
+					res.Failures = append(res.Failures, ev.Test)
+				}
+				continue
+			}
 			switch ev.Action {
 			case "fail":
 				res.Failures = append(res.Failures, ev.Test)
