@@ -107,10 +107,11 @@ func TestCancelWhileRunning(t *testing.T) {
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			eachStore(t, func(t *testing.T, b backend) {
-				if c.postgresOnly && b.name != "postgres" {
-					t.Skip("LISTEN/NOTIFY is PostgreSQL's")
-				}
+			stores := eachStore
+			if c.postgresOnly {
+				stores = postgresOnly
+			}
+			stores(t, func(t *testing.T, b backend) {
 				e := newEnv(t, b)
 				e.create("r1")
 				started := make(chan struct{}, 1)

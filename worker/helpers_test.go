@@ -57,6 +57,16 @@ func eachStore(t *testing.T, fn func(t *testing.T, b backend)) {
 	}
 }
 
+// postgresOnly runs fn as a subtest on PostgreSQL only (for what only it
+// has, such as LISTEN/NOTIFY): no SQLite subtest exists to be skipped.
+func postgresOnly(t *testing.T, fn func(t *testing.T, b backend)) {
+	for _, b := range backends {
+		if b.name == "postgres" {
+			t.Run(b.name, func(t *testing.T) { fn(t, b) })
+		}
+	}
+}
+
 // zeroRandom always draws 0: no idle jitter, no retry jitter.
 type zeroRandom struct{}
 
