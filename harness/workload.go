@@ -35,8 +35,8 @@ type Workload struct {
 	// tenant.
 	Purge bool
 	// MaxUnknown bounds the operations made to end with an unknown outcome
-	// (an AfterCommit fault). Each is pending to the end of the history, the
-	// most expensive thing for the checker.
+	// (an AfterCommit fault; never on a claim or reap). Each is pending to
+	// the end of the history, the most expensive thing for the checker.
 	MaxUnknown int
 	// Aborts is the chance, per writing operation, of a BeforeCommit fault
 	// (the transaction rolls back; the caller gets unavailable).
@@ -215,7 +215,11 @@ func (c *client) do(ctx context.Context, op model.Op) (model.Result, error) {
 	case c.quiet:
 	case op.Kind != spec.OpClaim && op.Kind != spec.OpReap && c.r.Float64() < c.w.Aborts:
 		c.fault.Store(faultAt{spec.BeforeCommit, errInjectedAbort})
-	case c.unknowns.Load() < int64(c.w.MaxUnknown) && c.r.IntN(400) == 0:
+	case op.Kind != spec.OpClaim && op.Kind != spec.OpReap && c.unknowns.Load() < int64(c.w.MaxUnknown) && c.r.IntN(400) == 0:
+		// Not claims and reaps: an unknown claim stays pending to the end
+		// with one possible state per eligible subset, and one early in a
+		// history left whole (with purges) was seen to push the checker past
+		// two minutes. Model.Unknown for claims is unit-tested instead.
 		if c.unknowns.Add(1) <= int64(c.w.MaxUnknown) {
 			c.fault.Store(faultAt{spec.AfterCommit, errInjectedLostReply})
 		}
