@@ -287,3 +287,57 @@ func TestChannelNames(t *testing.T) {
 		t.Errorf("Channel of a %d-byte schema = %q: want at most 63 bytes and distinct from a longer name's", len(long), got)
 	}
 }
+
+// TestDisableNotify: with notifications off, admissions and cancels commit
+// without pg_notify; a second store on the same schema with them on shows
+// the listener still works, and that only its create was announced.
+func TestDisableNotify(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	dsn, schema := pgtest.Schema(t)
+	open := func(disable bool) *postgres.Store {
+		s, err := postgres.Open(ctx, dsn, postgres.Options{Config: spec.DefaultConfig(), Schema: schema, MaxConns: 2, DisableNotify: disable})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { s.Close() })
+		return s
+	}
+	quiet, loud := open(true), open(false)
+	got := make(chan spec.Notification, 16)
+	listenCtx, stop := context.WithCancel(ctx)
+	defer stop()
+	go loud.Listen(listenCtx, func(n spec.Notification) { got <- n })
+	if n := <-got; n.Kind != spec.NotifyResync {
+		t.Fatalf("first notification %+v, want the resync", n)
+	}
+	for _, c := range []struct {
+		s  *postgres.Store
+		id string
+	}{{quiet, "silent"}, {loud, "announced"}} {
+		if _, err := c.s.CreateRun(ctx, spec.CreateRunRequest{Tenant: "acme", Operation: "work", IdempotencyKey: c.id, RunID: c.id, Payload: []byte(`{}`)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := quiet.Cancel(ctx, spec.CancelRequest{Tenant: "acme", RunID: "silent"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := loud.Cancel(ctx, spec.CancelRequest{Tenant: "acme", RunID: "announced"}); err != nil {
+		t.Fatal(err)
+	}
+	// Notifications arrive in commit order: had the quiet store notified,
+	// its create and its cancel would come before the loud ones.
+	for _, want := range []spec.Notification{
+		{Kind: spec.NotifyRunCreated, Tenant: "acme", RunID: "announced"},
+		{Kind: spec.NotifyRunCancelled, Tenant: "acme", RunID: "announced"},
+	} {
+		select {
+		case n := <-got:
+			if n != want {
+				t.Fatalf("got %+v, want %+v (the quiet store must not notify)", n, want)
+			}
+		case <-ctx.Done():
+			t.Fatalf("never received %+v", want)
+		}
+	}
+}

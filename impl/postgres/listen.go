@@ -56,6 +56,9 @@ const notifyQuery = `SELECT pg_notify(@channel, @payload)`
 // when the transaction commits and drops it if it rolls back. The payload is
 // small (names and an integer), far below the 8000-byte limit.
 func (s *Store) notify(t *txn, kind spec.NotificationKind, tenant, runID string, generation int64) error {
+	if !s.notifies {
+		return nil
+	}
 	b, err := json.Marshal(notification{Kind: kind, Tenant: tenant, RunID: runID, Generation: generation})
 	if err != nil {
 		return err

@@ -131,6 +131,12 @@ type Options struct {
 	// ResolveTimeout bounds how long the store spends finding out whether a
 	// transaction whose COMMIT answer was lost committed. Default 5s.
 	ResolveTimeout time.Duration
+	// DisableNotify stops CreateRun, Replay and Cancel from sending
+	// pg_notify. PostgreSQL serializes the commits of notifying transactions
+	// (one database-wide lock), which halved admissions per second in the
+	// benchmark (reports/bench.md); without notifications workers find new
+	// runs by polling and cancels through their next renewal.
+	DisableNotify bool
 }
 
 // Store is the PostgreSQL implementation of spec.Store. It is safe for
@@ -145,6 +151,7 @@ type Store struct {
 	hook           spec.Hook
 	log            *slog.Logger
 	resolveTimeout time.Duration
+	notifies       bool
 }
 
 var _ spec.Store = (*Store)(nil)
@@ -205,7 +212,8 @@ func Open(ctx context.Context, dsn string, opts Options) (*Store, error) {
 		return nil, &spec.Error{Code: spec.CodeUnavailable, Message: "postgres: cannot create the connection pool", Err: err}
 	}
 	s := &Store{pool: pool, schema: opts.Schema, cfg: opts.Config, clock: opts.Clock,
-		random: &lockedRandom{r: opts.Random}, hook: opts.Hook, log: opts.Logger, resolveTimeout: opts.ResolveTimeout}
+		random: &lockedRandom{r: opts.Random}, hook: opts.Hook, log: opts.Logger, resolveTimeout: opts.ResolveTimeout,
+		notifies: !opts.DisableNotify}
 	if err := s.migrate(ctx); err != nil {
 		pool.Close()
 		return nil, err
