@@ -515,3 +515,73 @@ func TestConcurrentAdmission(t *testing.T) {
 		})
 	}
 }
+
+// TestPurgeWaitsForAnAbortedAdmission: an admission that reuses an expired
+// key holds that record (it deleted it to write its own) when a purge starts,
+// and then rolls back. The purge must wait for it and delete both expired
+// records, the count of a purge ordered before or after the aborted
+// admission. A purge that skipped the locked record (SKIP LOCKED) returned 1,
+// which no serial order explains: found by the linearizability check.
+func TestPurgeWaitsForAnAbortedAdmission(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	dsn, schema := pgtest.Schema(t)
+	clk := clock.NewManual(t0)
+	arrived, abort := make(chan struct{}), make(chan struct{})
+	admitter := openOn(t, dsn, schema, postgres.Options{Clock: clk,
+		Hook: onceAt(spec.OpCreateRun, spec.BeforeCommit, func(context.Context) error {
+			close(arrived)
+			<-abort
+			return errors.New("injected rollback")
+		})})
+	var release sync.Once
+	releaseAdmission := func() { release.Do(func() { close(abort) }) }
+	t.Cleanup(releaseAdmission) // before the store closes, even when the test fails
+	app := "lh-purge-" + schema[len(schema)-8:]
+	janitor := openOn(t, dsn, schema, postgres.Options{Clock: clk, ApplicationName: app})
+	createRuns(t, janitor, clk, 3, "r0", "r1")
+	if _, err := clk.Advance(spec.DefaultConfig().IdempotencyRetentionMs); err != nil {
+		t.Fatal(err)
+	}
+
+	admitErr := make(chan error, 1)
+	go func() {
+		_, err := admitter.CreateRun(ctx, spec.CreateRunRequest{Tenant: "acme", Operation: "work",
+			IdempotencyKey: "key-r1", RunID: "r2", Payload: []byte(`{}`)})
+		admitErr <- err
+	}()
+	<-arrived
+	type purged struct {
+		n   int
+		err error
+	}
+	purgeDone := make(chan purged, 1)
+	go func() {
+		n, err := janitor.PurgeIdempotency(ctx, spec.PurgeRequest{Limit: 5})
+		purgeDone <- purged{n, err}
+	}()
+	// Barrier: the purge waits for the record the admission holds. A purge
+	// that does not wait returns first, and that is the failure.
+	watcher := pgtest.Conn(t, dsn, schema)
+	for waiting := 0; waiting == 0; {
+		select {
+		case p := <-purgeDone:
+			t.Fatalf("the purge returned %d, %v while an admission held an expired record: it must wait for the admission", p.n, p.err)
+		default:
+		}
+		if err := watcher.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity
+			WHERE application_name = $1 AND wait_event_type = 'Lock'`, app).Scan(&waiting); err != nil {
+			t.Fatalf("waiting for the purge to block on the admission's record: %v", err)
+		}
+	}
+	releaseAdmission()
+	if err := <-admitErr; spec.CodeOf(err) != spec.CodeUnavailable {
+		t.Fatalf("admission rolled back at BeforeCommit: %v; want unavailable", err)
+	}
+	if p := <-purgeDone; p.err != nil || p.n != 2 {
+		t.Fatalf("purge after the admission rolled back: %d, %v; want 2 (both expired records)", p.n, p.err)
+	}
+	if _, err := janitor.GetRun(ctx, "acme", "r2"); spec.CodeOf(err) != spec.CodeNotFound {
+		t.Fatalf("run of the aborted admission: %v; want not_found", err)
+	}
+}

@@ -213,10 +213,18 @@ const (
 		WHERE tenant = @tenant AND run_id = @run_id AND state = 'leased' AND lease_generation = @generation
 		AND lease_expires_at <= @now AND attempts >= max_attempts`
 
-	// purgeIdempotency deletes the oldest expired records; a record another
-	// transaction holds (an admission replacing it) is skipped, not waited
-	// for. The rows are addressed by ctid, which cannot change while this
-	// transaction holds their lock: "ctid = ANY(ARRAY(…))" is a TID scan
+	// purgeIdempotency deletes the oldest expired records. A record another
+	// transaction holds (an admission replacing it) is waited for, not
+	// skipped: if that admission rolls back the record is still expired and
+	// is deleted here, and if it commits the old row is gone and the LIMIT
+	// moves on to the next one, so the result is exactly the model's purge
+	// before or after the admission. SKIP LOCKED made it neither: a
+	// linearizability history with an admission rolled back beside a purge
+	// showed one record too few deleted. The wait is short (an admission
+	// holds one record) and cannot deadlock: an admission locks only its own
+	// record, and purges lock theirs in one order. The rows are addressed by
+	// ctid, which cannot change while this transaction holds their lock:
+	// "ctid = ANY(ARRAY(…))" is a TID scan
 	// whatever the planner estimates. The plain "key IN (subquery)" form
 	// has a generic (cached) plan that seq-scans the table, because a
 	// generic plan cannot see how small the LIMIT is (found by
@@ -224,7 +232,7 @@ const (
 	purgeIdempotency = `DELETE FROM idempotency_keys WHERE ctid = ANY (ARRAY(
 		SELECT ctid FROM idempotency_keys WHERE expires_at <= @now
 		ORDER BY expires_at, tenant, operation, idempotency_key LIMIT @limit
-		FOR UPDATE SKIP LOCKED))`
+		FOR UPDATE))`
 
 	selectReplayOf = `SELECT run_id FROM runs WHERE tenant = @tenant AND replay_of = @run_id`
 

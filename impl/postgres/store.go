@@ -16,8 +16,10 @@
 //     second reads its time after the first committed.
 //   - Claim and Reap lock the jobs they take with FOR NO KEY UPDATE SKIP LOCKED
 //     in the statement that selects them, so they never wait behind another
-//     transaction's job; they (and Purge, which skips locked records the same
-//     way) read the clock first, because the selection needs it.
+//     transaction's job; they read the clock first, because the selection
+//     needs it. Purge reads the clock first too, but waits for a record an
+//     admission holds instead of skipping it, so that its count is exact
+//     (see purgeIdempotency).
 //   - CreateRun takes a transaction-scoped advisory lock on its idempotency
 //     scope (tenant, operation, key) before it reads the clock, so concurrent
 //     admissions of one key run one after the other: the second sees the
