@@ -97,6 +97,12 @@ func checkOne(t *testing.T, store string, w Workload) (Verdict, int) {
 	if v.Violations() == 0 {
 		return v, len(h.Entries)
 	}
+	// The report directory does not outlive a CI run: the log must say
+	// where the history goes wrong.
+	v.Explain(m, h, time.Minute)
+	if v.Culprit != nil {
+		t.Logf("seed %d: %s", w.Seed, v.Culprit)
+	}
 	dir := reportDir(t, fmt.Sprintf("lin/%s-%s-seed%d", t.Name(), store, w.Seed))
 	replay := replayLin(t, w.Seed)
 	if err := WriteReport(dir, m, h, v, store, w.Seed, w.Config, replay); err != nil {

@@ -220,6 +220,9 @@ func WriteReport(dir string, m model.Model, h *History, v Verdict, store string,
 		store, seed, len(h.Entries), v.Linearizable, v.CheckTime.Round(1e6), v.Partitioned)
 	fmt.Fprintf(&b, "Replay the workload: `%s`\n\nRe-check this history: `go run ./cmd/leasehold lincheck %s`\n\n", replay, filepath.Join(dir, "history.json"))
 	fmt.Fprintf(&b, "Races seen: %+v\n\n", v.Races)
+	if v.Culprit != nil {
+		b.WriteString("## Where it goes wrong\n\n```\n" + v.Culprit.String() + "```\n\n")
+	}
 	if len(v.Accounting) > 0 {
 		b.WriteString("## Accounting violations\n\n")
 		for _, a := range v.Accounting {

@@ -31,13 +31,13 @@ func TestViolationWritesReport(t *testing.T) {
 	if v := Judge(m, h, true, time.Minute); v.Violations() != 0 {
 		t.Fatalf("the untouched history should pass, got %s and %q", v.Linearizable, v.Accounting)
 	}
-	doctored := false
+	doctored, doctoredCall := false, int64(0)
 	for i, e := range h.Entries {
 		if leases, ok := e.Out.Result.Value.([]spec.Lease); ok && len(leases) > 0 && e.Op.Kind == spec.OpClaim {
 			bad := append([]spec.Lease(nil), leases...)
 			bad[0].Generation++
 			h.Entries[i].Out = Observed{Result: model.Result{Value: bad}}
-			doctored = true
+			doctored, doctoredCall = true, e.Call
 			break
 		}
 	}
@@ -53,9 +53,16 @@ func TestViolationWritesReport(t *testing.T) {
 	if len(v.Accounting) == 0 || !strings.Contains(strings.Join(v.Accounting, "\n"), "duplicated: effect t1/x/charge/charge-x was applied 2 times") {
 		t.Fatalf("accounting should report the duplicated effect, got %q", v.Accounting)
 	}
+	v.Explain(m, h, time.Minute)
+	if v.Culprit == nil || v.Culprit.Last.Call < doctoredCall {
+		t.Fatalf("the culprit should be the doctored claim or an operation called after it (call %d), got %v", doctoredCall, v.Culprit)
+	}
 	dir := filepath.Join(t.TempDir(), "report")
 	if err := WriteReport(dir, m, h, v, "sqlite", w.Seed, w.Config, "replay-command"); err != nil {
 		t.Fatal(err)
+	}
+	if md, _ := os.ReadFile(filepath.Join(dir, "verdict.md")); !strings.Contains(string(md), "## Where it goes wrong") {
+		t.Error("verdict.md does not say where the history goes wrong")
 	}
 	for _, name := range []string{"history.html", "history.json", "verdict.md"} {
 		st, err := os.Stat(filepath.Join(dir, name))

@@ -22,6 +22,8 @@ type Verdict struct {
 	// Accounting lists every violation found by the accounting checks.
 	Accounting []string
 	Races      Races
+	// Culprit, set by Explain, says where an illegal history goes wrong.
+	Culprit *Culprit
 }
 
 // Races counts the named races a history actually contains.

@@ -25,6 +25,10 @@ func lincheck(out io.Writer, path string, timeout time.Duration) error {
 	v := harness.Judge(model.Model{Config: f.Config}, h, f.Partitioned, timeout)
 	fmt.Fprintf(out, "%s: %d operations from %s (seed %d): linearizability %s in %s; races %+v\n",
 		path, len(h.Entries), f.Store, f.Seed, v.Linearizable, v.CheckTime.Round(time.Millisecond), v.Races)
+	v.Explain(model.Model{Config: f.Config}, h, timeout)
+	if v.Culprit != nil {
+		fmt.Fprint(out, v.Culprit)
+	}
 	for _, a := range v.Accounting {
 		fmt.Fprintf(out, "  accounting: %s\n", a)
 	}
