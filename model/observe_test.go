@@ -168,6 +168,8 @@ func TestUnknown(t *testing.T) {
 		{"claim with nothing eligible", claimOp(1, "t3", "w1", 1), 1},
 		{"create: unchanged or created", model.Op{Kind: spec.OpCreateRun, Now: 1, Req: createReq("t1", "k3", "r3", `{}`)}, 2},
 		{"a refused op leaves only the state", model.Op{Kind: spec.OpCancel, Now: 1, Req: spec.CancelRequest{Tenant: "t1", RunID: "r9"}}, 1},
+		{"purge: unchanged or the three records gone", model.Op{Kind: spec.OpPurge, Now: 1 << 40, Req: spec.PurgeRequest{Limit: 5}}, 2},
+		{"purge with nothing expired", model.Op{Kind: spec.OpPurge, Now: 1, Req: spec.PurgeRequest{Limit: 5}}, 1},
 		{"a replayed create writes nothing", model.Op{Kind: spec.OpCreateRun, Now: 1, Req: createReq("t1", "k1", "r3", `{}`)}, 1},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
