@@ -1,0 +1,22 @@
+-- Room on each page for HOT updates of runs and attempts.
+--
+-- A run row is updated twice in its life on the hot path (queued -> running
+-- at the claim, running -> terminal at the completion) and an attempt row
+-- once (running -> its outcome); neither update changes an indexed column.
+-- PostgreSQL can then write the new row version on the same page without
+-- touching any index (a heap-only tuple), but only if the page has room.
+-- At the default fillfactor (100) pages are packed full, so nearly every
+-- such update moved the row and added index entries. Measured by draining
+-- 40,000 jobs (batch claim + CompleteBatch) four times each way, alternating,
+-- in one process: HOT updates of runs went from 11% to 81% and of attempts
+-- from 28% to 93%, WAL per job fell from about 3,050 to 2,370 bytes, server
+-- CPU per job by 9%, and throughput rose in every round (+1% to +15%, +8% on
+-- average). Runs at 40 were HOT more often still but not measurably faster.
+-- The jobs table stays at 100: its updates change the state and lease
+-- columns its partial indexes are built on, so they are never HOT, and at 70
+-- the drain was slower (the claim reads more pages).
+--
+-- Applies to pages written from now on; existing pages fill as before until
+-- rewritten (VACUUM FULL or pg_repack), which is not done here.
+ALTER TABLE runs SET (fillfactor = 50);
+ALTER TABLE attempts SET (fillfactor = 50);
