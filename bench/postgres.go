@@ -92,23 +92,24 @@ func loadQueued(ctx context.Context, pool *pgxpool.Pool, from, to int64) error {
 }
 
 // expireSQL turns the first $2 queued jobs (in claim order) into leases
-// that expired a second ago, held by a crashed worker with budget left:
-// job leased (generation 1, attempts 1, owner, expiry), its attempt row
-// running, its run running (version 2). These are the rows a claim then has
-// to reclaim.
-const expireSQL = `WITH clock AS (
-	SELECT floor(extract(epoch FROM clock_timestamp()) * 1000)::bigint AS now
-), v AS (
+// held by a crashed worker with budget left, which expired before any job
+// still queued became available, so that they come first in claim order
+// (SPEC.md: by when each became claimable): job leased (generation 1,
+// attempts 1, owner, expiry 1 s before its former available_at, made
+// available 3 s before that), its attempt row running (claimed 2 s before),
+// its run running (version 2). These are the rows a claim then has to
+// reclaim.
+const expireSQL = `WITH v AS (
 	SELECT run_id FROM jobs WHERE tenant = $1 AND state = 'queued'
 	ORDER BY available_at, run_id LIMIT $2
 ), j AS (
-	UPDATE jobs SET state = 'leased', lease_owner = 'crashed-worker', lease_expires_at = clock.now - 1000,
-		lease_generation = 1, attempts = 1
-	FROM v, clock WHERE jobs.tenant = $1 AND jobs.run_id = v.run_id
-	RETURNING jobs.run_id, clock.now
+	UPDATE jobs SET state = 'leased', lease_owner = 'crashed-worker', lease_expires_at = jobs.available_at - 1000,
+		available_at = jobs.available_at - 3000, lease_generation = 1, attempts = 1
+	FROM v WHERE jobs.tenant = $1 AND jobs.run_id = v.run_id
+	RETURNING jobs.run_id, jobs.lease_expires_at - 1000 AS claimed_at
 ), a AS (
 	INSERT INTO attempts (tenant, run_id, generation, number, worker, claimed_at, renewed_at, outcome)
-	SELECT $1, run_id, 1, 1, 'crashed-worker', now - 2000, now - 2000, 'running' FROM j
+	SELECT $1, run_id, 1, 1, 'crashed-worker', claimed_at, claimed_at, 'running' FROM j
 )
 UPDATE runs SET state = 'running', version = 2 FROM j WHERE runs.tenant = $1 AND runs.run_id = j.run_id`
 

@@ -83,7 +83,7 @@ func TestReap(t *testing.T) {
 	// r1, r2 and r3 use their whole budget; r2's last lease expires first.
 	w.at(0).claim("t1", "w1", 3) // r0, r1, r2 (run id order)
 	w.claim("t2", "w1", 1)
-	w.at(10).claim("t1", "w1", 3)                                                                // expire at 20
+	w.at(10).claim("t1", "w1", 4)                                                                // r3 (queued since 0), then r0-r2 (expired at 10); expire at 20
 	w.at(15).must(spec.OpRenew, spec.RenewRequest{Lease: ref("t1", "r1", "w1", 2), LeaseMs: 20}) // r1 expires at 35
 	w.at(20).claim("t2", "w1", 1)                                                                // t2/r1 out of budget too, expires 30
 
@@ -111,7 +111,7 @@ func TestReap(t *testing.T) {
 	equal(t, "attempt class", a.ErrorClass, spec.ClassExpired)
 	equal(t, "attempt finished", a.FinishedAt, int64(40))
 	equal(t, "job error", w.job("t1", "r1").LastErrorCode, spec.ReapErrorCode)
-	equal(t, "t1/r3 untouched", w.job("t1", "r3").State, spec.JobQueued)
+	equal(t, "t1/r3 (expired, budget left) is no victim", w.job("t1", "r3").State, spec.JobLeased)
 	equal(t, "t2/r1 untouched by t1's reap", w.job("t2", "r1").State, spec.JobLeased)
 }
 

@@ -27,7 +27,17 @@ func (m Model) claimable(job spec.Job, now int64) bool {
 	return Eligible(job, now)
 }
 
-// eligibleRows returns the tenant's claimable runs in (available_at, run id)
+// EligibleAt is when a claimable job became claimable: its lease's expiry
+// for a leased job, else its available_at. Claims take jobs in
+// (EligibleAt, run id) order.
+func EligibleAt(job spec.Job) int64 {
+	if job.State == spec.JobLeased {
+		return job.LeaseExpiresAt
+	}
+	return job.AvailableAt
+}
+
+// eligibleRows returns the tenant's claimable runs in (EligibleAt, run id)
 // order: the order a sequential claim takes them in.
 func (m Model) eligibleRows(s State, tenant string, now int64) []*runRow {
 	var rows []*runRow
@@ -37,7 +47,7 @@ func (m Model) eligibleRows(s State, tenant string, now int64) []*runRow {
 		}
 	}
 	slices.SortStableFunc(rows, func(a, b *runRow) int {
-		return cmp.Or(cmp.Compare(a.job.AvailableAt, b.job.AvailableAt), strings.Compare(a.run.ID, b.run.ID))
+		return cmp.Or(cmp.Compare(EligibleAt(a.job), EligibleAt(b.job)), strings.Compare(a.run.ID, b.run.ID))
 	})
 	return rows
 }

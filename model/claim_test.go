@@ -49,7 +49,7 @@ func TestClaimValidation(t *testing.T) {
 }
 
 // TestClaimEligibility: which jobs a sequential claim takes, and in which
-// order: (available_at, run id), queued or expired, with budget left, of the
+// order: (eligible at, run id), queued or expired, with budget left, of the
 // claiming tenant only.
 func TestClaimEligibility(t *testing.T) {
 	for _, tc := range []struct {
@@ -74,6 +74,12 @@ func TestClaimEligibility(t *testing.T) {
 			w.at(2).claimOne("t1", "w1")                                                                       // takes r1 (available 0)
 			w.doJitter(spec.OpRetry, spec.RetryRequest{Lease: ref("t1", "r1", "w1", 1), ErrorCode: "busy"}, 0) // r1 available at 12
 		}, 12, 2, []string{"r0", "r1"}},
+		{"an expired lease comes in the order of its expiry, not of its availability", func(w *world) {
+			w.create("t1", "k1", "r1", `{}`)        // available 0
+			w.claimOne("t1", "w1")                  // r1 leased until 10
+			w.at(5).create("t1", "k2", "r2", `{}`)  // available 5
+			w.at(12).create("t1", "k3", "r3", `{}`) // available 12
+		}, 12, 3, []string{"r2", "r1", "r3"}},
 		{"a backed-off job is not available yet", func(w *world) {
 			w.create("t1", "k1", "r1", `{}`)
 			w.claimOne("t1", "w1")

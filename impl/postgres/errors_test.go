@@ -140,7 +140,7 @@ func TestArgsRefuseMissingParameter(t *testing.T) {
 // branches and SKIP LOCKED, and every guarded statement carries the one
 // leaseGuard predicate.
 func TestClaimStatementShowsThePredicate(t *testing.T) {
-	for _, want := range []string{claimDue, claimExpired, "FOR NO KEY UPDATE SKIP LOCKED", "ORDER BY available_at, run_id"} {
+	for _, want := range []string{claimDue.pred, claimExpired.pred, "FOR NO KEY UPDATE SKIP LOCKED", "ORDER BY available_at, run_id", "ORDER BY lease_expires_at, run_id"} {
 		if !strings.Contains(claimJobs, want) {
 			t.Errorf("the claim statement does not contain %q", want)
 		}

@@ -164,17 +164,21 @@ func TestPlansAtDepth(t *testing.T) {
 		args      pgx.NamedArgs
 		wantIndex string  // must appear in the plan
 		wantRows  float64 // rows the statement's top node returns
+		// indexRows, when set, bounds the rows the wantIndex scan reads: a
+		// branch that stops at the limit, rather than reading every match
+		// and sorting it.
+		indexRows float64
 	}{
 		{"claim 1", postgres.ClaimSQL, pgx.NamedArgs{"tenant": "acme", "worker": "w2", "now": depthNow, "expires_at": depthNow + 30_000, "limit": 1},
-			"jobs_due", 1},
+			"jobs_due", 1, 0},
 		{"claim batch of 100", postgres.ClaimSQL, pgx.NamedArgs{"tenant": "acme", "worker": "w2", "now": depthNow, "expires_at": depthNow + 30_000, "limit": 100},
-			"jobs_due", 100},
+			"jobs_due", 100, 0},
 		{"claim batch of 100 reclaiming expired leases", postgres.ClaimSQL, pgx.NamedArgs{"tenant": "beta", "worker": "w2", "now": depthNow, "expires_at": depthNow + 30_000, "limit": 100},
-			"jobs_expired", 100},
-		{"reap", postgres.ReapSQL, pgx.NamedArgs{"tenant": "acme", "now": depthNow, "limit": 100}, "jobs_reap", 100},
+			"jobs_expired", 100, 100},
+		{"reap", postgres.ReapSQL, pgx.NamedArgs{"tenant": "acme", "now": depthNow, "limit": 100}, "jobs_reap", 100, 0},
 		{"idempotency lookup", postgres.IdempotencySQL, pgx.NamedArgs{"tenant": "acme", "operation": "work", "key": "key-4242"},
-			"idempotency_keys_pkey", 1},
-		{"purge", postgres.PurgeSQL, pgx.NamedArgs{"now": depthNow, "limit": 100}, "idempotency_keys_expiry", 0},
+			"idempotency_keys_pkey", 1, 0},
+		{"purge", postgres.PurgeSQL, pgx.NamedArgs{"now": depthNow, "limit": 100}, "idempotency_keys_expiry", 0, 0},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -188,6 +192,10 @@ func TestPlansAtDepth(t *testing.T) {
 				}
 				if n.IndexName == c.wantIndex {
 					usesIndex = true
+					if c.indexRows > 0 && n.ActualRows > c.indexRows {
+						t.Errorf("the %s scan read %v rows, want at most %v: the branch must stop at the limit, not sort every match",
+							c.wantIndex, n.ActualRows, c.indexRows)
+					}
 				}
 				buffers += n.SharedHit + n.SharedRead
 			})

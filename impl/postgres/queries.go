@@ -20,22 +20,33 @@ const leaseGuard = `tenant = @tenant AND run_id = @run_id AND state = 'leased'
 
 // The claim predicate of SPEC.md (available_at <= now, attempts < max, and
 // queued or leased with an expired lease) is the disjunction of two branches,
-// each served by its own partial index (see the migration):
+// each read from its own partial index (see the migrations) in its own
+// order, which is the claim order (SPEC.md: when the job became claimable,
+// then run id) restricted to the branch:
 //
 //   - claimDue: queued jobs that are due, from jobs_due in (available_at,
-//     run_id) order: a range scan that reads only claimable entries;
+//     run_id) order;
 //   - claimExpired: leases that expired with budget left, from jobs_expired
-//     (by expiry; the few expired leases are sorted).
+//     in (lease_expires_at, run_id) order.
 //
-// One index for both (the SQLite shape) makes every claim step over every
-// unexpired lease, because in-flight jobs are the oldest entries of the
-// order: the plan test measured 10,000 filtered rows and 10,089 buffers for a
-// one-job claim with 10,000 leases in flight, against a handful now.
-const (
-	claimDue = `tenant = @tenant AND state = 'queued' AND available_at <= @now AND attempts < max_attempts`
+// Each is a range scan that stops at the limit, so a claim costs the same at
+// any depth and however many leases expired at once. One index for both
+// (the SQLite shape of migration 1) made every claim step over every lease in
+// flight: the plan test measured 10,000 filtered rows and 10,089 buffers for
+// a one-job claim with 10,000 leases in flight, against a handful now.
+type claimBranch struct {
+	pred string // the branch's predicate
+	at   string // the column that says since when its jobs are claimable
+}
 
-	claimExpired = `tenant = @tenant AND state = 'leased' AND lease_expires_at <= @now
-		AND available_at <= @now AND attempts < max_attempts`
+var (
+	claimDue = claimBranch{
+		pred: `tenant = @tenant AND state = 'queued' AND available_at <= @now AND attempts < max_attempts`,
+		at:   "available_at"}
+	claimExpired = claimBranch{
+		pred: `tenant = @tenant AND state = 'leased' AND lease_expires_at <= @now
+		AND available_at <= @now AND attempts < max_attempts`,
+		at: "lease_expires_at"}
 )
 
 const jobColumns = `tenant, run_id, operation, state, available_at, lease_owner, lease_expires_at,
@@ -54,16 +65,16 @@ const eventColumns = `tenant, run_id, seq, kind, at, payload`
 const idempotencyColumns = `tenant, operation, idempotency_key, fingerprint, run_id, created_at, expires_at`
 
 // claimStatement builds the claim: ONE statement that, in one round trip,
-// picks up to @limit eligible jobs in (available_at, run_id) order, locking
-// each with SKIP LOCKED (a row another transaction holds is passed over, never
-// waited for), leases them (generation+1, attempts+1), closes each superseded
+// picks up to @limit eligible jobs in claim order, locking each with SKIP
+// LOCKED (a row another transaction holds is passed over, never waited
+// for), leases them (generation+1, attempts+1), closes each superseded
 // running attempt as expired, opens one attempt row per claimed job, moves
 // queued runs to running, and returns the leases in claim order.
 //
-// Each branch (a predicate on jobs) takes up to @limit rows in claim order
-// with FOR NO KEY UPDATE SKIP LOCKED; "picked" keeps the first @limit of their
-// union, which is the first @limit eligible jobs. A branch row cut by that
-// final LIMIT stays locked, unclaimed, until this transaction ends: a
+// Each branch takes up to @limit rows in its order with FOR NO KEY UPDATE
+// SKIP LOCKED; "picked" keeps the first @limit of their union by (eligible
+// since, run id), which is the first @limit eligible jobs. A branch row cut
+// by that final LIMIT stays locked, unclaimed, until this transaction ends: a
 // concurrent claim skips it meanwhile, which SKIP LOCKED allows anyway.
 //
 // Locking: FOR NO KEY UPDATE is the row lock an UPDATE that keeps the key
@@ -80,20 +91,22 @@ const idempotencyColumns = `tenant, operation, idempotency_key, fingerprint, run
 // Data-modifying CTEs all see the statement's snapshot, so the final SELECT
 // reads the run's payload and deadline (which never change) from runs and
 // everything else from "claimed".
-func claimStatement(branches ...string) string {
+func claimStatement(branches ...claimBranch) string {
 	var b strings.Builder
 	b.WriteString("WITH ")
-	for i, pred := range branches {
+	preds := make([]string, len(branches))
+	for i, br := range branches {
+		preds[i] = br.pred
 		fmt.Fprintf(&b, `branch%d AS (
-		SELECT run_id AS picked_run_id, available_at AS picked_available_at FROM jobs
+		SELECT run_id AS picked_run_id, %s AS picked_at FROM jobs
 		WHERE %s
-		ORDER BY available_at, run_id
+		ORDER BY %s, run_id
 		LIMIT @limit
 		FOR NO KEY UPDATE SKIP LOCKED
-	), `, i, pred)
+	), `, i, br.at, br.pred, br.at)
 	}
 	b.WriteString(`picked AS (
-		SELECT picked_run_id FROM (`)
+		SELECT picked_run_id, picked_at FROM (`)
 	for i := range branches {
 		if i > 0 {
 			b.WriteString(" UNION ALL ")
@@ -101,14 +114,14 @@ func claimStatement(branches ...string) string {
 		fmt.Fprintf(&b, "SELECT * FROM branch%d", i)
 	}
 	b.WriteString(`) AS eligible
-		ORDER BY picked_available_at, picked_run_id
+		ORDER BY picked_at, picked_run_id
 		LIMIT @limit
 	), claimed AS (
 		UPDATE jobs SET state = 'leased', lease_owner = @worker, lease_expires_at = @expires_at,
 			lease_generation = lease_generation + 1, attempts = attempts + 1
 		FROM picked
-		WHERE run_id = picked_run_id AND ((` + strings.Join(branches, ") OR (") + `))
-		RETURNING run_id AS claimed_run_id, operation, available_at, lease_generation, attempts AS attempt_number, max_attempts
+		WHERE run_id = picked_run_id AND ((` + strings.Join(preds, ") OR (") + `))
+		RETURNING run_id AS claimed_run_id, picked_at, operation, lease_generation, attempts AS attempt_number, max_attempts
 	), superseded AS (
 		UPDATE attempts AS a SET outcome = 'expired', finished_at = @now
 		FROM claimed AS c
@@ -124,7 +137,7 @@ func claimStatement(branches ...string) string {
 	)
 	SELECT c.claimed_run_id, c.operation, c.lease_generation, c.attempt_number, c.max_attempts, r.payload, r.deadline_at
 	FROM claimed AS c JOIN runs AS r ON r.tenant = @tenant AND r.run_id = c.claimed_run_id
-	ORDER BY c.available_at, c.claimed_run_id`)
+	ORDER BY c.picked_at, c.claimed_run_id`)
 	return b.String()
 }
 

@@ -34,12 +34,9 @@ var Mutants = []string{
 }
 
 const (
-	mutantClaimIgnoresExpired = `UPDATE jobs SET state = 'leased', lease_owner = :worker, lease_expires_at = :expires_at,
-		lease_generation = lease_generation + 1, attempts = attempts + 1
-		WHERE tenant = :tenant AND state = 'queued' AND available_at <= :now AND attempts < max_attempts AND run_id IN (
-			SELECT run_id FROM jobs WHERE tenant = :tenant AND state = 'queued' AND available_at <= :now AND attempts < max_attempts
-			ORDER BY available_at, run_id LIMIT :limit)
-		RETURNING run_id, available_at, lease_generation, attempts`
+	mutantClaimIgnoresExpired = `SELECT run_id FROM jobs
+		WHERE tenant = :tenant AND state = 'queued' AND available_at <= :now AND attempts < max_attempts
+		ORDER BY available_at, run_id LIMIT :limit`
 	mutantFinishJobIgnoresGeneration = `UPDATE jobs SET state = :state, lease_owner = NULL, lease_expires_at = NULL,
 		last_error_code = coalesce(:error_code, last_error_code)
 		WHERE tenant = :tenant AND run_id = :run_id AND state = 'leased'`

@@ -5,7 +5,6 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
-	"sort"
 
 	"github.com/leasehold/leasehold/spec"
 )
@@ -114,7 +113,7 @@ func (s *Store) Claim(ctx context.Context, req spec.ClaimRequest) (leases []spec
 			return err
 		}
 		a := args{"tenant": req.Tenant, "worker": req.Worker, "now": now, "expires_at": expiresAt, "limit": req.Limit}
-		query := claimJobs
+		query := claimCandidates
 		if activeMutant == MutantClaimIgnoresExpired {
 			query = mutantClaimIgnoresExpired
 		}
@@ -122,30 +121,34 @@ func (s *Store) Claim(ctx context.Context, req spec.ClaimRequest) (leases []spec
 		if err != nil {
 			return err
 		}
-		type claimed struct {
-			runID       string
-			availableAt int64
-			generation  int64
-			attempts    int
-		}
-		var got []claimed
+		var candidates []string
 		for rows.Next() {
-			var c claimed
-			if err := rows.Scan(&c.runID, &c.availableAt, &c.generation, &c.attempts); err != nil {
+			var runID string
+			if err := rows.Scan(&runID); err != nil {
 				rows.Close()
 				return err
 			}
-			got = append(got, c)
+			candidates = append(candidates, runID)
 		}
 		if err := rows.Close(); err != nil {
 			return err
 		}
-		sort.Slice(got, func(i, j int) bool {
-			if got[i].availableAt != got[j].availableAt {
-				return got[i].availableAt < got[j].availableAt
+		type claimed struct {
+			runID      string
+			generation int64
+			attempts   int
+		}
+		got := make([]claimed, 0, len(candidates))
+		for _, runID := range candidates {
+			c := claimed{runID: runID}
+			err := tx.QueryRowContext(ctx, claimJob, a.with(args{"run_id": runID}).list()...).Scan(&c.generation, &c.attempts)
+			if err != nil {
+				// The writer lock is held since the candidates were read:
+				// no row can have changed.
+				return fmt.Errorf("sqlite: claim candidate %s no longer eligible: %w", runID, err)
 			}
-			return got[i].runID < got[j].runID
-		})
+			got = append(got, c)
+		}
 		leases = make([]spec.Lease, 0, len(got))
 		for _, c := range got {
 			ja := a.with(args{"run_id": c.runID, "generation": c.generation - 1})

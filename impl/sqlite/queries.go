@@ -43,21 +43,31 @@ const (
 	insertIdempotency = `INSERT INTO idempotency_keys (tenant, operation, idempotency_key, fingerprint, run_id, created_at, expires_at)
 		VALUES (:tenant, :operation, :key, :fingerprint, :run_id, :now, :expires_at)`
 
-	// claimJobs leases up to :limit eligible jobs in (available_at, run_id)
-	// order. The outer WHERE repeats the eligibility predicate so that the
-	// update never trusts the subquery's view alone. The subquery's extra
-	// "state IN ('queued', 'leased')" is implied by the predicate but must be
-	// spelled out: SQLite uses the partial index jobs_claim (in claim order,
-	// stopping at :limit) only when the WHERE clause names its condition;
-	// without it the plan scanned every job of the tenant and sorted them, a
-	// claim cost that grew with depth (seen as a SQLite drain that never
-	// finished in the 100k-job benchmark). TestClaimPlanUsesIndex holds it.
-	claimJobs = `UPDATE jobs SET state = 'leased', lease_owner = :worker, lease_expires_at = :expires_at,
+	// claimCandidates lists up to :limit eligible jobs in claim order
+	// (SPEC.md: eligible since, then run id) from two branches, each read
+	// from its partial index in that order and cut at :limit: queued jobs
+	// by available_at (jobs_due), expired leases by their expiry (jobs_reap,
+	// whose order is the branch's). Only the at most 2×:limit rows of the
+	// branches are sorted, so a claim costs the same at any depth and
+	// however many leases expired at once. Each branch names its index's
+	// condition (state = ...): SQLite uses a partial index only then.
+	// TestClaimPlanUsesIndex holds both branches to their indexes.
+	claimCandidates = `SELECT run_id FROM (
+			SELECT run_id, eligible_at FROM (SELECT run_id, available_at AS eligible_at FROM jobs
+				WHERE tenant = :tenant AND state = 'queued' AND available_at <= :now AND attempts < max_attempts
+				ORDER BY available_at, run_id LIMIT :limit)
+			UNION ALL
+			SELECT run_id, eligible_at FROM (SELECT run_id, lease_expires_at AS eligible_at FROM jobs
+				WHERE tenant = :tenant AND state = 'leased' AND lease_expires_at <= :now
+					AND available_at <= :now AND attempts < max_attempts
+				ORDER BY lease_expires_at, run_id LIMIT :limit))
+		ORDER BY eligible_at, run_id LIMIT :limit`
+	// claimJob leases one candidate. It repeats the eligibility predicate
+	// so that the update never trusts the candidate list alone.
+	claimJob = `UPDATE jobs SET state = 'leased', lease_owner = :worker, lease_expires_at = :expires_at,
 		lease_generation = lease_generation + 1, attempts = attempts + 1
-		WHERE ` + claimEligible + ` AND run_id IN (
-			SELECT run_id FROM jobs WHERE state IN ('queued', 'leased') AND ` + claimEligible + `
-			ORDER BY available_at, run_id LIMIT :limit)
-		RETURNING run_id, available_at, lease_generation, attempts`
+		WHERE run_id = :run_id AND ` + claimEligible + `
+		RETURNING lease_generation, attempts`
 	closeSupersededAttempt = `UPDATE attempts SET outcome = 'expired', finished_at = :now
 		WHERE tenant = :tenant AND run_id = :run_id AND generation = :generation AND outcome = 'running'`
 	insertAttempt = `INSERT INTO attempts (tenant, run_id, generation, number, worker, claimed_at, renewed_at, outcome)

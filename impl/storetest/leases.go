@@ -177,7 +177,8 @@ func testCurrentGenerationRenewal(t *testing.T, f Factory) {
 func testClaimOrderAndBatch(t *testing.T, f Factory) {
 	e := newEnv(t, f)
 	// available_at is the creation time; ids are chosen against it so that
-	// (available_at, run_id) order differs from both creation and id order.
+	// claim order (eligible since, then run id) differs from both creation
+	// and id order.
 	at := map[string]int64{"c": t0, "b": t0, "e": t0 + 10, "a": t0 + 20, "d": t0 + 40}
 	for _, id := range []string{"c", "b", "e", "a", "d"} {
 		e.set(at[id])
@@ -194,8 +195,10 @@ func testClaimOrderAndBatch(t *testing.T, f Factory) {
 	}
 	_, err := e.s.Release(e.ctx, spec.ReleaseRequest{Lease: le[2].Ref()}) // e available again at t0+30
 	mustOK(t, "release e", err)
-	// b and c expire at t0+1030; at that instant: b (t0), c (t0), a (t0+20),
-	// e (t0+30 after its release), d (t0+40).
+	// b and c expire at t0+1030. At that instant the eligible jobs, by the
+	// time each became claimable: a (t0+20), e (t0+30, its release), d
+	// (t0+40), then the expired leases b and c (t0+1030), whatever their
+	// available_at.
 	e.set(t0 + 1030)
 	batch := e.claim("acme", "w1", 5000, 4)
 	gens := map[string]int64{}
@@ -207,15 +210,15 @@ func testClaimOrderAndBatch(t *testing.T, f Factory) {
 			t.Fatalf("batch lease %+v: want owner w1 and expiry %d", l, t0+6030)
 		}
 	}
-	mustEqual(t, "batch claim order (Limit 4)", ids, []string{"b", "c", "a", "e"})
-	mustEqual(t, "batch generations", gens, map[string]int64{"b": 2, "c": 2, "a": 1, "e": 2})
-	mustEqual(t, "b's lease", batch[0], spec.Lease{Tenant: "acme", RunID: "b", Operation: "work", Owner: "w1", Generation: 2,
+	mustEqual(t, "batch claim order (Limit 4)", ids, []string{"a", "e", "d", "b"})
+	mustEqual(t, "batch generations", gens, map[string]int64{"a": 1, "e": 2, "d": 1, "b": 2})
+	mustEqual(t, "b's lease", batch[3], spec.Lease{Tenant: "acme", RunID: "b", Operation: "work", Owner: "w1", Generation: 2,
 		ExpiresAt: t0 + 6030, Attempt: 2, MaxAttempts: 3, Payload: `{"n":1}`, DeadlineAt: t0 + 3_600_000})
-	mustEqual(t, "e's lease attempt (release refunded one)", batch[3].Attempt, 1)
+	mustEqual(t, "e's lease attempt (release refunded one)", batch[1].Attempt, 1)
 	// The one left comes next; then nothing.
 	rest := e.claim("acme", "w2", 5000, 10)
-	if len(rest) != 1 || rest[0].RunID != "d" || rest[0].Generation != 1 {
-		t.Fatalf("last claim: want only d at generation 1, got %+v", rest)
+	if len(rest) != 1 || rest[0].RunID != "c" || rest[0].Generation != 2 {
+		t.Fatalf("last claim: want only c at generation 2, got %+v", rest)
 	}
 	e.claimNone("acme", "w3")
 }
