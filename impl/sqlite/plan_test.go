@@ -22,8 +22,8 @@ func TestClaimPlanUsesIndex(t *testing.T) {
 	defer s.Close()
 	cases := []struct {
 		name, query string
-		want       []string
-		sorts      int // "USE TEMP B-TREE" steps allowed
+		want        []string
+		sorts       int // "USE TEMP B-TREE" steps allowed
 	}{
 		{"claim", claimCandidates, []string{"INDEX jobs_due", "INDEX jobs_reap"}, 1},
 		{"reap", selectReapable, []string{"INDEX jobs_reap"}, 0},
