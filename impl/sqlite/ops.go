@@ -133,36 +133,28 @@ func (s *Store) Claim(ctx context.Context, req spec.ClaimRequest) (leases []spec
 		if err := rows.Close(); err != nil {
 			return err
 		}
-		type claimed struct {
-			runID      string
-			generation int64
-			attempts   int
-		}
-		got := make([]claimed, 0, len(candidates))
+		leases = make([]spec.Lease, 0, len(candidates))
 		for _, runID := range candidates {
-			c := claimed{runID: runID}
-			err := tx.QueryRowContext(ctx, claimJob, a.with(args{"run_id": runID}).list()...).Scan(&c.generation, &c.attempts)
-			if err != nil {
+			var generation int64
+			var attempts int
+			ja := a.with(args{"run_id": runID})
+			if err := tx.QueryRowContext(ctx, claimJob, ja.list()...).Scan(&generation, &attempts); err != nil {
 				// The writer lock is held since the candidates were read:
 				// no row can have changed.
 				return fmt.Errorf("sqlite: claim candidate %s no longer eligible: %w", runID, err)
 			}
-			got = append(got, c)
-		}
-		leases = make([]spec.Lease, 0, len(got))
-		for _, c := range got {
-			ja := a.with(args{"run_id": c.runID, "generation": c.generation - 1})
+			ja["generation"] = generation - 1
 			if _, err := exec(ctx, tx, closeSupersededAttempt, ja); err != nil {
 				return err
 			}
-			ja["generation"], ja["number"] = c.generation, c.attempts
+			ja["generation"], ja["number"] = generation, attempts
 			if _, err := exec(ctx, tx, insertAttempt, ja); err != nil {
 				return err
 			}
 			if _, err := exec(ctx, tx, markRunRunning, ja); err != nil {
 				return err
 			}
-			l, err := leaseOf(ctx, tx, req.Tenant, c.runID)
+			l, err := leaseOf(ctx, tx, req.Tenant, runID)
 			if err != nil {
 				return err
 			}
