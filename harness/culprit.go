@@ -89,7 +89,7 @@ func (c Culprit) String() string {
 func (e Entry) String() string {
 	res, ret := e.Out.Result.String(), fmt.Sprint(e.Return)
 	if e.Out.Unknown {
-		res, ret = "unknown outcome", "never"
+		res = "unknown outcome"
 	}
 	if e.Return == math.MaxInt64 {
 		ret = "never"
