@@ -46,13 +46,18 @@ func runLinearizable(t *testing.T, store string, f storetest.Factory) {
 	var ops, histories, violations int64
 	for i := 0; ; i++ {
 		// Every odd seed adds purges and so must be checked whole, which costs
-		// far more than per tenant: it is kept shorter. The seed alone decides,
-		// so that replaying one seed replays its kind of history.
+		// far more than per tenant: it is kept shorter, and has no unknown
+		// outcomes. An operation pending to the end doubles the states the
+		// checker carries until its effect is overwritten, and in a whole
+		// history that was seen to take it past two minutes (an unknown
+		// claim, purge, effect reservation or record, about one whole history
+		// in a hundred on PostgreSQL). The seed alone decides, so that
+		// replaying one seed replays its kind of history.
 		purge := (seed+uint64(i))%2 == 1
 		w := Workload{Factory: f, Config: TestConfig(), Seed: seed + uint64(i), Tenants: []string{"t1", "t2", "t3"},
 			Workers: 4, APIs: 2, Ops: linOps, Purge: purge, MaxUnknown: 2, Aborts: 0.01}
 		if purge {
-			w.Ops = linOps / 2
+			w.Ops, w.MaxUnknown = linOps/2, 0
 		}
 		v, entries := checkOne(t, store, w)
 		histories++
