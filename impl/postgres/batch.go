@@ -125,7 +125,7 @@ func (s *Store) CompleteBatch(ctx context.Context, reqs []spec.CompleteRequest) 
 		if len(apply.index) == 0 {
 			return nil
 		}
-		rows, err := t.Query(ctx, completeBatchSQL, apply.args(now))
+		rows, err := t.Query(ctx, completeBatchSQL, planEachTime, apply.args(now))
 		if err != nil {
 			return err
 		}

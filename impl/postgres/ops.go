@@ -143,7 +143,7 @@ func (s *Store) Claim(ctx context.Context, req spec.ClaimRequest) (leases []spec
 		if activeMutant == MutantClaimIgnoresExpired {
 			query = mutantClaimIgnoresExpired
 		}
-		rows, err := t.Query(ctx, query, args{"tenant": req.Tenant, "worker": req.Worker, "now": now, "expires_at": expiresAt, "limit": req.Limit})
+		rows, err := t.Query(ctx, query, planEachTime, args{"tenant": req.Tenant, "worker": req.Worker, "now": now, "expires_at": expiresAt, "limit": req.Limit})
 		if err != nil {
 			return err
 		}

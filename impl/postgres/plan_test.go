@@ -284,3 +284,124 @@ func printPlan(b *strings.Builder, n planNode, depth int) {
 		printPlan(b, c, depth+1)
 	}
 }
+
+// TestBatchPlansAfterGrowth: the claim and CompleteBatch stay lookups of
+// the attempts they touch after the attempts table has grown far past the
+// size it had when their plans were made. pgx prepares statements, and from
+// its sixth execution on a connection a prepared statement may run a generic
+// plan made with the tables' sizes at that moment and keep it until the next
+// ANALYZE. Made while attempts was nearly empty, that plan read the
+// superseded attempts by a bitmap scan of the whole tenant, and the
+// completed ones by a sequential scan: every claim and every batch then read
+// every attempt row (found by the benchmark: 12 ms a claim at 40,000
+// attempts). Here the store's one connection claims and completes a batch,
+// and one job alone, six times on a new table; another connection then adds
+// finished runs, and each later claim and completion must read a number of
+// attempts pages bounded by its batch, not by the table.
+func TestBatchPlansAfterGrowth(t *testing.T) {
+	const (
+		batch  = 20
+		early  = 6 // rounds before the table grows: past pgx's five custom plans
+		rounds = early + 4
+		grown  = 20_000 // finished runs, one attempt each, added after round early
+		// Pages of attempts one claim or completion of batch jobs may read:
+		// a few per job (an update reads its page more than once). A scan of
+		// the tenant reads every attempts page (hundreds).
+		maxPages = 5 * batch
+	)
+	ctx := context.Background()
+	dsn, schema := pgtest.Schema(t)
+	s, err := postgres.Open(ctx, dsn, postgres.Options{Config: spec.DefaultConfig(), Schema: schema, MaxConns: 1})
+	if err != nil {
+		t.Fatalf("open: %v", err)
+	}
+	t.Cleanup(func() { s.Close() })
+	conn := pgtest.Conn(t, dsn, schema)
+	load := func(from, to int, state string) {
+		t.Helper()
+		// Without the per-row foreign-key checks, whose own plans were made
+		// for the empty tables (superuser only; slower without).
+		if _, err := conn.Exec(ctx, "SET session_replication_role = replica"); err != nil {
+			t.Logf("loading with foreign-key checks on (slower): %v", err)
+		} else {
+			defer conn.Exec(ctx, "SET session_replication_role = DEFAULT")
+		}
+		for _, q := range []string{
+			`INSERT INTO runs (tenant, run_id, operation, state, version, last_event_seq, payload, fingerprint, max_attempts, created_at, deadline_at)
+			SELECT 'acme', 'r' || lpad(g::text, 7, '0'), 'work', $3, 1, 1, '{}', 'fp1:x', 3, 0, 100000000000000
+			FROM generate_series($1::int, $2::int) AS g`,
+			`INSERT INTO jobs (tenant, run_id, operation, state, available_at, lease_generation, attempts, max_attempts)
+			SELECT tenant, run_id, 'work', state, 0, CASE state WHEN 'queued' THEN 0 ELSE 1 END, CASE state WHEN 'queued' THEN 0 ELSE 1 END, 3
+			FROM runs WHERE state = $3 AND run_id BETWEEN 'r' || lpad($1::int::text, 7, '0') AND 'r' || lpad($2::int::text, 7, '0')`,
+			`INSERT INTO attempts (tenant, run_id, generation, number, worker, claimed_at, renewed_at, finished_at, outcome)
+			SELECT tenant, run_id, 1, 1, 'w', 0, 0, 0, 'completed'
+			FROM runs WHERE state = $3 AND state = 'completed' AND run_id BETWEEN 'r' || lpad($1::int::text, 7, '0') AND 'r' || lpad($2::int::text, 7, '0')`,
+		} {
+			if _, err := conn.Exec(ctx, q, from, to, state); err != nil {
+				t.Fatalf("load: %v\n%s", err, q)
+			}
+		}
+	}
+	// Statistics of the new, empty tables, as a deployment's first minutes
+	// (or a server with autovacuum off) have them.
+	if _, err := conn.Exec(ctx, `ANALYZE runs, jobs, attempts, run_events`); err != nil {
+		t.Fatal(err)
+	}
+	load(1, (batch+1)*rounds, "queued")
+	// attemptPages returns the attempts pages the store's connection has
+	// read so far. pg_stat_force_next_flush makes that backend publish its
+	// counters when the statement ends, so the figure is exact.
+	attemptPages := func() int64 {
+		t.Helper()
+		if _, err := s.Pool().Exec(ctx, `SELECT pg_stat_force_next_flush()`); err != nil {
+			t.Fatal(err)
+		}
+		var n int64
+		if err := conn.QueryRow(ctx, `SELECT heap_blks_read + heap_blks_hit FROM pg_statio_user_tables
+			WHERE schemaname = $1 AND relname = 'attempts'`, schema).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	for round := 1; round <= rounds; round++ {
+		if round == early+1 {
+			load((batch+1)*rounds+1, (batch+1)*rounds+grown, "completed")
+		}
+		before := attemptPages()
+		leases, err := s.Claim(ctx, spec.ClaimRequest{Tenant: "acme", Worker: "w", LeaseMs: 60_000, Limit: batch})
+		if err != nil || len(leases) != batch {
+			t.Fatalf("round %d: claimed %d jobs, %v; want %d", round, len(leases), err, batch)
+		}
+		claimed := attemptPages()
+		reqs := make([]spec.CompleteRequest, len(leases))
+		for i, l := range leases {
+			reqs[i] = spec.CompleteRequest{Lease: l.Ref()}
+		}
+		out, err := s.CompleteBatch(ctx, reqs)
+		if err != nil {
+			t.Fatalf("round %d: CompleteBatch: %v", round, err)
+		}
+		for i, o := range out {
+			if o.Err != nil || o.Run.State != spec.RunCompleted {
+				t.Fatalf("round %d: member %d: %+v, want a completed run", round, i, o)
+			}
+		}
+		completed := attemptPages()
+		one, err := s.Claim(ctx, spec.ClaimRequest{Tenant: "acme", Worker: "w", LeaseMs: 60_000, Limit: 1})
+		if err != nil || len(one) != 1 {
+			t.Fatalf("round %d: claimed %d jobs, %v; want 1", round, len(one), err)
+		}
+		if _, err := s.Renew(ctx, spec.RenewRequest{Lease: one[0].Ref(), LeaseMs: 60_000}); err != nil {
+			t.Fatalf("round %d: Renew: %v", round, err)
+		}
+		if _, err := s.Complete(ctx, spec.CompleteRequest{Lease: one[0].Ref()}); err != nil {
+			t.Fatalf("round %d: Complete: %v", round, err)
+		}
+		single := attemptPages()
+		t.Logf("round %d: the claim read %d attempts pages, CompleteBatch %d, claim+renew+complete of one %d", round, claimed-before, completed-claimed, single-completed)
+		if claimed-before > maxPages || completed-claimed > maxPages || single-completed > maxPages {
+			t.Errorf("round %d: read %d (claim of %d), %d (CompleteBatch) and %d (one job) attempts pages, want at most %d each: "+
+				"a plan scans the attempts table instead of looking up its rows", round, claimed-before, batch, completed-claimed, single-completed, maxPages)
+		}
+	}
+}
