@@ -170,7 +170,7 @@ func (t *txn) lockJobs(keys []jobKey) (map[jobKey]spec.Job, error) {
 	for i, k := range keys {
 		tenants[i], runIDs[i] = k.tenant, k.runID
 	}
-	rows, err := t.Query(t.ctx, lockJobsSQL, args{"tenants": tenants, "run_ids": runIDs})
+	rows, err := t.Query(t.ctx, lockJobsSQL, planEachTime, args{"tenants": tenants, "run_ids": runIDs})
 	if err != nil {
 		return nil, err
 	}
