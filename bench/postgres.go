@@ -78,8 +78,13 @@ FROM r JOIN src USING (run_id)`
 const loadChunk = 250_000
 
 // loadQueued bulk-loads jobs [from, to] of tenant into the store's schema
-// and then VACUUM ANALYZEs the tables, as autovacuum would have done on a
-// table of that size.
+// and then VACUUM ANALYZEs the tables it loaded, as autovacuum would have
+// done on tables of that size. Not attempts: it is still empty, and
+// autovacuum never analyzes an empty table. Analyzed empty on a server with
+// autovacuum off (this one), every prepared statement on attempts cached a
+// plan that scanned the table as it grew: the attempt update of Complete
+// took 3.3 ms a call in the "batch claim, Complete per job" drain, 0.2 ms
+// without that ANALYZE (bench/findings.md §8).
 func loadQueued(ctx context.Context, pool *pgxpool.Pool, from, to int64) error {
 	for lo := from; lo <= to; lo += loadChunk {
 		hi := min(lo+loadChunk-1, to)
@@ -87,7 +92,7 @@ func loadQueued(ctx context.Context, pool *pgxpool.Pool, from, to int64) error {
 			return fmt.Errorf("bulk load %d..%d: %w", lo, hi, err)
 		}
 	}
-	_, err := pool.Exec(ctx, `VACUUM ANALYZE runs, run_events, jobs, idempotency_keys, attempts`)
+	_, err := pool.Exec(ctx, `VACUUM ANALYZE runs, run_events, jobs, idempotency_keys`)
 	return err
 }
 
