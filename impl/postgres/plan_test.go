@@ -305,13 +305,12 @@ func TestBatchPlansAfterGrowth(t *testing.T) {
 		batch  = 20
 		early  = 6 // rounds before the table grows: past pgx's five custom plans
 		rounds = early + 4
-		grown  = 40_000 // finished runs per tenant, one attempt each, added after round early
+		grown  = 40_000 // finished runs per tenant; their attempts are added after round early
 		// Heap pages of one table that one call for batch jobs may read
 		// once the tables have grown: a few per job (a lookup, a lock, an
-		// update, a foreign-key check each read a page; measured up to 13
+		// update, a foreign-key check each read a page; measured up to 9
 		// per job, the reclaim's growing by one per round with the dead
-		// versions of its jobs). A scan of any of these tables then reads
-		// over a thousand.
+		// versions of its jobs). A scan of attempts then reads over 2,000.
 		maxPages = 15 * batch
 		leaseMs  = 1_000
 	)
