@@ -145,19 +145,17 @@ func claimStatement(branches ...claimBranch) string {
 
 // planEachTime runs a statement with a plan made for its arguments and the
 // tables' current sizes (pgx's unnamed statement), never with a cached
-// generic plan. For the statements that take a batch of jobs (the claim, and
-// CompleteBatch's lock and write): pgx prepares statements, a connection
-// switches a prepared statement to a generic plan after five executions,
-// made with the table sizes of that moment, and keeps it until the next
-// ANALYZE. Made while the tables were small, those plans scanned them: a
-// claim of 20 read 2,338 attempts pages once attempts had 80,000 rows
-// (TestBatchPlansAfterGrowth), 3,147 jobs and 1,501 runs pages when those
-// grew instead, and the benchmark saw 12 ms claims; the cost grew with the
-// tables. Planning each time costs
-// about 0.3 ms of server CPU per claim (+8–11 % per job for single claims),
-// a few µs per job of a batch. Single-row statements stay prepared, where
-// planning would cost as much as running them; their plans rely on the
-// statistics autovacuum keeps (README, PostgreSQL).
+// generic plan. It is for the statements that take a batch of jobs (the
+// claim, and CompleteBatch's lock and write). pgx prepares statements, and a
+// connection switches a prepared statement to a generic plan after five
+// executions, made with the table sizes of that moment and kept until the
+// next ANALYZE. Made while the tables were small, those plans scanned them:
+// a claim of 20 read 2,338 attempts pages once attempts had 80,000 rows
+// (TestBatchPlansAfterGrowth), and the benchmark saw 12 ms claims. Planning
+// each time costs about 0.3 ms of server CPU per claim (+8-11 % per job for
+// single claims), a few µs per job of a batch. Single-row statements stay
+// prepared, where planning would cost as much as running them; their plans
+// rely on the statistics autovacuum keeps (README, PostgreSQL).
 const planEachTime = pgx.QueryExecModeCacheDescribe
 
 // claimJobs is the claim statement (see claimStatement).
