@@ -203,8 +203,14 @@ func TestPostgresPaths(t *testing.T) {
 			t.Errorf("%s: %v", v.key, err)
 			continue
 		}
-		var completed int
-		if err := s.Pool().QueryRow(ctx, `SELECT count(*) FROM runs WHERE state = 'completed'`).Scan(&completed); err != nil || completed != 20 {
+		snap, err := s.Snapshot(ctx)
+		completed := 0
+		for _, r := range snap.Runs {
+			if r.State == spec.RunCompleted {
+				completed++
+			}
+		}
+		if err != nil || completed != 20 {
 			t.Errorf("%s: %d runs completed (%v), want 20", v.key, completed, err)
 		}
 	}

@@ -54,9 +54,8 @@ const loadQueuedSQL = `WITH clock AS (
 	SELECT 'job-' || lpad(i::text, 10, '0') AS run_id, 'key-' || i AS idem_key, '{"n":' || i || '}' AS payload, now
 	FROM generate_series($2::bigint, $3::bigint) AS i, clock
 ), r AS (
-	INSERT INTO runs (tenant, run_id, operation, state, version, last_event_seq, payload, fingerprint,
-		max_attempts, created_at, deadline_at)
-	SELECT $1, run_id, 'work', 'queued', 1, 1, payload,
+	INSERT INTO runs (tenant, run_id, operation, payload, fingerprint, max_attempts, created_at, deadline_at)
+	SELECT $1, run_id, 'work', payload,
 		'fp1:' || encode(sha256(convert_to('{"max_attempts":3,"operation":"work","payload":' || payload
 			|| ',"schema_version":1,"tenant":' || to_json($1::text)::text || ',"timeout_ms":3600000}', 'UTF8')), 'hex'),
 		3, now, now + 3600000
@@ -66,8 +65,9 @@ const loadQueuedSQL = `WITH clock AS (
 	INSERT INTO run_events (tenant, run_id, seq, kind, at, payload)
 	SELECT tenant, run_id, 1, 'run_queued', created_at, '{}' FROM r
 ), j AS (
-	INSERT INTO jobs (tenant, run_id, operation, state, available_at, lease_generation, attempts, max_attempts)
-	SELECT tenant, run_id, 'work', 'queued', created_at, 0, 0, 3 FROM r
+	INSERT INTO jobs (tenant, run_id, operation, state, available_at, lease_generation, attempts, max_attempts,
+		run_state, run_version, run_last_seq)
+	SELECT tenant, run_id, 'work', 'queued', created_at, 0, 0, 3, 'queued', 1, 1 FROM r
 )
 INSERT INTO idempotency_keys (tenant, operation, idempotency_key, fingerprint, run_id, created_at, expires_at)
 SELECT r.tenant, 'work', src.idem_key, r.fingerprint, r.run_id, r.created_at, r.created_at + 86400000
@@ -101,29 +101,25 @@ func loadQueued(ctx context.Context, pool *pgxpool.Pool, from, to int64) error {
 // still queued became available, so that they come first in claim order
 // (SPEC.md: by when each became claimable): job leased (generation 1,
 // attempts 1, owner, expiry 1 s before its former available_at, made
-// available 3 s before that), its attempt row running (claimed 2 s before),
+// available 3 s before that), its attempt running (claimed 2 s before),
 // its run running (version 2). These are the rows a claim then has to
 // reclaim.
 const expireSQL = `WITH v AS (
 	SELECT run_id FROM jobs WHERE tenant = $1 AND state = 'queued'
 	ORDER BY available_at, run_id LIMIT $2
-), j AS (
-	UPDATE jobs SET state = 'leased', lease_owner = 'crashed-worker', lease_expires_at = jobs.available_at - 1000,
-		available_at = jobs.available_at - 3000, lease_generation = 1, attempts = 1
-	FROM v WHERE jobs.tenant = $1 AND jobs.run_id = v.run_id
-	RETURNING jobs.run_id, jobs.lease_expires_at - 1000 AS claimed_at
-), a AS (
-	INSERT INTO attempts (tenant, run_id, generation, number, worker, claimed_at, renewed_at, outcome)
-	SELECT $1, run_id, 1, 1, 'crashed-worker', claimed_at, claimed_at, 'running' FROM j
 )
-UPDATE runs SET state = 'running', version = 2 FROM j WHERE runs.tenant = $1 AND runs.run_id = j.run_id`
+UPDATE jobs SET state = 'leased', lease_owner = 'crashed-worker', lease_expires_at = jobs.available_at - 1000,
+	available_at = jobs.available_at - 3000, lease_generation = 1, attempts = 1, run_state = 'running', run_version = 2,
+	attempt_generation = 1, attempt_number = 1, attempt_worker = 'crashed-worker', attempt_outcome = 'running',
+	attempt_claimed_at = jobs.available_at - 2000, attempt_renewed_at = jobs.available_at - 2000
+FROM v WHERE jobs.tenant = $1 AND jobs.run_id = v.run_id`
 
 // expireLeases applies expireSQL to k jobs and re-analyzes.
 func expireLeases(ctx context.Context, pool *pgxpool.Pool, k int) error {
 	if _, err := pool.Exec(ctx, expireSQL, tenant, k); err != nil {
 		return err
 	}
-	_, err := pool.Exec(ctx, `VACUUM ANALYZE runs, jobs, attempts`)
+	_, err := pool.Exec(ctx, `VACUUM ANALYZE jobs`)
 	return err
 }
 

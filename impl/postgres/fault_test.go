@@ -263,12 +263,15 @@ func TestLockWaitCutShort(t *testing.T) {
 	}
 }
 
-// TestDeadlockIsUnavailable: a foreign client that locks a run row before its
-// job row (the opposite of the store's order) can deadlock with a claim. The
-// claim holds the job and waits for the run; the client then waits for the
-// job. PostgreSQL breaks the cycle by aborting the transaction whose
-// deadlock_timeout fires first, the claim's (it started waiting first): the
-// claim must be unavailable, and succeed when retried.
+// TestDeadlockIsUnavailable: a foreign client that writes an attempt row of
+// a job before it locks the job (the opposite of the store's order) can
+// deadlock with a claim. The foreign client inserts r1's attempt of
+// generation 1; the claim reclaims r1's expired lease, holds the job and, filing
+// the superseded attempt of generation 1, waits for the foreign insert to
+// end; the client then waits for the job. PostgreSQL breaks the cycle by
+// aborting the transaction whose deadlock_timeout fires first, the claim's
+// (it started waiting first): the claim must be unavailable, and succeed
+// when retried.
 func TestDeadlockIsUnavailable(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
@@ -277,6 +280,12 @@ func TestDeadlockIsUnavailable(t *testing.T) {
 	app := "lh-deadlock-" + schema[len(schema)-8:]
 	s := openOn(t, dsn, schema, postgres.Options{Clock: clk, ApplicationName: app})
 	createRuns(t, s, clk, 3, "r1")
+	if l, err := s.Claim(ctx, spec.ClaimRequest{Tenant: "acme", Worker: "w", LeaseMs: 1_000, Limit: 1}); err != nil || len(l) != 1 {
+		t.Fatalf("first claim: %v, %v; want r1", runIDs(l), err)
+	}
+	if _, err := clk.Advance(1_000); err != nil {
+		t.Fatal(err)
+	}
 
 	foreign := pgtest.Conn(t, dsn, schema)
 	tx, err := foreign.Begin(ctx)
@@ -284,7 +293,8 @@ func TestDeadlockIsUnavailable(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer tx.Rollback(context.Background())
-	if _, err := tx.Exec(ctx, `SELECT 1 FROM runs WHERE tenant = 'acme' AND run_id = 'r1' FOR UPDATE`); err != nil {
+	if _, err := tx.Exec(ctx, `INSERT INTO attempts (tenant, run_id, generation, number, worker, claimed_at, renewed_at, outcome)
+		VALUES ('acme', 'r1', 1, 1, 'foreign', 0, 0, 'running')`); err != nil {
 		t.Fatal(err)
 	}
 	claimErr := make(chan error, 1)
@@ -292,13 +302,13 @@ func TestDeadlockIsUnavailable(t *testing.T) {
 		_, err := s.Claim(ctx, spec.ClaimRequest{Tenant: "acme", Worker: "w", LeaseMs: 60_000, Limit: 1})
 		claimErr <- err
 	}()
-	// Barrier: the claim has locked r1's job and waits for r1's run.
+	// Barrier: the claim has locked r1's job and waits for the foreign insert.
 	watcher := pgtest.Conn(t, dsn, schema)
 	for {
 		var waiting int
 		if err := watcher.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity
 			WHERE application_name = $1 AND wait_event_type = 'Lock'`, app).Scan(&waiting); err != nil {
-			t.Fatalf("waiting for the claim to block on the run row: %v", err)
+			t.Fatalf("waiting for the claim to block on the foreign insert: %v", err)
 		}
 		if waiting == 1 {
 			break
@@ -316,7 +326,7 @@ func TestDeadlockIsUnavailable(t *testing.T) {
 	if err := tx.Rollback(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if l, err := s.Claim(ctx, spec.ClaimRequest{Tenant: "acme", Worker: "w", LeaseMs: 60_000, Limit: 1}); err != nil || len(l) != 1 || l[0].Generation != 1 {
-		t.Fatalf("claim retried after the deadlock: %v, %v; want r1 at generation 1", runIDs(l), err)
+	if l, err := s.Claim(ctx, spec.ClaimRequest{Tenant: "acme", Worker: "w", LeaseMs: 60_000, Limit: 1}); err != nil || len(l) != 1 || l[0].Generation != 2 {
+		t.Fatalf("claim retried after the deadlock: %v, %v; want r1 reclaimed at generation 2", runIDs(l), err)
 	}
 }

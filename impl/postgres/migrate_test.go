@@ -2,10 +2,13 @@ package postgres_test
 
 import (
 	"context"
+	"fmt"
+	"reflect"
 	"strings"
 	"sync"
 	"testing"
 
+	"github.com/leasehold/leasehold/clock"
 	"github.com/leasehold/leasehold/impl/postgres"
 	"github.com/leasehold/leasehold/impl/postgres/pgtest"
 	"github.com/leasehold/leasehold/migrations"
@@ -142,5 +145,154 @@ func TestOpenRejectsBadOptions(t *testing.T) {
 				t.Fatalf("Open: %v; want invalid_argument", err)
 			}
 		})
+	}
+}
+
+// TestMigrationMovesRunStateToJobRows: migration 4 moves a schema in use from
+// one table per record (migrations 1-3) to the job-row layout without
+// changing what the store reads. Rows written in the old layout, covering
+// every place a run's state, terminal event and latest attempt can be in,
+// read back as exactly the same records after the migration, and the store
+// goes on from them: a lease taken before the migration completes, and a
+// claim of a retried job files its earlier attempt.
+func TestMigrationMovesRunStateToJobRows(t *testing.T) {
+	ctx := context.Background()
+	dsn, schema := pgtest.Schema(t)
+	conn := pgtest.Conn(t, dsn, schema)
+	list, err := migrations.For(migrations.Postgres)
+	if err != nil {
+		t.Fatal(err)
+	}
+	old := []string{`CREATE SCHEMA ` + schema, `CREATE TABLE ` + migrations.VersionTable + ` (version BIGINT PRIMARY KEY, name TEXT NOT NULL,
+		checksum TEXT NOT NULL, applied_at BIGINT NOT NULL)`}
+	for _, m := range list[:3] {
+		old = append(old, m.SQL, fmt.Sprintf(`INSERT INTO %s VALUES (%d, '%s', '%s', 0)`, migrations.VersionTable, m.Version, m.Name, m.Checksum))
+	}
+	run := func(id, state string, version, lastSeq int, errorCode, result, replayOf string, depth int) string {
+		return fmt.Sprintf(`INSERT INTO runs (tenant, run_id, operation, state, version, last_event_seq, payload, fingerprint,
+			max_attempts, error_code, result, created_at, deadline_at, replay_of, replay_depth)
+			VALUES ('acme', '%s', 'work', '%s', %d, %d, '{}', 'fp', 3, %s, %s, 10, 100000, %s, %d)`,
+			id, state, version, lastSeq, errorCode, result, replayOf, depth)
+	}
+	job := func(id, state string, availableAt int64, owner, expires string, generation, attempts int, lastError string) string {
+		return fmt.Sprintf(`INSERT INTO jobs (tenant, run_id, operation, state, available_at, lease_owner, lease_expires_at,
+			lease_generation, attempts, max_attempts, last_error_code)
+			VALUES ('acme', '%s', 'work', '%s', %d, %s, %s, %d, %d, 3, %s)`, id, state, availableAt, owner, expires, generation, attempts, lastError)
+	}
+	event := func(id string, seq int, kind string, at int64, payload string) string {
+		return fmt.Sprintf(`INSERT INTO run_events VALUES ('acme', '%s', %d, '%s', %d, '%s')`, id, seq, kind, at, payload)
+	}
+	attempt := func(id string, gen int, claimed, renewed int64, finished, outcome, code, class, retryAt string) string {
+		return fmt.Sprintf(`INSERT INTO attempts VALUES ('acme', '%s', %d, %d, 'w', %d, %d, %s, '%s', %s, %s, %s)`,
+			id, gen, gen, claimed, renewed, finished, outcome, code, class, retryAt)
+	}
+	old = append(old,
+		// q1: queued, never claimed.
+		run("q1", "queued", 1, 1, "NULL", "NULL", "NULL", 0), event("q1", 1, "run_queued", 10, "{}"),
+		job("q1", "queued", 10, "NULL", "NULL", 0, 0, "NULL"),
+		`INSERT INTO idempotency_keys VALUES ('acme', 'work', 'key-q1', 'fp', 'q1', 10, 86400010)`,
+		// l1: leased, its attempt running.
+		run("l1", "running", 2, 1, "NULL", "NULL", "NULL", 0), event("l1", 1, "run_queued", 10, "{}"),
+		job("l1", "leased", 10, "'w'", "5000", 1, 1, "NULL"), attempt("l1", 1, 100, 150, "NULL", "running", "NULL", "NULL", "NULL"),
+		// c1: reclaimed, then completed, with an effect of its second attempt.
+		run("c1", "completed", 3, 2, "NULL", `'{"ok":1}'`, "NULL", 0), event("c1", 1, "run_queued", 10, "{}"),
+		event("c1", 2, "run_completed", 900, `{"generation":2}`), job("c1", "completed", 10, "NULL", "NULL", 2, 2, "NULL"),
+		attempt("c1", 1, 100, 100, "400", "expired", "NULL", "NULL", "NULL"),
+		attempt("c1", 2, 400, 400, "900", "completed", "NULL", "NULL", "NULL"),
+		`INSERT INTO effects VALUES ('acme', 'c1', 'charge', 'k', 'succeeded', 'ref-1', 2, 800)`,
+		// r1: retried, queued again.
+		run("r1", "running", 2, 1, "NULL", "NULL", "NULL", 0), event("r1", 1, "run_queued", 10, "{}"),
+		job("r1", "queued", 2000, "NULL", "NULL", 1, 1, "'boom'"),
+		attempt("r1", 1, 100, 100, "300", "retried", "'boom'", "'retryable'", "2000"),
+		// x1: cancelled while queued.
+		run("x1", "cancelled", 2, 2, "'stop'", "NULL", "NULL", 0), event("x1", 1, "run_queued", 10, "{}"),
+		event("x1", 2, "run_cancelled", 50, `{"reason":"stop"}`), job("x1", "cancelled", 10, "NULL", "NULL", 0, 0, "NULL"),
+		// f1: reaped on its last attempt; f2 replays it.
+		run("f1", "failed", 3, 2, "'lease_expired'", "NULL", "NULL", 0), event("f1", 1, "run_queued", 10, "{}"),
+		event("f1", 2, "run_failed", 700, `{"code":"lease_expired"}`), job("f1", "dead", 10, "NULL", "NULL", 1, 1, "'lease_expired'"),
+		attempt("f1", 1, 100, 100, "700", "dead", "'lease_expired'", "'expired'", "NULL"),
+		run("f2", "queued", 1, 1, "NULL", "NULL", "'f1'", 1), event("f2", 1, "run_queued", 800, `{"replay_of":"f1"}`),
+		job("f2", "queued", 3000, "NULL", "NULL", 1, 0, "NULL"),
+	)
+	for _, q := range old {
+		if _, err := conn.Exec(ctx, q); err != nil {
+			t.Fatalf("old layout: %v\n%s", err, q)
+		}
+	}
+
+	r := func(id string, state spec.RunState, version, lastSeq int64, errorCode, result, replayOf string, depth int) spec.Run {
+		return spec.Run{Tenant: "acme", ID: id, Operation: "work", State: state, Version: version, LastSeq: lastSeq, Payload: "{}",
+			Fingerprint: "fp", MaxAttempts: 3, ErrorCode: errorCode, Result: result, CreatedAt: 10, DeadlineAt: 100000,
+			ReplayOf: replayOf, ReplayDepth: depth}
+	}
+	ev := func(id string, seq int64, kind spec.EventKind, at int64, payload string) spec.Event {
+		return spec.Event{Tenant: "acme", RunID: id, Seq: seq, Kind: kind, At: at, Payload: payload}
+	}
+	j := func(id string, state spec.JobState, availableAt int64, owner string, expires, gen int64, attempts int, lastError string) spec.Job {
+		return spec.Job{Tenant: "acme", RunID: id, Operation: "work", State: state, AvailableAt: availableAt, LeaseOwner: owner,
+			LeaseExpiresAt: expires, Generation: gen, Attempts: attempts, MaxAttempts: 3, LastErrorCode: lastError}
+	}
+	a := func(id string, gen int64, claimed, renewed, finished int64, outcome spec.AttemptOutcome, code string, class spec.ErrorClass, retryAt int64) spec.Attempt {
+		return spec.Attempt{Tenant: "acme", RunID: id, Generation: gen, Number: int(gen), Worker: "w", ClaimedAt: claimed,
+			RenewedAt: renewed, FinishedAt: finished, Outcome: outcome, ErrorCode: code, ErrorClass: class, RetryAt: retryAt}
+	}
+	want := spec.Snapshot{
+		Runs: []spec.Run{
+			r("c1", spec.RunCompleted, 3, 2, "", `{"ok":1}`, "", 0), r("f1", spec.RunFailed, 3, 2, "lease_expired", "", "", 0),
+			r("f2", spec.RunQueued, 1, 1, "", "", "f1", 1), r("l1", spec.RunRunning, 2, 1, "", "", "", 0),
+			r("q1", spec.RunQueued, 1, 1, "", "", "", 0), r("r1", spec.RunRunning, 2, 1, "", "", "", 0),
+			r("x1", spec.RunCancelled, 2, 2, "stop", "", "", 0),
+		},
+		Events: []spec.Event{
+			ev("c1", 1, spec.EventRunQueued, 10, "{}"), ev("c1", 2, spec.EventRunCompleted, 900, `{"generation":2}`),
+			ev("f1", 1, spec.EventRunQueued, 10, "{}"), ev("f1", 2, spec.EventRunFailed, 700, `{"code":"lease_expired"}`),
+			ev("f2", 1, spec.EventRunQueued, 800, `{"replay_of":"f1"}`), ev("l1", 1, spec.EventRunQueued, 10, "{}"),
+			ev("q1", 1, spec.EventRunQueued, 10, "{}"), ev("r1", 1, spec.EventRunQueued, 10, "{}"),
+			ev("x1", 1, spec.EventRunQueued, 10, "{}"), ev("x1", 2, spec.EventRunCancelled, 50, `{"reason":"stop"}`),
+		},
+		Jobs: []spec.Job{
+			j("c1", spec.JobCompleted, 10, "", 0, 2, 2, ""), j("f1", spec.JobDead, 10, "", 0, 1, 1, "lease_expired"),
+			j("f2", spec.JobQueued, 3000, "", 0, 1, 0, ""), j("l1", spec.JobLeased, 10, "w", 5000, 1, 1, ""),
+			j("q1", spec.JobQueued, 10, "", 0, 0, 0, ""), j("r1", spec.JobQueued, 2000, "", 0, 1, 1, "boom"),
+			j("x1", spec.JobCancelled, 10, "", 0, 0, 0, ""),
+		},
+		Attempts: []spec.Attempt{
+			a("c1", 1, 100, 100, 400, spec.AttemptExpired, "", "", 0), a("c1", 2, 400, 400, 900, spec.AttemptCompleted, "", "", 0),
+			a("f1", 1, 100, 100, 700, spec.AttemptDead, "lease_expired", spec.ClassExpired, 0),
+			a("l1", 1, 100, 150, 0, spec.AttemptRunning, "", "", 0),
+			a("r1", 1, 100, 100, 300, spec.AttemptRetried, "boom", spec.ClassRetryable, 2000),
+		},
+		Idempotency: []spec.IdempotencyRecord{{Tenant: "acme", Operation: "work", Key: "key-q1", Fingerprint: "fp", RunID: "q1",
+			CreatedAt: 10, ExpiresAt: 86400010}},
+		Effects: []spec.Effect{{Tenant: "acme", RunID: "c1", Step: "charge", Key: "k", State: spec.EffectSucceeded,
+			ProviderRef: "ref-1", Generation: 2, UpdatedAt: 800}},
+	}
+
+	clk := clock.NewManual(1000)
+	s := openOn(t, dsn, schema, postgres.Options{Clock: clk})
+	got, err := s.Snapshot(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(got, want) {
+		t.Fatalf("snapshot after migration 4:\n got %+v\nwant %+v", got, want)
+	}
+
+	done, err := s.Complete(ctx, spec.CompleteRequest{Lease: spec.LeaseRef{Tenant: "acme", RunID: "l1", Owner: "w", Generation: 1}})
+	if err != nil || done.State != spec.RunCompleted || done.Version != 3 {
+		t.Fatalf("complete l1's lease from before the migration: %+v, %v; want completed at version 3", done, err)
+	}
+	if _, err := clk.Advance(1500); err != nil { // r1 is due at 2000
+		t.Fatal(err)
+	}
+	leases, err := s.Claim(ctx, spec.ClaimRequest{Tenant: "acme", Worker: "w2", LeaseMs: 60_000, Limit: 10})
+	if got := runIDs(leases); err != nil || !reflect.DeepEqual(got, []string{"q1", "r1"}) || leases[1].Generation != 2 {
+		t.Fatalf("claim after the migration: %v, %v; want q1 and r1 (r1 at generation 2)", got, err)
+	}
+	atts, err := s.Attempts(ctx, "acme", "r1")
+	wantAtts := []spec.Attempt{a("r1", 1, 100, 100, 300, spec.AttemptRetried, "boom", spec.ClassRetryable, 2000),
+		{Tenant: "acme", RunID: "r1", Generation: 2, Number: 2, Worker: "w2", ClaimedAt: 2500, RenewedAt: 2500, Outcome: spec.AttemptRunning}}
+	if err != nil || !reflect.DeepEqual(atts, wantAtts) {
+		t.Fatalf("r1's attempts after its claim: %+v, %v; want %+v", atts, err, wantAtts)
 	}
 }

@@ -36,17 +36,25 @@ var Mutants = []string{
 // expired-lease branch: it only takes queued jobs.
 var mutantClaimIgnoresExpired = claimStatement(claimDue)
 
-const (
-	mutantFinishJobIgnoresGeneration = `UPDATE jobs SET state = @state, lease_owner = NULL, lease_expires_at = NULL,
-		last_error_code = coalesce(@error_code, last_error_code)
-		WHERE tenant = @tenant AND run_id = @run_id AND state = 'leased'`
+var (
+	mutantFinishJobIgnoresGeneration = returningRun(`UPDATE jobs SET state = @state, lease_owner = NULL, lease_expires_at = NULL,
+		last_error_code = coalesce(@error_code, last_error_code), ` + runEnds + `, ` + attemptEnds + `
+		WHERE tenant = @tenant AND run_id = @run_id AND state = 'leased'`)
 	mutantRequeueResetsGeneration = `UPDATE jobs SET state = 'queued', lease_owner = NULL, lease_expires_at = NULL,
-		available_at = @available_at, last_error_code = @error_code, lease_generation = 0
+		available_at = @available_at, last_error_code = @error_code, ` + attemptEnds + `, attempt_retry_at = @available_at,
+		lease_generation = 0
 		WHERE ` + leaseGuard
 )
 
-// mutantFinishJobOnly is the first half of a non-atomic terminalization.
+// mutantFinishJobOnlySQL is the first half of a non-atomic
+// terminalization: the job ends, its run, event and attempt are left as
+// they were.
+const mutantFinishJobOnlySQL = `UPDATE jobs SET state = @state, lease_owner = NULL, lease_expires_at = NULL,
+	last_error_code = coalesce(@error_code, last_error_code)
+	WHERE ` + leaseGuard
+
+// mutantFinishJobOnly applies mutantFinishJobOnlySQL.
 func (s *Store) mutantFinishJobOnly(t *txn, ref spec.LeaseRef, now int64, tm terminal) error {
-	_, err := t.exec(finishJob, leaseArgs(ref, now).with(args{"state": string(tm.job), "error_code": tm.errorCode}))
+	_, err := t.exec(mutantFinishJobOnlySQL, leaseArgs(ref, now).with(tm.args()))
 	return err
 }

@@ -94,15 +94,12 @@ func (s *Store) CreateRun(ctx context.Context, req spec.CreateRunRequest) (res s
 		}
 		a := scope.with(args{"run_id": n.RunID, "payload": n.Payload, "fingerprint": n.Fingerprint, "max_attempts": n.MaxAttempts,
 			"now": now, "deadline_at": n.DeadlineAt, "expires_at": n.ExpiresAt, "replay_of": nil, "replay_depth": 0,
-			"seq": 1, "kind": string(spec.EventRunQueued), "generation": 0})
+			"generation": 0})
 		run, err := scanRun(t.QueryRow(ctx, insertRun, a))
 		if errors.Is(err, pgx.ErrNoRows) {
 			return spec.Errorf(spec.CodeAlreadyExists, "run %s already exists for tenant %s; propose a new run id", n.RunID, n.Tenant)
 		}
 		if err != nil {
-			return err
-		}
-		if _, err := t.exec(insertJob, a); err != nil {
 			return err
 		}
 		if k, err := t.exec(insertIdempotency, a); err != nil || k == 0 {
@@ -143,7 +140,7 @@ func (s *Store) Claim(ctx context.Context, req spec.ClaimRequest) (leases []spec
 		if activeMutant == MutantClaimIgnoresExpired {
 			query = mutantClaimIgnoresExpired
 		}
-		rows, err := t.Query(ctx, query, planEachTime, args{"tenant": req.Tenant, "worker": req.Worker, "now": now, "expires_at": expiresAt, "limit": req.Limit})
+		rows, err := t.Query(ctx, query, args{"tenant": req.Tenant, "worker": req.Worker, "now": now, "expires_at": expiresAt, "limit": req.Limit})
 		if err != nil {
 			return err
 		}
@@ -230,20 +227,18 @@ func (s *Store) Renew(ctx context.Context, req spec.RenewRequest) (lease spec.Le
 			}
 			return spec.Errorf(spec.CodeDeadlineExceeded, "renewing to %d would pass run %s's deadline %d; finish or fail the attempt", expiresAt, run.ID, run.DeadlineAt)
 		}
-		if _, err := t.exec(touchAttempt, a); err != nil {
-			return err
-		}
 		lease, err = leaseOf(t, req.Lease.Tenant, req.Lease.RunID)
 		return err
 	})
 	return lease, err
 }
 
-// terminal describes one terminal transition made under a lease.
+// terminal describes one terminal transition: the job's new state, the
+// run's, its terminal event's payload, and how the attempt ends (if the job
+// was leased).
 type terminal struct {
 	job        spec.JobState
 	run        spec.RunState
-	event      spec.EventKind
 	payload    string
 	errorCode  string
 	errorClass spec.ErrorClass
@@ -251,42 +246,32 @@ type terminal struct {
 	outcome    spec.AttemptOutcome
 }
 
-// finish applies a terminal transition: the job under the lease guard, then
-// the run, its next event and the attempt row. It returns the run as
-// updated.
+// args are the parameters of runEnds and attemptEnds for tm.
+func (tm terminal) args() args {
+	return args{"state": string(tm.job), "run_state": string(tm.run), "error_code": nullable(tm.errorCode),
+		"result": nullable(tm.result), "payload": tm.payload, "outcome": string(tm.outcome),
+		"error_class": nullable(string(tm.errorClass))}
+}
+
+// finishStatement and cancelStatement are finishJob and cancelJob
+// returning the run.
+var (
+	finishStatement = returningRun(finishJob)
+	cancelStatement = returningRun(cancelJob)
+)
+
+// finish applies a terminal transition under the lease guard: the job, its
+// run, its terminal event and its attempt, in the one job row. It returns
+// the run as updated.
 func (s *Store) finish(t *txn, op spec.Op, ref spec.LeaseRef, now int64, tm terminal) (spec.Run, error) {
-	a := leaseArgs(ref, now).with(args{"state": string(tm.job), "error_code": nullable(tm.errorCode)})
-	query := finishJob
+	query := finishStatement
 	if op == spec.OpComplete && activeMutant == MutantCompleteIgnoresGeneration {
 		query = mutantFinishJobIgnoresGeneration
 	}
-	n, err := t.exec(query, a)
-	if err != nil {
-		return spec.Run{}, err
-	}
-	if n == 0 {
+	run, err := scanRun(t.QueryRow(t.ctx, query, leaseArgs(ref, now).with(tm.args())))
+	if errors.Is(err, pgx.ErrNoRows) {
 		return spec.Run{}, s.refused(t, op, ref, now)
 	}
-	run, err := finishRunWithEvent(t, ref.Tenant, ref.RunID, now, tm)
-	if err != nil {
-		return spec.Run{}, err
-	}
-	_, err = t.exec(finishAttempt, a.with(args{"outcome": string(tm.outcome), "error_class": nullable(string(tm.errorClass)), "retry_at": nil}))
-	return run, err
-}
-
-// finishRunWithEvent terminalizes the run and appends its terminal event at
-// the next sequence, in the caller's transaction, and returns the run.
-func finishRunWithEvent(t *txn, tenant, runID string, now int64, tm terminal) (spec.Run, error) {
-	a := args{"tenant": tenant, "run_id": runID, "now": now, "state": string(tm.run), "error_code": nullable(tm.errorCode), "result": nullable(tm.result)}
-	run, err := scanRun(t.QueryRow(t.ctx, finishRun, a))
-	if errors.Is(err, pgx.ErrNoRows) {
-		return spec.Run{}, fmt.Errorf("postgres: invariant violated: run %s/%s is terminal while its job was not", tenant, runID)
-	}
-	if err != nil {
-		return spec.Run{}, err
-	}
-	_, err = t.exec(insertEvent, a.with(args{"seq": run.LastSeq, "kind": string(tm.event), "payload": tm.payload}))
 	return run, err
 }
 
@@ -305,7 +290,7 @@ func (s *Store) Complete(ctx context.Context, req spec.CompleteRequest) (run spe
 			return err
 		}
 		run, err = s.finish(t, spec.OpComplete, req.Lease, now, terminal{job: spec.JobCompleted, run: spec.RunCompleted,
-			event: spec.EventRunCompleted, payload: spec.CompletedPayload(req.Lease.Generation), result: result, outcome: spec.AttemptCompleted})
+			payload: spec.CompletedPayload(req.Lease.Generation), result: result, outcome: spec.AttemptCompleted})
 		return err
 	})
 	return run, err
@@ -325,7 +310,7 @@ func (s *Store) Fail(ctx context.Context, req spec.FailRequest) (run spec.Run, e
 			return err
 		}
 		run, err = s.finish(t, spec.OpFail, req.Lease, now, terminal{job: spec.JobDead, run: spec.RunFailed,
-			event: spec.EventRunFailed, payload: spec.FailedPayload(req.ErrorCode, req.Lease.Generation),
+			payload: spec.FailedPayload(req.ErrorCode, req.Lease.Generation),
 			errorCode: req.ErrorCode, errorClass: spec.ClassTerminal, outcome: spec.AttemptDead})
 		return err
 	})
@@ -355,7 +340,7 @@ func (s *Store) Retry(ctx context.Context, req spec.RetryRequest) (job spec.Job,
 			return err
 		}
 		if attempts >= maxAttempts {
-			tm := terminal{job: spec.JobDead, run: spec.RunFailed, event: spec.EventRunFailed,
+			tm := terminal{job: spec.JobDead, run: spec.RunFailed,
 				payload: spec.FailedPayload(req.ErrorCode, ref.Generation), errorCode: req.ErrorCode,
 				errorClass: spec.ClassRetryable, outcome: spec.AttemptDead}
 			if activeMutant == MutantBudgetNotAtomic {
@@ -386,7 +371,8 @@ func (s *Store) requeue(t *txn, req spec.RetryRequest, attempts int, now int64) 
 	if err != nil {
 		return err
 	}
-	a := leaseArgs(req.Lease, now).with(args{"available_at": availableAt, "error_code": req.ErrorCode})
+	a := leaseArgs(req.Lease, now).with(args{"available_at": availableAt, "error_code": req.ErrorCode,
+		"outcome": string(spec.AttemptRetried), "error_class": string(spec.ClassRetryable)})
 	query := requeueJob
 	if activeMutant == MutantRetryResetsGeneration {
 		query = mutantRequeueResetsGeneration
@@ -398,9 +384,7 @@ func (s *Store) requeue(t *txn, req spec.RetryRequest, attempts int, now int64) 
 	if n == 0 {
 		return s.refused(t, spec.OpRetry, req.Lease, now)
 	}
-	_, err = t.exec(finishAttempt, a.with(args{"outcome": string(spec.AttemptRetried),
-		"error_class": string(spec.ClassRetryable), "retry_at": availableAt}))
-	return err
+	return nil
 }
 
 // Cancel implements spec.Store.
@@ -427,18 +411,11 @@ func (s *Store) Cancel(ctx context.Context, req spec.CancelRequest) (run spec.Ru
 		if job.State.Terminal() {
 			return spec.TerminalError(spec.RunStateFor(job.State), req.RunID)
 		}
-		a := args{"tenant": req.Tenant, "run_id": req.RunID, "now": now, "generation": job.Generation}
-		if _, err := t.exec(cancelJob, a); err != nil {
-			return err
+		tm := terminal{run: spec.RunCancelled, payload: spec.CancelledPayload(reason, job.Generation), errorCode: reason}
+		run, err = scanRun(t.QueryRow(ctx, cancelStatement, args{"tenant": req.Tenant, "run_id": req.RunID, "now": now}.with(tm.args())))
+		if errors.Is(err, pgx.ErrNoRows) {
+			return fmt.Errorf("postgres: run %s/%s: cancel matched no row although its job was %s under lock", req.Tenant, req.RunID, job.State)
 		}
-		if job.State == spec.JobLeased {
-			if _, err := t.exec(finishAttempt, a.with(args{"outcome": string(spec.AttemptCancelled),
-				"error_code": nil, "error_class": nil, "retry_at": nil})); err != nil {
-				return err
-			}
-		}
-		run, err = finishRunWithEvent(t, req.Tenant, req.RunID, now, terminal{run: spec.RunCancelled,
-			event: spec.EventRunCancelled, payload: spec.CancelledPayload(reason, job.Generation), errorCode: reason})
 		if err != nil {
 			return err
 		}
@@ -460,17 +437,13 @@ func (s *Store) Release(ctx context.Context, req spec.ReleaseRequest) (job spec.
 		if err := s.cfg.CheckRelease(req, now); err != nil {
 			return err
 		}
-		a := leaseArgs(req.Lease, now)
+		a := leaseArgs(req.Lease, now).with(args{"outcome": string(spec.AttemptReleased), "error_code": nil, "error_class": nil})
 		n, err := t.exec(releaseJob, a)
 		if err != nil {
 			return err
 		}
 		if n == 0 {
 			return s.refused(t, spec.OpRelease, req.Lease, now)
-		}
-		if _, err := t.exec(finishAttempt, a.with(args{"outcome": string(spec.AttemptReleased),
-			"error_code": nil, "error_class": nil, "retry_at": nil})); err != nil {
-			return err
 		}
 		job, err = getJob(ctx, t, req.Lease.Tenant, req.Lease.RunID)
 		return err
@@ -491,7 +464,7 @@ func (s *Store) Reap(ctx context.Context, req spec.ReapRequest) (reaped []string
 		if err := s.cfg.CheckReap(req, now); err != nil {
 			return err
 		}
-		a := args{"tenant": req.Tenant, "now": now, "limit": req.Limit, "error_code": spec.ReapErrorCode}
+		a := args{"tenant": req.Tenant, "now": now, "limit": req.Limit}
 		type victim struct {
 			runID      string
 			generation int64
@@ -518,22 +491,14 @@ func (s *Store) Reap(ctx context.Context, req spec.ReapRequest) (reaped []string
 		})
 		reaped = make([]string, 0, len(victims))
 		for _, v := range victims {
-			va := a.with(args{"run_id": v.runID, "generation": v.generation})
-			n, err := t.exec(reapJob, va)
+			tm := terminal{run: spec.RunFailed, payload: spec.FailedPayload(spec.ReapErrorCode, v.generation),
+				errorCode: spec.ReapErrorCode, errorClass: spec.ClassExpired, outcome: spec.AttemptDead}
+			n, err := t.exec(reapJob, a.with(tm.args()).with(args{"run_id": v.runID, "generation": v.generation}))
 			if err != nil {
 				return err
 			}
 			if n == 0 {
 				continue
-			}
-			tm := terminal{run: spec.RunFailed, event: spec.EventRunFailed, payload: spec.FailedPayload(spec.ReapErrorCode, v.generation),
-				errorCode: spec.ReapErrorCode}
-			if _, err := finishRunWithEvent(t, req.Tenant, v.runID, now, tm); err != nil {
-				return err
-			}
-			if _, err := t.exec(finishAttempt, va.with(args{"outcome": string(spec.AttemptDead),
-				"error_class": string(spec.ClassExpired), "retry_at": nil})); err != nil {
-				return err
 			}
 			reaped = append(reaped, v.runID)
 		}
@@ -631,11 +596,7 @@ func (s *Store) Replay(ctx context.Context, req spec.ReplayRequest) (run spec.Ru
 		if err != nil {
 			return err
 		}
-		if _, err := t.exec(insertJob, a); err != nil {
-			return err
-		}
-		if _, err := t.exec(insertEvent, a.with(args{"seq": 1, "kind": string(spec.EventRunQueued),
-			"payload": spec.QueuedPayload(orig.ID, req.Actor, depth)})); err != nil {
+		if _, err := t.exec(insertEvent, a.with(args{"payload": spec.QueuedPayload(orig.ID, req.Actor, depth)})); err != nil {
 			return err
 		}
 		return s.notify(t, spec.NotifyRunCreated, req.Tenant, req.NewRunID, 0)

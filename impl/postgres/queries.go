@@ -54,24 +54,73 @@ var (
 const jobColumns = `tenant, run_id, operation, state, available_at, lease_owner, lease_expires_at,
 	lease_generation, attempts, max_attempts, last_error_code`
 
-const runColumns = `tenant, run_id, operation, state, version, last_event_seq, payload, fingerprint,
-	max_attempts, error_code, result, created_at, deadline_at, replay_of, replay_depth`
+// A run's row of the spec is split across two rows here (migration 0004):
+// runs holds what admission fixed, the job row the run's state, its
+// terminal event and its latest attempt, so that claiming and completing a
+// job write that one row. The constants below map them back; r is the runs
+// row and j the job row.
+
+// runRow is spec.Run's columns (scanRun's order) from r and j.
+const runRow = `r.tenant, r.run_id, r.operation, j.run_state, j.run_version, j.run_last_seq, r.payload,
+	r.fingerprint, r.max_attempts, j.run_error_code, j.run_result, r.created_at, r.deadline_at, r.replay_of,
+	r.replay_depth`
+
+// runsJoined is the source of runRow.
+const runsJoined = `runs AS r JOIN jobs AS j ON j.tenant = r.tenant AND j.run_id = r.run_id`
+
+// returningRun turns a statement that updates job rows into one that
+// returns their runs (runRow) — one round trip, not an update and a read.
+func returningRun(update string) string {
+	return `WITH j AS (` + update + ` RETURNING jobs.*) SELECT ` + runRow + ` FROM j JOIN runs AS r
+	ON r.tenant = j.tenant AND r.run_id = j.run_id`
+}
+
+// latestAttempt is the job row's latest attempt, in attempts' column order
+// (after tenant and run_id).
+var latestAttempt = []string{"attempt_generation", "attempt_number", "attempt_worker", "attempt_claimed_at",
+	"attempt_renewed_at", "attempt_finished_at", "attempt_outcome", "attempt_error_code", "attempt_error_class",
+	"attempt_retry_at"}
 
 const attemptColumns = `tenant, run_id, generation, number, worker, claimed_at, renewed_at, finished_at,
 	outcome, error_code, error_class, retry_at`
 
-const effectColumns = `tenant, run_id, step, effect_key, state, provider_ref, generation, updated_at`
+// attemptRows is every attempt: the earlier ones from attempts, each job's
+// latest from its row.
+var attemptRows = `SELECT ` + attemptColumns + ` FROM attempts
+	UNION ALL SELECT tenant, run_id, ` + strings.Join(latestAttempt, ", ") + ` FROM jobs
+	WHERE attempt_generation IS NOT NULL`
 
 const eventColumns = `tenant, run_id, seq, kind, at, payload`
 
+// eventRows is every event: run_queued from run_events, the terminal event
+// of a finished run (there is at most one) from its job row. run_state
+// names it: completed, failed, cancelled -> run_completed, run_failed,
+// run_cancelled.
+const eventRows = `SELECT ` + eventColumns + ` FROM run_events
+	UNION ALL SELECT tenant, run_id, run_last_seq, 'run_' || run_state, run_finished_at, run_event_payload FROM jobs
+	WHERE run_finished_at IS NOT NULL`
+
+const effectColumns = `tenant, run_id, step, effect_key, state, provider_ref, generation, updated_at`
+
 const idempotencyColumns = `tenant, operation, idempotency_key, fingerprint, run_id, created_at, expires_at`
+
+// runEnds makes the job row's run terminal: its state, its version, and its
+// terminal event (the next sequence, at @now, with @payload).
+const runEnds = `run_state = @run_state, run_version = run_version + 1, run_last_seq = run_last_seq + 1,
+	run_error_code = @error_code, run_result = @result, run_finished_at = @now, run_event_payload = @payload`
+
+// attemptEnds closes the job row's latest attempt, the lease's (a leased
+// job's latest attempt is its lease's and running: jobs_leased_attempt).
+const attemptEnds = `attempt_outcome = @outcome, attempt_finished_at = @now, attempt_error_code = @error_code,
+	attempt_error_class = @error_class`
 
 // claimStatement builds the claim: ONE statement that, in one round trip,
 // picks up to @limit eligible jobs in claim order, locking each with SKIP
 // LOCKED (a row another transaction holds is passed over, never waited
-// for), leases them (generation+1, attempts+1), closes each superseded
-// running attempt as expired, opens one attempt row per claimed job, moves
-// queued runs to running, and returns the leases in claim order.
+// for), leases them (generation+1, attempts+1), starts the new attempt on
+// the job row, moves a queued run to running, files the job's previous
+// attempt (closed as expired if it was still running: its lease expired)
+// in attempts, and returns the leases in claim order.
 //
 // Each branch takes up to @limit rows in its order with FOR NO KEY UPDATE
 // SKIP LOCKED; "picked" keeps the first @limit of their union by (eligible
@@ -82,33 +131,36 @@ const idempotencyColumns = `tenant, operation, idempotency_key, fingerprint, run
 // Locking: FOR NO KEY UPDATE is the row lock an UPDATE that keeps the key
 // takes anyway, so the pick and the update agree on the lock and FK checks
 // (FOR KEY SHARE) are not blocked; it excludes every other writer of the job.
-// The picked rows are locked before "claimed" can produce them, and
-// "started" updates a run only for a claimed row, so the job lock is always
-// taken before the run lock.
 //
 // The UPDATE repeats the predicate (the branches' disjunction): under READ
 // COMMITTED a row that changed after the statement's snapshot is re-checked
 // when it is locked, and the update must never trust the pick's view alone (a
 // claim that does not re-check its state is the classic double-claim bug).
+// The previous attempt is filed from the values the pick locked (p_*), not
+// from the statement's snapshot, which may predate the row's last change.
 // Data-modifying CTEs all see the statement's snapshot, so the final SELECT
 // reads the run's payload and deadline (which never change) from runs and
 // everything else from "claimed".
 func claimStatement(branches ...claimBranch) string {
+	picked := make([]string, len(latestAttempt))
+	for i, c := range latestAttempt {
+		picked[i] = c + " AS p_" + strings.TrimPrefix(c, "attempt_")
+	}
 	var b strings.Builder
 	b.WriteString("WITH ")
 	preds := make([]string, len(branches))
 	for i, br := range branches {
 		preds[i] = br.pred
 		fmt.Fprintf(&b, `branch%d AS (
-		SELECT run_id AS picked_run_id, %s AS picked_at FROM jobs
+		SELECT run_id AS picked_run_id, %s AS picked_at, %s FROM jobs
 		WHERE %s
 		ORDER BY %s, run_id
 		LIMIT @limit
 		FOR NO KEY UPDATE SKIP LOCKED
-	), `, i, br.at, br.pred, br.at)
+	), `, i, br.at, strings.Join(picked, ", "), br.pred, br.at)
 	}
 	b.WriteString(`picked AS (
-		SELECT picked_run_id, picked_at FROM (`)
+		SELECT * FROM (`)
 	for i := range branches {
 		if i > 0 {
 			b.WriteString(" UNION ALL ")
@@ -120,42 +172,43 @@ func claimStatement(branches ...claimBranch) string {
 		LIMIT @limit
 	), claimed AS (
 		UPDATE jobs SET state = 'leased', lease_owner = @worker, lease_expires_at = @expires_at,
-			lease_generation = lease_generation + 1, attempts = attempts + 1
+			lease_generation = lease_generation + 1, attempts = attempts + 1,
+			run_state = 'running', run_version = run_version + CASE WHEN run_state = 'queued' THEN 1 ELSE 0 END,
+			attempt_generation = lease_generation + 1, attempt_number = attempts + 1, attempt_worker = @worker,
+			attempt_claimed_at = @now, attempt_renewed_at = @now, attempt_finished_at = NULL,
+			attempt_outcome = 'running', attempt_error_code = NULL, attempt_error_class = NULL, attempt_retry_at = NULL
 		FROM picked
 		WHERE run_id = picked_run_id AND ((` + strings.Join(preds, ") OR (") + `))
-		RETURNING run_id AS claimed_run_id, picked_at, operation, lease_generation, attempts AS attempt_number, max_attempts
-	), superseded AS (
-		UPDATE attempts AS a SET outcome = 'expired', finished_at = @now
-		FROM claimed AS c
-		WHERE a.tenant = @tenant AND a.run_id = c.claimed_run_id
-			AND a.generation = c.lease_generation - 1 AND a.outcome = 'running'
-	), opened AS (
-		INSERT INTO attempts (tenant, run_id, generation, number, worker, claimed_at, renewed_at, outcome)
-		SELECT @tenant, claimed_run_id, lease_generation, attempt_number, @worker, @now, @now, 'running' FROM claimed
-	), started AS (
-		UPDATE runs AS r SET state = 'running', version = r.version + 1
-		FROM claimed AS c
-		WHERE r.tenant = @tenant AND r.run_id = c.claimed_run_id AND r.state = 'queued'
+		RETURNING picked.*, operation, lease_generation, attempts AS claimed_attempt, max_attempts
+	), filed AS (
+		INSERT INTO attempts (` + attemptColumns + `)
+		SELECT @tenant, picked_run_id, p_generation, p_number, p_worker, p_claimed_at, p_renewed_at,
+			CASE WHEN p_outcome = 'running' THEN @now ELSE p_finished_at END,
+			CASE WHEN p_outcome = 'running' THEN 'expired' ELSE p_outcome END,
+			p_error_code, p_error_class, p_retry_at
+		FROM claimed WHERE p_generation IS NOT NULL
 	)
-	SELECT c.claimed_run_id, c.operation, c.lease_generation, c.attempt_number, c.max_attempts, r.payload, r.deadline_at
-	FROM claimed AS c JOIN runs AS r ON r.tenant = @tenant AND r.run_id = c.claimed_run_id
-	ORDER BY c.picked_at, c.claimed_run_id`)
+	SELECT c.picked_run_id, c.operation, c.lease_generation, c.claimed_attempt, c.max_attempts, r.payload, r.deadline_at
+	FROM claimed AS c JOIN runs AS r ON r.tenant = @tenant AND r.run_id = c.picked_run_id
+	ORDER BY c.picked_at, c.picked_run_id`)
 	return b.String()
 }
 
 // planEachTime runs a statement with a plan made for its arguments and the
 // tables' current sizes (pgx's unnamed statement), never with a cached
-// generic plan. It is for the statements that take a batch of jobs (the
-// claim, and CompleteBatch's lock and write). pgx prepares statements, and a
-// connection switches a prepared statement to a generic plan after five
-// executions, made with the table sizes of that moment and kept until the
-// next ANALYZE. Made while the tables were small, those plans scanned them:
-// a claim of 20 read 2,338 attempts pages once attempts had 80,000 rows
-// (TestBatchPlansAfterGrowth), and the benchmark saw 12 ms claims. Planning
-// each time costs about 0.3 ms of server CPU per claim (+8-11 % per job for
-// single claims), a few µs per job of a batch. Single-row statements stay
-// prepared, where planning would cost as much as running them; their plans
-// rely on the statistics autovacuum keeps (README, PostgreSQL).
+// generic plan. CompleteBatch's two statements use it: they join a list of
+// jobs to the jobs table, and pgx prepares statements, and a connection
+// switches a prepared statement to a generic plan after five executions,
+// made with the table sizes of that moment and kept until the next
+// ANALYZE. Made while jobs was small, that plan read the whole table for a
+// batch of 20 (3,065 pages once jobs had 80,000 rows:
+// TestBatchPlansAfterGrowth). Planning them costs about 0.15 and 0.26 ms a
+// batch. The claim stays prepared: its branches are range scans of partial
+// indexes that match their predicates and orders exactly, and the same test
+// holds its cached plan to the pages of the jobs it claims after the tables
+// grow. Single-row statements stay prepared too, where planning would cost
+// as much as running them; their plans rely on the statistics autovacuum
+// keeps (README, PostgreSQL).
 const planEachTime = pgx.QueryExecModeCacheDescribe
 
 // claimJobs is the claim statement (see claimStatement).
@@ -164,8 +217,7 @@ var claimJobs = claimStatement(claimDue, claimExpired)
 const (
 	// lockJob takes the job row's lock before an operation on one run reads
 	// its clock: every writer of a run (guarded writes, cancel, claim,
-	// reap, replay of it) holds this lock, so they are serialized, and the
-	// job is always locked before its run.
+	// reap, replay of it) holds this lock, so they are serialized.
 	lockJob = `SELECT ` + jobColumns + ` FROM jobs WHERE tenant = @tenant AND run_id = @run_id FOR NO KEY UPDATE`
 
 	// lockAdmission serializes admissions of one idempotency scope (the key
@@ -178,20 +230,29 @@ const (
 		WHERE tenant = @tenant AND operation = @operation AND idempotency_key = @key`
 	deleteIdempotency = `DELETE FROM idempotency_keys
 		WHERE tenant = @tenant AND operation = @operation AND idempotency_key = @key`
-	// insertRun does nothing when the run id is taken (or, for a replay, the
-	// original was already replayed): zero rows is already_exists. If the
-	// conflicting row is not committed yet, PostgreSQL waits for its
-	// transaction and decides on the outcome, so there is no race window.
-	insertRun = `INSERT INTO runs (tenant, run_id, operation, state, version, last_event_seq, payload, fingerprint,
-		max_attempts, created_at, deadline_at, replay_of, replay_depth)
-		VALUES (@tenant, @run_id, @operation, 'queued', 1, 1, @payload, @fingerprint,
-		@max_attempts, @now, @deadline_at, @replay_of, @replay_depth)
+	// insertRun admits a run: its runs row and its job row (queued, at
+	// generation @generation), and returns the run. It does nothing when the
+	// run id is taken (or, for a replay, the original was already replayed):
+	// zero rows is already_exists. If the conflicting row is not committed
+	// yet, PostgreSQL waits for its transaction and decides on the outcome,
+	// so there is no race window. The job's foreign key is checked at the
+	// end of the statement, when the runs row is there.
+	insertRun = `WITH r AS (
+		INSERT INTO runs (tenant, run_id, operation, payload, fingerprint, max_attempts, created_at, deadline_at,
+			replay_of, replay_depth)
+		VALUES (@tenant, @run_id, @operation, @payload, @fingerprint, @max_attempts, @now, @deadline_at,
+			@replay_of, @replay_depth)
 		ON CONFLICT DO NOTHING
-		RETURNING ` + runColumns
+		RETURNING *
+	), j AS (
+		INSERT INTO jobs (tenant, run_id, operation, state, available_at, lease_generation, attempts, max_attempts,
+			run_state, run_version, run_last_seq)
+		SELECT tenant, run_id, operation, 'queued', @now, @generation, 0, max_attempts, 'queued', 1, 1 FROM r
+		RETURNING *
+	)
+	SELECT ` + runRow + ` FROM r JOIN j ON j.tenant = r.tenant AND j.run_id = r.run_id`
 	insertEvent = `INSERT INTO run_events (tenant, run_id, seq, kind, at, payload)
-		VALUES (@tenant, @run_id, @seq, @kind, @now, @payload)`
-	insertJob = `INSERT INTO jobs (tenant, run_id, operation, state, available_at, lease_generation, attempts, max_attempts)
-		VALUES (@tenant, @run_id, @operation, 'queued', @now, @generation, 0, @max_attempts)`
+		VALUES (@tenant, @run_id, 1, 'run_queued', @now, @payload)`
 	// insertIdempotency cannot conflict while the admission lock is held;
 	// DO NOTHING turns a violation of that reasoning into a typed error
 	// instead of a raw unique violation.
@@ -200,36 +261,30 @@ const (
 		ON CONFLICT DO NOTHING`
 
 	// renewLease extends the lease, never past the run's deadline.
-	renewLease = `UPDATE jobs SET lease_expires_at = @expires_at
+	renewLease = `UPDATE jobs SET lease_expires_at = @expires_at, attempt_renewed_at = @now
 		WHERE ` + leaseGuard + ` AND @expires_at <= (SELECT deadline_at FROM runs
 			WHERE runs.tenant = jobs.tenant AND runs.run_id = jobs.run_id)`
-	touchAttempt = `UPDATE attempts SET renewed_at = @now
-		WHERE tenant = @tenant AND run_id = @run_id AND generation = @generation`
 
-	// finishJob moves a leased job to a terminal state under the lease guard.
+	// finishJob ends a leased job under the lease guard with its run and
+	// its attempt (Complete, Fail, Retry at the budget).
 	finishJob = `UPDATE jobs SET state = @state, lease_owner = NULL, lease_expires_at = NULL,
-		last_error_code = coalesce(@error_code, last_error_code)
+		last_error_code = coalesce(@error_code, last_error_code), ` + runEnds + `, ` + attemptEnds + `
 		WHERE ` + leaseGuard
+	// requeueJob and releaseJob put a leased job back in the queue under the
+	// lease guard and close its attempt.
 	requeueJob = `UPDATE jobs SET state = 'queued', lease_owner = NULL, lease_expires_at = NULL,
-		available_at = @available_at, last_error_code = @error_code
+		available_at = @available_at, last_error_code = @error_code, ` + attemptEnds + `, attempt_retry_at = @available_at
 		WHERE ` + leaseGuard
 	releaseJob = `UPDATE jobs SET state = 'queued', lease_owner = NULL, lease_expires_at = NULL,
-		available_at = @now, attempts = attempts - 1
+		available_at = @now, attempts = attempts - 1, ` + attemptEnds + `
 		WHERE ` + leaseGuard
 	selectGuarded = `SELECT attempts, max_attempts FROM jobs WHERE ` + leaseGuard
 
-	// finishRun terminalizes a run and reserves the next event sequence. The
-	// state predicate makes a second terminal transition impossible.
-	finishRun = `UPDATE runs SET state = @state, version = version + 1, last_event_seq = last_event_seq + 1,
-		error_code = @error_code, result = @result
-		WHERE tenant = @tenant AND run_id = @run_id AND state NOT IN ('completed', 'failed', 'cancelled')
-		RETURNING ` + runColumns
-	finishAttempt = `UPDATE attempts SET outcome = @outcome, finished_at = @now, error_code = @error_code,
-		error_class = @error_class, retry_at = @retry_at
-		WHERE tenant = @tenant AND run_id = @run_id AND generation = @generation AND outcome = 'running'`
-
-	// cancelJob ends any non-terminal job.
-	cancelJob = `UPDATE jobs SET state = 'cancelled', lease_owner = NULL, lease_expires_at = NULL
+	// cancelJob ends any non-terminal job and its run; a leased job's
+	// attempt ends cancelled.
+	cancelJob = `UPDATE jobs SET state = 'cancelled', lease_owner = NULL, lease_expires_at = NULL, ` + runEnds + `,
+		attempt_outcome = CASE WHEN state = 'leased' THEN 'cancelled' ELSE attempt_outcome END,
+		attempt_finished_at = CASE WHEN state = 'leased' THEN @now ELSE attempt_finished_at END
 		WHERE tenant = @tenant AND run_id = @run_id AND state IN ('queued', 'leased')`
 
 	// selectReapable picks and locks the reap victims; like the claim it
@@ -239,7 +294,8 @@ const (
 		ORDER BY lease_expires_at, run_id LIMIT @limit
 		FOR NO KEY UPDATE SKIP LOCKED`
 	// reapJob re-checks the reap predicate for the generation it selected.
-	reapJob = `UPDATE jobs SET state = 'dead', lease_owner = NULL, lease_expires_at = NULL, last_error_code = @error_code
+	reapJob = `UPDATE jobs SET state = 'dead', lease_owner = NULL, lease_expires_at = NULL, last_error_code = @error_code,
+		` + runEnds + `, ` + attemptEnds + `
 		WHERE tenant = @tenant AND run_id = @run_id AND state = 'leased' AND lease_generation = @generation
 		AND lease_expires_at <= @now AND attempts >= max_attempts`
 
@@ -281,16 +337,19 @@ const (
 		WHERE tenant = @tenant AND run_id = @run_id AND step = @step AND effect_key = @key
 		AND state IN ('unknown', 'reserved')`
 
-	selectRun     = `SELECT ` + runColumns + ` FROM runs WHERE tenant = @tenant AND run_id = @run_id`
+	selectRun     = `SELECT ` + runRow + ` FROM ` + runsJoined + ` WHERE r.tenant = @tenant AND r.run_id = @run_id`
 	selectJob     = `SELECT ` + jobColumns + ` FROM jobs WHERE tenant = @tenant AND run_id = @run_id`
 	selectOneEff  = `SELECT ` + effectColumns + ` FROM effects WHERE tenant = @tenant AND run_id = @run_id AND step = @step AND effect_key = @key`
-	listEvents    = `SELECT ` + eventColumns + ` FROM run_events WHERE tenant = @tenant AND run_id = @run_id ORDER BY seq`
-	listAttempts  = `SELECT ` + attemptColumns + ` FROM attempts WHERE tenant = @tenant AND run_id = @run_id ORDER BY generation`
+	listEvents    = `SELECT * FROM (` + eventRows + `) AS e WHERE tenant = @tenant AND run_id = @run_id ORDER BY seq`
 	listEffects   = `SELECT ` + effectColumns + ` FROM effects WHERE tenant = @tenant AND run_id = @run_id ORDER BY step, effect_key`
-	snapRuns      = `SELECT ` + runColumns + ` FROM runs ORDER BY tenant, run_id`
-	snapEvents    = `SELECT ` + eventColumns + ` FROM run_events ORDER BY tenant, run_id, seq`
+	snapRuns      = `SELECT ` + runRow + ` FROM ` + runsJoined + ` ORDER BY r.tenant, r.run_id`
+	snapEvents    = `SELECT * FROM (` + eventRows + `) AS e ORDER BY tenant, run_id, seq`
 	snapJobs      = `SELECT ` + jobColumns + ` FROM jobs ORDER BY tenant, run_id`
-	snapAttempts  = `SELECT ` + attemptColumns + ` FROM attempts ORDER BY tenant, run_id, generation`
 	snapIdempKeys = `SELECT ` + idempotencyColumns + ` FROM idempotency_keys ORDER BY tenant, operation, idempotency_key`
 	snapEffects   = `SELECT ` + effectColumns + ` FROM effects ORDER BY tenant, run_id, step, effect_key`
+)
+
+var (
+	listAttempts = `SELECT * FROM (` + attemptRows + `) AS a WHERE tenant = @tenant AND run_id = @run_id ORDER BY generation`
+	snapAttempts = `SELECT * FROM (` + attemptRows + `) AS a ORDER BY tenant, run_id, generation`
 )

@@ -76,10 +76,36 @@ func testReopenKeepsSchemaAndRows(t *testing.T, f Factory) {
 	mustEqual(t, "run created through the second store", e.getRun("acme", "r2"), res.Run)
 }
 
-// rawRun is a valid runs row inserted past the contract.
-func rawRun(tenant, id string) string {
+// rawRun is a queued run without a job, inserted past the contract.
+func rawRun(l Layout, tenant, id string) string {
+	if l == LayoutJobRow {
+		return fmt.Sprintf(`INSERT INTO runs (tenant, run_id, operation, payload, fingerprint, max_attempts, created_at, deadline_at)
+		VALUES ('%s', '%s', 'work', '{}', 'fp', 3, 0, 10)`, tenant, id)
+	}
 	return fmt.Sprintf(`INSERT INTO runs (tenant, run_id, operation, state, version, last_event_seq, payload, fingerprint, max_attempts, created_at, deadline_at)
 		VALUES ('%s', '%s', 'work', 'queued', 1, 1, '{}', 'fp', 3, 0, 10)`, tenant, id)
+}
+
+// rawRunState inserts a run in the given state (with its job, in
+// LayoutJobRow, where the run's state lives on the job row; a terminal run's
+// terminal event comes with it there).
+func rawRunState(l Layout, id, state string, version, lastSeq, maxAttempts int, created, deadline int64, errorCode, result string) string {
+	if l == LayoutJobRow {
+		jobState, finished, payload := "queued", "NULL", "NULL"
+		switch state {
+		case "completed", "failed", "cancelled":
+			jobState = map[string]string{"completed": "completed", "failed": "dead", "cancelled": "cancelled"}[state]
+			finished, payload = "0", "'{}'"
+		}
+		return fmt.Sprintf(`WITH r AS (INSERT INTO runs (tenant, run_id, operation, payload, fingerprint, max_attempts, created_at, deadline_at)
+			VALUES ('t', '%s', 'work', '{}', 'fp', %d, %d, %d) RETURNING tenant, run_id, max_attempts)
+			INSERT INTO jobs (tenant, run_id, operation, state, available_at, lease_generation, attempts, max_attempts,
+				run_state, run_version, run_last_seq, run_error_code, run_result, run_finished_at, run_event_payload)
+			SELECT tenant, run_id, 'work', '%s', 0, 0, 0, max_attempts, '%s', %d, %d, %s, %s, %s, %s FROM r`,
+			id, maxAttempts, created, deadline, jobState, state, version, lastSeq, errorCode, result, finished, payload)
+	}
+	return fmt.Sprintf(`INSERT INTO runs (tenant, run_id, operation, state, version, last_event_seq, payload, fingerprint, max_attempts, error_code, result, created_at, deadline_at)
+			VALUES ('t', '%s', 'work', '%s', %d, %d, '{}', 'fp', %d, %s, %s, %d, %d)`, id, state, version, lastSeq, maxAttempts, errorCode, result, created, deadline)
 }
 
 func rawEvent(tenant, run string, seq int, kind string, at int64) string {
@@ -87,13 +113,24 @@ func rawEvent(tenant, run string, seq int, kind string, at int64) string {
 		tenant, run, seq, kind, at)
 }
 
-func rawJob(tenant, run, state, owner string, expires any, generation, attempts, maxAttempts int, availableAt int64) string {
+// rawJob inserts the job of a run made by rawRun. In LayoutJobRow the job
+// row also carries its run's state (queued) and, when leased, its running
+// attempt at the lease's generation.
+func rawJob(l Layout, tenant, run, state, owner string, expires any, generation, attempts, maxAttempts int, availableAt int64) string {
 	o := "NULL"
 	if owner != "" {
 		o = "'" + owner + "'"
 	}
-	return fmt.Sprintf(`INSERT INTO jobs (tenant, run_id, operation, state, available_at, lease_owner, lease_expires_at, lease_generation, attempts, max_attempts)
-		VALUES ('%s', '%s', 'work', '%s', %d, %s, %v, %d, %d, %d)`, tenant, run, state, availableAt, o, expires, generation, attempts, maxAttempts)
+	cols, vals := "", ""
+	if l == LayoutJobRow {
+		cols, vals = ", run_state, run_version, run_last_seq", ", 'queued', 1, 1"
+		if state == "leased" {
+			cols += ", attempt_generation, attempt_number, attempt_worker, attempt_claimed_at, attempt_renewed_at, attempt_outcome"
+			vals += fmt.Sprintf(", %d, %d, 'w', 0, 0, 'running'", generation, attempts)
+		}
+	}
+	return fmt.Sprintf(`INSERT INTO jobs (tenant, run_id, operation, state, available_at, lease_owner, lease_expires_at, lease_generation, attempts, max_attempts%s)
+		VALUES ('%s', '%s', 'work', '%s', %d, %s, %v, %d, %d, %d%s)`, cols, tenant, run, state, availableAt, o, expires, generation, attempts, maxAttempts, vals)
 }
 
 func rawIdem(tenant, run, key string, created, expires int64) string {
@@ -137,6 +174,7 @@ func runExecCases(t *testing.T, e *env, cases []execCase) {
 
 func testDatabaseRejectsOrphans(t *testing.T, f Factory) {
 	e := newEnv(t, f)
+	l := e.h.Layout
 	// A contract-made run with a claimed lease, so child rows have real parents.
 	e.newRun("ta", "r1")
 	e.claimOne("ta", "r1", "w", 10_000)
@@ -146,16 +184,17 @@ func testDatabaseRejectsOrphans(t *testing.T, f Factory) {
 		t.Fatalf("snapshot of contract-made rows has orphans or violations: %v", v)
 	}
 	e.rawWrites = true
-	runExecCases(t, e, []execCase{
+	cases := []execCase{
+		// A raw run without a job or events is the parent for the twins below.
+		{"raw run", rawRun(l, "ta", "raw1"), true},
 		// Events: the run must exist for the same tenant.
-		{"event of a missing run", rawEvent("ta", "ghost", 2, "run_completed", 5), false},
-		{"event of another tenant's run", rawEvent("tb", "r1", 2, "run_completed", 5), false},
-		{"event of an existing run", rawEvent("ta", "r1", 2, "run_completed", 5), true},
-		// Jobs: a raw run without a job is the parent for the job twins.
-		{"raw run", rawRun("ta", "raw1"), true},
-		{"job of a missing run", rawJob("ta", "ghost", "queued", "", "NULL", 0, 0, 3, 0), false},
-		{"job of another tenant's run", rawJob("tb", "raw1", "queued", "", "NULL", 0, 0, 3, 0), false},
-		{"job of an existing run", rawJob("ta", "raw1", "queued", "", "NULL", 0, 0, 3, 0), true},
+		{"event of a missing run", rawEvent("ta", "ghost", 1, "run_queued", 5), false},
+		{"event of another tenant's run", rawEvent("tb", "raw1", 1, "run_queued", 5), false},
+		{"event of an existing run", rawEvent("ta", "raw1", 1, "run_queued", 5), true},
+		// Jobs.
+		{"job of a missing run", rawJob(l, "ta", "ghost", "queued", "", "NULL", 0, 0, 3, 0), false},
+		{"job of another tenant's run", rawJob(l, "tb", "raw1", "queued", "", "NULL", 0, 0, 3, 0), false},
+		{"job of an existing run", rawJob(l, "ta", "raw1", "queued", "", "NULL", 0, 0, 3, 0), true},
 		// Idempotency records.
 		{"idempotency record of a missing run", rawIdem("ta", "ghost", "kx", 0, 10), false},
 		{"idempotency record of another tenant's run", rawIdem("tb", "r1", "kx", 0, 10), false},
@@ -164,12 +203,18 @@ func testDatabaseRejectsOrphans(t *testing.T, f Factory) {
 		{"attempt of a missing run", rawAttempt("ta", "ghost", 1, "running", 0, "NULL", "NULL", ""), false},
 		{"attempt of another tenant's run", rawAttempt("tb", "raw1", 1, "running", 0, "NULL", "NULL", ""), false},
 		{"attempt of an existing job", rawAttempt("ta", "raw1", 1, "running", 0, "NULL", "NULL", ""), true},
-		// Effects: the attempt (run, generation) must exist.
+		// Effects: the run's job must exist.
 		{"effect of a missing run", rawEffect("ta", "ghost", "s", "k", "reserved", 1, 0), false},
 		{"effect of another tenant's run", rawEffect("tb", "r1", "s", "k", "reserved", 1, 0), false},
-		{"effect of a generation with no attempt", rawEffect("ta", "r1", "s", "k", "reserved", 2, 0), false},
-		{"effect of an existing attempt", rawEffect("ta", "r1", "s", "k", "reserved", 1, 0), true},
-	})
+	}
+	if l == LayoutTablePerRecord {
+		// Here an effect references its attempt row. (In LayoutJobRow the
+		// attempt it was reserved under may still be on the job row, so an
+		// effect references the job; the lease guard of every effect write
+		// pins the generation.)
+		cases = append(cases, execCase{"effect of a generation with no attempt", rawEffect("ta", "r1", "s", "k", "reserved", 2, 0), false})
+	}
+	runExecCases(t, e, append(cases, execCase{"effect of an existing attempt", rawEffect("ta", "r1", "s", "k", "reserved", 1, 0), true}))
 	// A run with children cannot be deleted out from under them.
 	if err := e.h.Exec(e.ctx, `DELETE FROM runs WHERE tenant = 'ta' AND run_id = 'r1'`); err == nil {
 		t.Errorf("the database deleted a run that still has events, a job and an idempotency record")
@@ -179,10 +224,10 @@ func testDatabaseRejectsOrphans(t *testing.T, f Factory) {
 func testDatabaseRejectsInvalidDomain(t *testing.T, f Factory) {
 	e := newEnv(t, f)
 	e.rawWrites = true
+	l := e.h.Layout
 	long := func(n int) string { return strings.Repeat("k", n) }
 	run := func(id, state string, version, lastSeq, maxAttempts int, created, deadline int64, errorCode, result string) string {
-		return fmt.Sprintf(`INSERT INTO runs (tenant, run_id, operation, state, version, last_event_seq, payload, fingerprint, max_attempts, error_code, result, created_at, deadline_at)
-			VALUES ('t', '%s', 'work', '%s', %d, %d, '{}', 'fp', %d, %s, %s, %d, %d)`, id, state, version, lastSeq, maxAttempts, errorCode, result, created, deadline)
+		return rawRunState(l, id, state, version, lastSeq, maxAttempts, created, deadline, errorCode, result)
 	}
 	runExecCases(t, e, []execCase{
 		{"run: valid", run("ok1", "queued", 1, 1, 3, 0, 10, "NULL", "NULL"), true},
@@ -197,11 +242,10 @@ func testDatabaseRejectsInvalidDomain(t *testing.T, f Factory) {
 		{"run: running with an error code", run("b8", "running", 2, 1, 3, 0, 10, "'boom'", "NULL"), false},
 		{"run: completed with a result", run("ok3", "completed", 2, 2, 3, 0, 10, "NULL", "'{}'"), true},
 		{"run: running with a result", run("b9", "running", 2, 1, 3, 0, 10, "NULL", "'{}'"), false},
-		{"run: empty tenant", `INSERT INTO runs (tenant, run_id, operation, state, version, last_event_seq, payload, fingerprint, max_attempts, created_at, deadline_at)
-			VALUES ('', 'b10', 'work', 'queued', 1, 1, '{}', 'fp', 3, 0, 10)`, false},
-		{"run: 65-byte run id", rawRun("t", long(65)), false},
-		{"run: 64-byte run id", rawRun("t", long(64)), true},
-		{"run: duplicate id", rawRun("t", "ok1"), false},
+		{"run: empty tenant", strings.Replace(rawRun(l, "t", "b10"), "'t'", "''", 1), false},
+		{"run: 65-byte run id", rawRun(l, "t", long(65)), false},
+		{"run: 64-byte run id", rawRun(l, "t", long(64)), true},
+		{"run: duplicate id", rawRun(l, "t", "ok1"), false},
 
 		{"event: valid run_queued", rawEvent("t", "ok1", 1, "run_queued", 0), true},
 		{"event: duplicate seq", rawEvent("t", "ok1", 1, "run_queued", 0), false},
@@ -209,28 +253,69 @@ func testDatabaseRejectsInvalidDomain(t *testing.T, f Factory) {
 		{"event: run_queued not at seq 1", rawEvent("t", "ok1", 2, "run_queued", 0), false},
 		{"event: seq 0", rawEvent("t", "ok1", 0, "run_completed", 0), false},
 		{"event: negative time", rawEvent("t", "ok1", 2, "run_completed", -1), false},
-		{"event: first terminal event", rawEvent("t", "ok1", 2, "run_completed", 0), true},
-		{"event: second terminal event", rawEvent("t", "ok1", 3, "run_failed", 0), false},
-		{"event: oversized payload", fmt.Sprintf(`INSERT INTO run_events (tenant, run_id, seq, kind, at, payload) VALUES ('t', 'ok2', 2, 'run_failed', 0, '%s')`, long(4097)), false},
-		{"event: payload at the limit", fmt.Sprintf(`INSERT INTO run_events (tenant, run_id, seq, kind, at, payload) VALUES ('t', 'ok2', 2, 'run_failed', 0, '%s')`, long(4096)), true},
-
-		{"job parent run a", rawRun("t", "ja"), true},
-		{"job parent run b", rawRun("t", "jb"), true},
-		{"job: unknown state", rawJob("t", "ja", "sleeping", "", "NULL", 0, 0, 3, 0), false},
-		{"job: negative available_at", rawJob("t", "ja", "queued", "", "NULL", 0, 0, 3, -1), false},
-		{"job: negative generation", rawJob("t", "ja", "queued", "", "NULL", -1, 0, 3, 0), false},
-		{"job: negative attempts", rawJob("t", "ja", "queued", "", "NULL", 0, -1, 3, 0), false},
-		{"job: attempts over the budget", rawJob("t", "ja", "queued", "", "NULL", 4, 4, 3, 0), false},
-		{"job: max attempts 0", rawJob("t", "ja", "queued", "", "NULL", 0, 0, 0, 0), false},
-		{"job: queued with an owner", rawJob("t", "ja", "queued", "w", "NULL", 0, 0, 3, 0), false},
-		{"job: queued with an expiry", rawJob("t", "ja", "queued", "", 5, 0, 0, 3, 0), false},
-		{"job: leased without an owner", rawJob("t", "ja", "leased", "", 5, 1, 1, 3, 0), false},
-		{"job: leased without an expiry", rawJob("t", "ja", "leased", "w", "NULL", 1, 1, 3, 0), false},
-		{"job: leased at generation 0", rawJob("t", "ja", "leased", "w", 5, 0, 1, 3, 0), false},
-		{"job: negative expiry", rawJob("t", "ja", "leased", "w", -1, 1, 1, 3, 0), false},
-		{"job: valid leased", rawJob("t", "ja", "leased", "w", 5, 1, 1, 3, 0), true},
-		{"job: valid dead", rawJob("t", "jb", "dead", "", "NULL", 3, 3, 3, 0), true},
-
+	})
+	if l == LayoutTablePerRecord {
+		runExecCases(t, e, []execCase{
+			{"event: first terminal event", rawEvent("t", "ok1", 2, "run_completed", 0), true},
+			{"event: second terminal event", rawEvent("t", "ok1", 3, "run_failed", 0), false},
+			{"event: oversized payload", fmt.Sprintf(`INSERT INTO run_events (tenant, run_id, seq, kind, at, payload) VALUES ('t', 'ok2', 2, 'run_failed', 0, '%s')`, long(4097)), false},
+			{"event: payload at the limit", fmt.Sprintf(`INSERT INTO run_events (tenant, run_id, seq, kind, at, payload) VALUES ('t', 'ok2', 2, 'run_failed', 0, '%s')`, long(4096)), true},
+		})
+	} else {
+		// A run's one terminal event is its job row's run_finished_at and
+		// run_event_payload; run_events holds run_queued only.
+		terminalEvent := func(run, state, finished, payload string) string {
+			return fmt.Sprintf(`UPDATE jobs SET run_state = '%s', run_finished_at = %s, run_event_payload = %s
+				WHERE tenant = 't' AND run_id = '%s'`, state, finished, payload, run)
+		}
+		runExecCases(t, e, []execCase{
+			{"event: a terminal event in run_events", rawEvent("t", "ok1", 2, "run_completed", 0), false},
+			{"event: terminal run without its event", terminalEvent("ok1", "completed", "NULL", "NULL"), false},
+			{"event: event of a run not terminal", terminalEvent("ok1", "queued", "0", "'{}'"), false},
+			{"event: terminal event without a payload", terminalEvent("ok1", "completed", "0", "NULL"), false},
+			{"event: oversized payload", terminalEvent("ok2", "failed", "0", "'"+long(4097)+"'"), false},
+			{"event: payload at the limit", terminalEvent("ok2", "failed", "0", "'"+long(4096)+"'"), true},
+		})
+	}
+	runExecCases(t, e, []execCase{
+		{"job parent run a", rawRun(l, "t", "ja"), true},
+		{"job parent run b", rawRun(l, "t", "jb"), true},
+		{"job: unknown state", rawJob(l, "t", "ja", "sleeping", "", "NULL", 0, 0, 3, 0), false},
+		{"job: negative available_at", rawJob(l, "t", "ja", "queued", "", "NULL", 0, 0, 3, -1), false},
+		{"job: negative generation", rawJob(l, "t", "ja", "queued", "", "NULL", -1, 0, 3, 0), false},
+		{"job: negative attempts", rawJob(l, "t", "ja", "queued", "", "NULL", 0, -1, 3, 0), false},
+		{"job: attempts over the budget", rawJob(l, "t", "ja", "queued", "", "NULL", 4, 4, 3, 0), false},
+		{"job: max attempts 0", rawJob(l, "t", "ja", "queued", "", "NULL", 0, 0, 0, 0), false},
+		{"job: queued with an owner", rawJob(l, "t", "ja", "queued", "w", "NULL", 0, 0, 3, 0), false},
+		{"job: queued with an expiry", rawJob(l, "t", "ja", "queued", "", 5, 0, 0, 3, 0), false},
+		{"job: leased without an owner", rawJob(l, "t", "ja", "leased", "", 5, 1, 1, 3, 0), false},
+		{"job: leased without an expiry", rawJob(l, "t", "ja", "leased", "w", "NULL", 1, 1, 3, 0), false},
+		{"job: leased at generation 0", rawJob(l, "t", "ja", "leased", "w", 5, 0, 1, 3, 0), false},
+		{"job: negative expiry", rawJob(l, "t", "ja", "leased", "w", -1, 1, 1, 3, 0), false},
+		{"job: valid leased", rawJob(l, "t", "ja", "leased", "w", 5, 1, 1, 3, 0), true},
+		{"job: valid dead", rawJob(l, "t", "jb", "dead", "", "NULL", 3, 3, 3, 0), true},
+	})
+	if l == LayoutJobRow {
+		// The latest attempt on the job row: whole or absent, and a leased
+		// job's is its lease's and running.
+		attempt := func(set string) string {
+			return `UPDATE jobs SET ` + set + ` WHERE tenant = 't' AND run_id = 'ja'`
+		}
+		runExecCases(t, e, []execCase{
+			{"job: leased with its attempt finished", attempt(`attempt_outcome = 'completed', attempt_finished_at = 1`), false},
+			{"job: leased with another generation's attempt", attempt(`attempt_generation = 2`), false},
+			{"job: half an attempt", attempt(`attempt_worker = NULL`), false},
+			{"job: attempt finished before it was claimed", attempt(`state = 'queued', lease_owner = NULL, lease_expires_at = NULL,
+				attempt_outcome = 'released', attempt_finished_at = -1`), false},
+			{"job: retried attempt without retry_at", attempt(`state = 'queued', lease_owner = NULL, lease_expires_at = NULL,
+				attempt_outcome = 'retried', attempt_finished_at = 1, attempt_error_class = 'retryable'`), false},
+			{"job: attempt of an unknown error class", attempt(`state = 'queued', lease_owner = NULL, lease_expires_at = NULL,
+				attempt_outcome = 'retried', attempt_finished_at = 1, attempt_retry_at = 9, attempt_error_class = 'transient'`), false},
+			{"job: queued after a retried attempt", attempt(`state = 'queued', lease_owner = NULL, lease_expires_at = NULL,
+				attempt_outcome = 'retried', attempt_finished_at = 1, attempt_retry_at = 9, attempt_error_class = 'retryable'`), true},
+		})
+	}
+	runExecCases(t, e, []execCase{
 		{"idempotency: expiry not after creation", rawIdem("t", "ja", "k1", 10, 10), false},
 		{"idempotency: negative creation", rawIdem("t", "ja", "k1", -1, 10), false},
 		{"idempotency: 256-byte key", rawIdem("t", "ja", long(256), 0, 10), false},

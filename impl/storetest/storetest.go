@@ -14,7 +14,8 @@
 //     writing operation; an error from it must surface as the hook's error
 //     (errors.Is) before commit, and as unknown_outcome after it.
 //   - Handle.Exec runs one plain SQL statement, outside any transaction;
-//     the suite's statements run unchanged on SQLite and PostgreSQL.
+//     the suite's statements run unchanged on SQLite and PostgreSQL, written
+//     for the store's Handle.Layout.
 //   - Handle.Reopen returns a store with its own connections, for races.
 //
 // Each test opens its own stores and, when it ends, checks the invariants of
@@ -43,7 +44,8 @@ type Options struct {
 type Handle struct {
 	Store spec.Store
 	// Exec runs one SQL statement outside the contract. Statements the suite
-	// passes are written to run unchanged on SQLite and PostgreSQL.
+	// passes are written for Layout and run unchanged on SQLite and
+	// PostgreSQL.
 	Exec func(ctx context.Context, query string) error
 	// Reopen opens a second, independent Store (its own connections) on the
 	// same database with the same options, for multi-connection tests.
@@ -51,7 +53,27 @@ type Handle struct {
 	// OpenWith is Reopen with other options: each client of a concurrent
 	// test gets its own clock recorder, random source and hook.
 	OpenWith func(t testing.TB, opts Options) spec.Store
+	// Layout says how the store's tables hold the contract's records, for
+	// the schema tests, which write rows past the contract.
+	Layout Layout
 }
+
+// Layout is how a store's tables hold the contract's records. Both layouts
+// share the tables' names and keys; what differs is where a run's state,
+// its terminal event and its latest attempt are kept.
+type Layout int
+
+const (
+	// LayoutTablePerRecord keeps every record of spec.Snapshot in its own
+	// table: runs (with their state), run_events, jobs, attempts (SQLite).
+	LayoutTablePerRecord Layout = iota
+	// LayoutJobRow keeps a run's state, its terminal event and its latest
+	// attempt in its job row, so that claiming and completing a job write
+	// one row (PostgreSQL, migration 0004): runs holds what admission
+	// fixed, run_events the run_queued events, attempts the earlier
+	// attempts, and effects reference their job.
+	LayoutJobRow
+)
 
 // Factory opens a fresh store for one test and registers its cleanup with t.
 type Factory func(t testing.TB, opts Options) Handle
