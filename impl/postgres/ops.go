@@ -310,7 +310,7 @@ func (s *Store) Fail(ctx context.Context, req spec.FailRequest) (run spec.Run, e
 			return err
 		}
 		run, err = s.finish(t, spec.OpFail, req.Lease, now, terminal{job: spec.JobDead, run: spec.RunFailed,
-			payload: spec.FailedPayload(req.ErrorCode, req.Lease.Generation),
+			payload:   spec.FailedPayload(req.ErrorCode, req.Lease.Generation),
 			errorCode: req.ErrorCode, errorClass: spec.ClassTerminal, outcome: spec.AttemptDead})
 		return err
 	})
