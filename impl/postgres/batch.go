@@ -3,6 +3,7 @@ package postgres
 import (
 	"cmp"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"slices"
@@ -126,7 +127,11 @@ func (s *Store) CompleteBatch(ctx context.Context, reqs []spec.CompleteRequest) 
 		if len(apply.index) == 0 {
 			return nil
 		}
-		rows, err := t.Query(ctx, completeBatchSQL, planEachTime, apply.args(now))
+		a, err := apply.args(now)
+		if err != nil {
+			return err
+		}
+		rows, err := t.Query(ctx, completeBatchSQL, planEachTime, a)
 		if err != nil {
 			return err
 		}
@@ -142,9 +147,10 @@ func (s *Store) CompleteBatch(ctx context.Context, reqs []spec.CompleteRequest) 
 			byKey[jobKey{r.Tenant, r.ID}] = r
 		}
 		for n, i := range apply.index {
-			r, ok := byKey[jobKey{apply.tenants[n], apply.runIDs[n]}]
+			k := apply.keys[n]
+			r, ok := byKey[k]
 			if !ok {
-				return fmt.Errorf("postgres: batch completion did not write run %s/%s although its lease was current under lock", apply.tenants[n], apply.runIDs[n])
+				return fmt.Errorf("postgres: batch completion did not write run %s/%s although its lease was current under lock", k.tenant, k.runID)
 			}
 			outcomes[i].Run = r
 		}
@@ -208,31 +214,35 @@ type withCtid struct {
 
 func (w withCtid) Scan(dest ...any) error { return w.row.Scan(append([]any{w.ctid}, dest...)...) }
 
-// completeSet is the members a batch completes, as the parallel arrays
-// completeBatchSQL unnests; index maps them back to request positions.
+// completeSet is the members a batch completes: their rows' ctids, and
+// per ctid the member's lease, result and event payload (completeBatchSQL's
+// @members); index maps them back to request positions.
 type completeSet struct {
-	index                             []int
-	ctids                             []pgtype.TID
-	tenants, runIDs, owners, payloads []string
-	results                           []string // "" = no result (NULL)
-	generations                       []int64
+	index   []int
+	keys    []jobKey
+	ctids   []pgtype.TID
+	members map[string][]any
 }
 
 func (c *completeSet) add(i int, ref spec.LeaseRef, result string, ctid pgtype.TID) {
 	c.index = append(c.index, i)
+	c.keys = append(c.keys, jobKey{ref.Tenant, ref.RunID})
 	c.ctids = append(c.ctids, ctid)
-	c.tenants = append(c.tenants, ref.Tenant)
-	c.runIDs = append(c.runIDs, ref.RunID)
-	c.owners = append(c.owners, ref.Owner)
-	c.generations = append(c.generations, ref.Generation)
-	c.results = append(c.results, result)
-	c.payloads = append(c.payloads, spec.CompletedPayload(ref.Generation))
+	if c.members == nil {
+		c.members = map[string][]any{}
+	}
+	// The key is the ctid as PostgreSQL writes it (ctid::text).
+	key := fmt.Sprintf("(%d,%d)", ctid.BlockNumber, ctid.OffsetNumber)
+	c.members[key] = []any{ref.Tenant, ref.RunID, ref.Owner, ref.Generation, result, spec.CompletedPayload(ref.Generation)}
 }
 
-func (c *completeSet) args(now int64) args {
-	return args{"ctids": c.ctids, "tenants": c.tenants, "run_ids": c.runIDs, "owners": c.owners, "generations": c.generations,
-		"results": c.results, "payloads": c.payloads, "now": now}.with(terminal{run: spec.RunCompleted,
-		outcome: spec.AttemptCompleted}.args())
+func (c *completeSet) args(now int64) (args, error) {
+	members, err := json.Marshal(c.members)
+	if err != nil {
+		return nil, err
+	}
+	return args{"ctids": c.ctids, "members": string(members), "now": now}.with(terminal{run: spec.RunCompleted,
+		outcome: spec.AttemptCompleted}.args()), nil
 }
 
 // lockJobsSQL locks a batch's job rows. The ORDER BY is applied before the
@@ -243,31 +253,33 @@ const lockJobsSQL = `SELECT ctid, ` + jobColumns + ` FROM jobs
 	ORDER BY tenant, run_id
 	FOR NO KEY UPDATE`
 
-// memberGuard is leaseGuard with each member's lease in place of the one
-// lease's parameters: the same predicate, per member (m_* are the members'
-// columns in completeBatchSQL).
-var memberGuard = strings.NewReplacer("@tenant", "m_tenant", "@run_id", "m_run_id", "@owner", "m_owner",
-	"@generation", "m_generation").Replace(leaseGuard)
+// member is the batch member a job row is, found by the row's ctid in
+// @members: [tenant, run id, owner, generation, result, event payload].
+const member = `(@members::jsonb -> ctid::text)`
 
-// memberRunEnds is runEnds with each member's result and event payload.
-var memberRunEnds = strings.NewReplacer("@result", "nullif(m_result, '')", "@payload", "m_payload").Replace(runEnds)
+// memberGuard is leaseGuard with the member's lease in place of the one
+// lease's parameters: the same predicate, per member.
+var memberGuard = strings.NewReplacer("@tenant", "("+member+" ->> 0)", "@run_id", "("+member+" ->> 1)",
+	"@owner", "("+member+" ->> 2)", "@generation", "("+member+" ->> 3)::bigint").Replace(leaseGuard)
+
+// memberRunEnds is runEnds with the member's result and event payload.
+var memberRunEnds = strings.NewReplacer("@result", "nullif("+member+" ->> 4, '')", "@payload", "("+member+" ->> 5)").Replace(runEnds)
 
 // completeBatchSQL is Complete's write for every member at once: each job
 // row (under memberGuard) with its run, its run_completed event and its
 // attempt, as finishJob writes them. It returns the completed runs.
 //
-// Each member's row is found by the ctid lockJobs returned (a TID scan per
-// member), not by a join the planner costs from the statistics: those say
-// how many jobs were leased at the last ANALYZE, and a queue's states change
-// faster than that. Analyzed while every job was queued, the planner
-// expected one leased job, scanned the table and compared every leased job
-// with every member: 57-79 ms a batch of 200 in the benchmark.
+// The members' rows are found by the ctids lockJobs returned (a TID scan),
+// each member's values by its row's ctid: one table, no join for the
+// planner to order. A join of the members to jobs was ordered from the
+// statistics, which describe the job states of the last ANALYZE, and a
+// queue's states change faster than that: analyzed while every job was
+// queued, the planner expected one leased job, scanned jobs and compared
+// every leased job with every member, 0.4 s for a batch of 1,000 (the
+// benchmark, bench/findings.md §9).
 var completeBatchSQL = returningRun(`UPDATE jobs SET state = 'completed', lease_owner = NULL, lease_expires_at = NULL,
 	` + memberRunEnds + `, ` + attemptEnds + `
-	FROM unnest(@ctids::tid[], @tenants::text[], @run_ids::text[], @owners::text[], @generations::bigint[],
-		@results::text[], @payloads::text[])
-		AS m(m_ctid, m_tenant, m_run_id, m_owner, m_generation, m_result, m_payload)
-	WHERE jobs.ctid = m_ctid AND ` + memberGuard)
+	WHERE ctid = ANY (@ctids::tid[]) AND ` + memberGuard)
 
 // mutantCompleteBatch is the per-member batch (Complete's statements, so
 // MutantCompleteIgnoresGeneration applies to it as to Complete).
