@@ -57,12 +57,13 @@ type Options struct {
 	// here).
 	ClaimBatch int
 	// Producers is the number of goroutines making batch claims (each
-	// claim is one transaction; more than one keeps a claim in flight while
-	// another commits).
+	// claim is one transaction). The default, 1, is River's shape: one
+	// producer per queue.
 	Producers int
 	// CompleteBatch is the most completions one CompleteBatch call carries.
 	CompleteBatch int
 	// Completers is the number of goroutines flushing batched completions.
+	// The default, 1, is River's shape: one batch completer per client.
 	Completers int
 	// Depths are the queue depths of the claim-latency measurement.
 	Depths []int
@@ -112,9 +113,9 @@ func (o Options) Defaults() Options {
 	set(&o.Workers, 100, 100)
 	set(&o.Conns, 16, 16)
 	set(&o.ClaimBatch, 100, 100)
-	set(&o.Producers, 2, 2)
+	set(&o.Producers, 1, 1)
 	set(&o.CompleteBatch, 1000, 1000)
-	set(&o.Completers, 2, 2)
+	set(&o.Completers, 1, 1)
 	set(&o.DepthSamples, 300, 2000)
 	if o.Depths == nil {
 		o.Depths = []int{1_000, 100_000, 1_000_000}
