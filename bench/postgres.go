@@ -51,7 +51,7 @@ func closePG(ctx context.Context, dsn string, s *postgres.Store) {
 const loadQueuedSQL = `WITH clock AS (
 	SELECT floor(extract(epoch FROM clock_timestamp()) * 1000)::bigint AS now
 ), src AS (
-	SELECT 'job-' || lpad(i::text, 10, '0') AS run_id, 'key-' || i AS idem_key, '{"n":' || i || '}' AS payload, now
+	SELECT 'job-' || lpad(i::text, 10, '0') AS run_id, '{"n":' || i || '}' AS payload, now
 	FROM generate_series($2::bigint, $3::bigint) AS i, clock
 ), r AS (
 	INSERT INTO runs (tenant, run_id, operation, payload, fingerprint, max_attempts, created_at, deadline_at)
@@ -70,8 +70,8 @@ const loadQueuedSQL = `WITH clock AS (
 	SELECT tenant, run_id, 'work', 'queued', created_at, 0, 0, 3, 'queued', 1, 1 FROM r
 )
 INSERT INTO idempotency_keys (tenant, operation, idempotency_key, fingerprint, run_id, created_at, expires_at)
-SELECT r.tenant, 'work', src.idem_key, r.fingerprint, r.run_id, r.created_at, r.created_at + 86400000
-FROM r JOIN src USING (run_id)`
+SELECT tenant, 'work', 'key-' || substr(run_id, 5)::bigint, fingerprint, run_id, created_at, created_at + 86400000
+FROM r`
 
 // loadChunk bounds one loader statement, so a 1M load is a few statements
 // whose progress can be seen.

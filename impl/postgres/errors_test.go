@@ -141,7 +141,7 @@ func TestArgsRefuseMissingParameter(t *testing.T) {
 // leaseGuard predicate.
 func TestClaimStatementShowsThePredicate(t *testing.T) {
 	for _, want := range []string{claimDue.pred, claimExpired.pred, "FOR NO KEY UPDATE SKIP LOCKED", "ORDER BY available_at, run_id", "ORDER BY lease_expires_at, run_id"} {
-		if !strings.Contains(claimJobs, want) {
+		if !strings.Contains(claimJobs(1), want) {
 			t.Errorf("the claim statement does not contain %q", want)
 		}
 	}

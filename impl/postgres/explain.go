@@ -32,7 +32,7 @@ func (s *Store) ExplainClaim(ctx context.Context, req spec.ClaimRequest) (string
 		if err != nil {
 			return err
 		}
-		rows, err := tx.Query(ctx, "EXPLAIN (ANALYZE, BUFFERS) "+claimJobs,
+		rows, err := tx.Query(ctx, "EXPLAIN (ANALYZE, BUFFERS) "+claimJobs(req.Limit),
 			args{"tenant": req.Tenant, "worker": req.Worker, "now": now, "expires_at": expiresAt, "limit": req.Limit})
 		if err != nil {
 			return err

@@ -5,7 +5,7 @@ package postgres
 
 // Statements whose plans the plan test checks, exactly as the store runs them.
 var (
-	ClaimSQL       = claimJobs
+	ClaimSQL       = claimJobs // by limit
 	ReapSQL        = selectReapable
 	IdempotencySQL = selectIdempotency
 	PurgeSQL       = purgeIdempotency

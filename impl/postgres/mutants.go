@@ -34,7 +34,7 @@ var Mutants = []string{
 
 // mutantClaimIgnoresExpired is the claim statement without its
 // expired-lease branch: it only takes queued jobs.
-var mutantClaimIgnoresExpired = claimStatement(claimDue)
+var mutantClaimIgnoresExpired = claimStatement("@limit", claimDue)
 
 var (
 	mutantFinishJobIgnoresGeneration = returningRun(`UPDATE jobs SET state = @state, lease_owner = NULL, lease_expires_at = NULL,

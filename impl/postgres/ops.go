@@ -136,7 +136,7 @@ func (s *Store) Claim(ctx context.Context, req spec.ClaimRequest) (leases []spec
 		if err != nil {
 			return err
 		}
-		query := claimJobs
+		query := claimJobs(req.Limit)
 		if activeMutant == MutantClaimIgnoresExpired {
 			query = mutantClaimIgnoresExpired
 		}

@@ -168,11 +168,11 @@ func TestPlansAtDepth(t *testing.T) {
 		// and sorting it.
 		indexRows float64
 	}{
-		{"claim 1", postgres.ClaimSQL, pgx.NamedArgs{"tenant": "acme", "worker": "w2", "now": depthNow, "expires_at": depthNow + 30_000, "limit": 1},
+		{"claim 1", postgres.ClaimSQL(1), pgx.NamedArgs{"tenant": "acme", "worker": "w2", "now": depthNow, "expires_at": depthNow + 30_000, "limit": 1},
 			"jobs_due", 1, 0},
-		{"claim batch of 100", postgres.ClaimSQL, pgx.NamedArgs{"tenant": "acme", "worker": "w2", "now": depthNow, "expires_at": depthNow + 30_000, "limit": 100},
+		{"claim batch of 100", postgres.ClaimSQL(100), pgx.NamedArgs{"tenant": "acme", "worker": "w2", "now": depthNow, "expires_at": depthNow + 30_000, "limit": 100},
 			"jobs_due", 100, 0},
-		{"claim batch of 100 reclaiming expired leases", postgres.ClaimSQL, pgx.NamedArgs{"tenant": "beta", "worker": "w2", "now": depthNow, "expires_at": depthNow + 30_000, "limit": 100},
+		{"claim batch of 100 reclaiming expired leases", postgres.ClaimSQL(100), pgx.NamedArgs{"tenant": "beta", "worker": "w2", "now": depthNow, "expires_at": depthNow + 30_000, "limit": 100},
 			"jobs_expired", 100, 100},
 		{"reap", postgres.ReapSQL, pgx.NamedArgs{"tenant": "acme", "now": depthNow, "limit": 100}, "jobs_reap", 100, 0},
 		{"idempotency lookup", postgres.IdempotencySQL, pgx.NamedArgs{"tenant": "acme", "operation": "work", "key": "key-4242"},

@@ -2,7 +2,9 @@ package postgres
 
 import (
 	"fmt"
+	"strconv"
 	"strings"
+	"sync"
 
 	"github.com/jackc/pgx/v5"
 )
@@ -122,8 +124,8 @@ const attemptEnds = `attempt_outcome = @outcome, attempt_finished_at = @now, att
 // attempt (closed as expired if it was still running: its lease expired)
 // in attempts, and returns the leases in claim order.
 //
-// Each branch takes up to @limit rows in its order with FOR NO KEY UPDATE
-// SKIP LOCKED; "picked" keeps the first @limit of their union by (eligible
+// Each branch takes up to lockLimit (@limit, or its value) rows in its order
+// with FOR NO KEY UPDATE SKIP LOCKED; "picked" keeps the first @limit of their union by (eligible
 // since, run id), which is the first @limit eligible jobs. A branch row cut
 // by that final LIMIT stays locked, unclaimed, until this transaction ends: a
 // concurrent claim skips it meanwhile, which SKIP LOCKED allows anyway.
@@ -141,7 +143,7 @@ const attemptEnds = `attempt_outcome = @outcome, attempt_finished_at = @now, att
 // Data-modifying CTEs all see the statement's snapshot, so the final SELECT
 // reads the run's payload and deadline (which never change) from runs and
 // everything else from "claimed".
-func claimStatement(branches ...claimBranch) string {
+func claimStatement(lockLimit string, branches ...claimBranch) string {
 	picked := make([]string, len(latestAttempt))
 	for i, c := range latestAttempt {
 		picked[i] = c + " AS p_" + strings.TrimPrefix(c, "attempt_")
@@ -155,9 +157,9 @@ func claimStatement(branches ...claimBranch) string {
 		SELECT run_id AS picked_run_id, %s AS picked_at, %s FROM jobs
 		WHERE %s
 		ORDER BY %s, run_id
-		LIMIT @limit
+		LIMIT %s
 		FOR NO KEY UPDATE SKIP LOCKED
-	), `, i, br.at, strings.Join(picked, ", "), br.pred, br.at)
+	), `, i, br.at, strings.Join(picked, ", "), br.pred, br.at, lockLimit)
 	}
 	b.WriteString(`picked AS (
 		SELECT * FROM (`)
@@ -211,8 +213,48 @@ func claimStatement(branches ...claimBranch) string {
 // keeps (README, PostgreSQL).
 const planEachTime = pgx.QueryExecModeCacheDescribe
 
-// claimJobs is the claim statement (see claimStatement).
-var claimJobs = claimStatement(claimDue, claimExpired)
+// indexPlans are the planner settings of the store's connections. Every
+// statement of this store reads and writes rows through an index (or a
+// ctid), so scans of whole tables, bitmap scans and hash or merge joins are
+// turned off: PostgreSQL then takes them only where nothing else would do.
+// Without this, a plan made while a table was small (cached after five
+// executions, kept until the next ANALYZE) or from statistics that describe
+// the job states of the last ANALYZE read whole tables once they grew: a
+// cached claim plan sorted the due jobs found by a bitmap scan and joined
+// the picked rows to a scan of jobs by hash, 2,810 pages for 20 jobs
+// (TestBatchPlansAfterGrowth). JIT is off too: a plan that must scan a
+// table (Snapshot) carries the penalty of a disabled scan in its cost, which
+// then passes jit_above_cost, and compiling took 100 ms a statement.
+var indexPlans = map[string]string{
+	"enable_seqscan": "off", "enable_bitmapscan": "off", "enable_hashjoin": "off", "enable_mergejoin": "off",
+	"jit": "off",
+}
+
+// claimStatements caches the claim statement (claimStatement) by limit for
+// limits up to cachedClaimLimit: there the branch limit is a constant, the
+// claim's @limit itself. A constant limit is what lets PostgreSQL cache the
+// claim's plan: with LIMIT @limit a generic plan must assume a tenth of the
+// table, so it chose to plan every claim again, 0.36 ms a claim and about a
+// tenth of the server's time in the benchmark (bench/findings.md §9).
+// Larger claims, rarer, run the statement with LIMIT @limit, planned each
+// time. Each limit used is one prepared statement per connection.
+var (
+	claimStatements  sync.Map // int -> string
+	claimWithParam   = claimStatement("@limit", claimDue, claimExpired)
+	cachedClaimLimit = 128
+)
+
+// claimJobs returns the claim statement for a claim of limit jobs.
+func claimJobs(limit int) string {
+	if limit > cachedClaimLimit {
+		return claimWithParam
+	}
+	if q, ok := claimStatements.Load(limit); ok {
+		return q.(string)
+	}
+	q, _ := claimStatements.LoadOrStore(limit, claimStatement(strconv.Itoa(limit), claimDue, claimExpired))
+	return q.(string)
+}
 
 const (
 	// lockJob takes the job row's lock before an operation on one run reads

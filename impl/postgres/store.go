@@ -128,7 +128,8 @@ type Options struct {
 	// RuntimeParams are extra session settings for every connection, for
 	// example {"lock_timeout": "5s", "statement_timeout": "30s"}. A
 	// statement stopped by one of them is CodeUnavailable. search_path and
-	// application_name are always the store's (Schema, ApplicationName).
+	// application_name are always the store's (Schema, ApplicationName);
+	// these settings override the planner settings of indexPlans.
 	RuntimeParams map[string]string
 	// ResolveTimeout bounds how long the store spends finding out whether a
 	// transaction whose COMMIT answer was lost committed. Default 5s.
@@ -202,6 +203,9 @@ func Open(ctx context.Context, dsn string, opts Options) (*Store, error) {
 		pc.MaxConnIdleTime = opts.MaxConnIdleTime
 	}
 	params := pc.ConnConfig.RuntimeParams
+	for k, v := range indexPlans {
+		params[k] = v
+	}
 	for k, v := range opts.RuntimeParams {
 		params[k] = v
 	}
@@ -232,7 +236,9 @@ func (s *Store) Close() error {
 
 // Pool exposes the connection pool (every connection's search_path is the
 // store's schema) for tests that must reach past the contract: constraint
-// checks, plans, fault injection. Do not write through it.
+// checks, plans, fault injection. Do not write through it. Its connections
+// plan with indexPlans: a query of your own that needs a hash join or a
+// scan of a whole table should SET LOCAL them back on.
 func (s *Store) Pool() *pgxpool.Pool { return s.pool }
 
 // Schema returns the schema holding the store's tables.
