@@ -198,19 +198,14 @@ func claimStatement(lockLimit string, branches ...claimBranch) string {
 
 // planEachTime runs a statement with a plan made for its arguments and the
 // tables' current sizes (pgx's unnamed statement), never with a cached
-// generic plan. CompleteBatch's two statements use it: they join a list of
-// jobs to the jobs table, and pgx prepares statements, and a connection
-// switches a prepared statement to a generic plan after five executions,
-// made with the table sizes of that moment and kept until the next
-// ANALYZE. Made while jobs was small, that plan read the whole table for a
-// batch of 20 (3,065 pages once jobs had 80,000 rows:
-// TestBatchPlansAfterGrowth). Planning them costs about 0.15 and 0.26 ms a
-// batch. The claim stays prepared: its branches are range scans of partial
-// indexes that match their predicates and orders exactly, and the same test
-// holds its cached plan to the pages of the jobs it claims after the tables
-// grow. Single-row statements stay prepared too, where planning would cost
-// as much as running them; their plans rely on the statistics autovacuum
-// keeps (README, PostgreSQL).
+// generic plan. CompleteBatch's two statements use it: the lock joins a list
+// of jobs to the jobs table in (tenant, run id) order, and a generic plan of
+// it made while jobs was small read the whole table for a batch of 20, even
+// with indexPlans (a full scan of the primary key gives that order: 1,629
+// pages once jobs had 80,000 rows, TestBatchPlansAfterGrowth). Planning
+// them costs about 0.15 and 0.26 ms a batch. Every other statement is
+// prepared and cached: the claim (see claimStatements) and the single-row
+// statements, whose plans indexPlans keeps on their indexes.
 const planEachTime = pgx.QueryExecModeCacheDescribe
 
 // indexPlans are the planner settings of the store's connections. Every
