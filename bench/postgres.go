@@ -80,11 +80,8 @@ const loadChunk = 250_000
 // loadQueued bulk-loads jobs [from, to] of tenant into the store's schema
 // and then VACUUM ANALYZEs the tables it loaded, as autovacuum would have
 // done on tables of that size. Not attempts: it is still empty, and
-// autovacuum never analyzes an empty table. Analyzed empty on a server with
-// autovacuum off (this one), every prepared statement on attempts cached a
-// plan that scanned the table as it grew: the attempt update of Complete
-// took 3.3 ms a call in the "batch claim, Complete per job" drain, 0.2 ms
-// without that ANALYZE (bench/findings.md §8).
+// autovacuum never analyzes an empty table (analyzing it empty once made
+// cached plans scan it as it grew, bench/findings.md §8).
 func loadQueued(ctx context.Context, pool *pgxpool.Pool, from, to int64) error {
 	for lo := from; lo <= to; lo += loadChunk {
 		hi := min(lo+loadChunk-1, to)

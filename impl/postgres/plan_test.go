@@ -285,19 +285,19 @@ func printPlan(b *strings.Builder, n planNode, depth int) {
 }
 
 // TestBatchPlansAfterGrowth: the claim (first claims and reclaims) and
-// CompleteBatch stay lookups of the attempts they touch after the attempts
-// table has grown far past the size it had when their plans were made. pgx
-// prepares statements, and from its sixth execution on a connection a
-// prepared statement may run a generic plan made with the tables' sizes at
-// that moment and keep it until the next ANALYZE. Made while attempts was
-// nearly empty, that plan read the superseded attempts by a bitmap scan of
-// the whole tenant, and the completed ones by a sequential scan: every claim
-// and every batch then read every attempt row (found by the benchmark: 12 ms
-// a claim at 40,000 attempts). Here the store's one connection claims,
-// completes and reclaims a batch six times; another connection then adds
-// finished runs' attempts, and each later call must read a number of pages
-// of each table bounded by its batch, not by the table. (Single-row
-// statements stay prepared and rely on ANALYZE: see README, PostgreSQL.)
+// CompleteBatch stay lookups of the rows they touch after the tables have
+// grown far past the sizes they had when the plans were made. pgx prepares
+// statements, and from its sixth execution on a connection a prepared
+// statement may run a generic plan made with the tables' sizes at that
+// moment and keep it until the next ANALYZE. Made on small tables, such
+// plans scanned them: superseded attempts by a bitmap scan of the tenant
+// (12 ms a claim at 40,000 attempts in the benchmark), a batch's jobs by a
+// scan of jobs, the claim's due jobs by a bitmap scan and a sort. Here the
+// store's one connection claims, completes and reclaims a batch six times
+// on small tables; another connection then adds queued and finished jobs
+// and finished attempts, and each later call must read a number of pages of
+// each table bounded by its batch, not by the table. The claim must have run
+// a cached (generic) plan, or the test would not cover one.
 func TestBatchPlansAfterGrowth(t *testing.T) {
 	const (
 		batch  = 20

@@ -125,10 +125,11 @@ const attemptEnds = `attempt_outcome = @outcome, attempt_finished_at = @now, att
 // in attempts, and returns the leases in claim order.
 //
 // Each branch takes up to lockLimit (@limit, or its value) rows in its order
-// with FOR NO KEY UPDATE SKIP LOCKED; "picked" keeps the first @limit of their union by (eligible
-// since, run id), which is the first @limit eligible jobs. A branch row cut
-// by that final LIMIT stays locked, unclaimed, until this transaction ends: a
-// concurrent claim skips it meanwhile, which SKIP LOCKED allows anyway.
+// with FOR NO KEY UPDATE SKIP LOCKED; "picked" keeps the first @limit of
+// their union by (eligible since, run id), which is the first @limit
+// eligible jobs. A branch row cut by that final LIMIT stays locked,
+// unclaimed, until this transaction ends: a concurrent claim skips it
+// meanwhile, which SKIP LOCKED allows anyway.
 //
 // Locking: FOR NO KEY UPDATE is the row lock an UPDATE that keeps the key
 // takes anyway, so the pick and the update agree on the lock and FK checks
@@ -234,10 +235,12 @@ var indexPlans = map[string]string{
 // Larger claims, rarer, run the statement with LIMIT @limit, planned each
 // time. Each limit used is one prepared statement per connection.
 var (
-	claimStatements  sync.Map // int -> string
-	claimWithParam   = claimStatement("@limit", claimDue, claimExpired)
-	cachedClaimLimit = 128
+	claimStatements sync.Map // int -> string
+	claimWithParam  = claimStatement("@limit", claimDue, claimExpired)
 )
+
+// cachedClaimLimit is the largest limit with a statement of its own.
+const cachedClaimLimit = 128
 
 // claimJobs returns the claim statement for a claim of limit jobs.
 func claimJobs(limit int) string {
