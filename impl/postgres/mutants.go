@@ -1,6 +1,8 @@
 package postgres
 
 import (
+	"strings"
+
 	"github.com/leasehold/leasehold/spec"
 )
 
@@ -36,14 +38,17 @@ var Mutants = []string{
 // expired-lease branch: it only takes queued jobs.
 var mutantClaimIgnoresExpired = claimStatement("@limit", claimDue)
 
+// The mutants' statements are the store's own with one part changed, so
+// that they cannot drift from what they break. (If a replacement stopped
+// matching, the mutant would be the real statement and the mutant suites,
+// which must catch every mutant, would fail.)
 var (
-	mutantFinishJobIgnoresGeneration = returningRun(`UPDATE jobs SET state = @state, lease_owner = NULL, lease_expires_at = NULL,
-		last_error_code = coalesce(@error_code, last_error_code), ` + runEnds + `, ` + attemptEnds + `
-		WHERE tenant = @tenant AND run_id = @run_id AND state = 'leased'`)
-	mutantRequeueResetsGeneration = `UPDATE jobs SET state = 'queued', lease_owner = NULL, lease_expires_at = NULL,
-		available_at = @available_at, last_error_code = @error_code, ` + attemptEnds + `, attempt_retry_at = @available_at,
-		lease_generation = 0
-		WHERE ` + leaseGuard
+	// finishJob guarded by state only.
+	mutantFinishJobIgnoresGeneration = returningRun(strings.Replace(finishJob, leaseGuard,
+		`tenant = @tenant AND run_id = @run_id AND state = 'leased'`, 1))
+	// requeueJob that also sets the generation back to 0.
+	mutantRequeueResetsGeneration = strings.Replace(requeueJob, "attempt_retry_at = @available_at",
+		"attempt_retry_at = @available_at, lease_generation = 0", 1)
 )
 
 // mutantFinishJobOnlySQL is the first half of a non-atomic
