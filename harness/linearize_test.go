@@ -27,6 +27,9 @@ func TestLinearizablePostgres(t *testing.T) {
 // linOps is the size of each history's concurrent phase.
 const linOps = 2500
 
+// linRaces are the races every linearizability run must contain.
+var linRaces = []Race{RaceStaleWriteRefused, RaceLeaseReclaimed, RaceCancelVsFinish, RaceUnknownOutcome}
+
 // runLinearizable records concurrent histories against the store and judges
 // each: two histories in a plain go test (one split by tenant, one with
 // idempotency purges, checked whole), more until LEASEHOLD_BUDGET is spent
@@ -42,7 +45,7 @@ func runLinearizable(t *testing.T, store string, f storetest.Factory) {
 	}
 	budget := Budget(t, 0)
 	start := time.Now()
-	var total Races
+	total := Races{}
 	var ops, histories, violations int64
 	for i := 0; ; i++ {
 		// Every odd seed adds purges and so must be checked whole, which costs
@@ -63,23 +66,18 @@ func runLinearizable(t *testing.T, store string, f storetest.Factory) {
 		histories++
 		ops += int64(entries)
 		violations += int64(v.Violations())
-		total.StaleRefused += v.Races.StaleRefused
-		total.ExpiredReclaimed += v.Races.ExpiredReclaimed
-		total.CancelVsFinish += v.Races.CancelVsFinish
-		total.UnknownOutcomes += v.Races.UnknownOutcomes
-		total.Rollbacks += v.Races.Rollbacks
+		total.Add(v.Races)
 		if (budget == 0 && i >= 1) || os.Getenv("LEASEHOLD_SEED") != "" && i >= 1 || budget > 0 && time.Since(start)*time.Duration(i+2) > budget*time.Duration(i+1) {
 			break
 		}
 	}
-	t.Logf("%d histories, %d operations, first seed %d, races %+v, %s", histories, ops, seed, total, time.Since(start).Round(time.Millisecond))
+	t.Logf("%d histories, %d operations, first seed %d, races %s, %s", histories, ops, seed, total, time.Since(start).Round(time.Millisecond))
 	ReportMetrics(t, Metrics{Check: "linearizability", Store: store, Operations: ops, Histories: histories, Violations: violations,
 		Seed: strconv.FormatUint(seed, 10), Replay: replayLin(t, seed)})
 	// Vacuity: a run where the named races never happened proved nothing.
-	for name, n := range map[string]int{"stale write refused": total.StaleRefused, "lease expired and reclaimed": total.ExpiredReclaimed,
-		"cancel raced a completion": total.CancelVsFinish, "unknown outcome": total.UnknownOutcomes} {
-		if n == 0 {
-			t.Errorf("vacuous run: no %q happened in %d histories (seed %d)", name, histories, seed)
+	for _, race := range linRaces {
+		if total[race] == 0 {
+			t.Errorf("vacuous run: no %s (%s) happened in %d histories (seed %d)", race, race.Meaning(), histories, seed)
 		}
 	}
 }
@@ -96,8 +94,9 @@ func checkOne(t *testing.T, store string, w Workload) (Verdict, int) {
 		t.Fatalf("seed %d: recording the history: %v", w.Seed, err)
 	}
 	m := model.Model{Config: w.Config}
-	v := Judge(m, h, !w.Purge, 2*time.Minute)
-	t.Logf("seed %d: %d operations, %s in %s (partitioned %v), races %+v", w.Seed, len(h.Entries), v.Linearizable,
+	j := Judgement{Partition: !w.Purge, Timeout: 2 * time.Minute, Drained: true}
+	v := Judge(m, h, j)
+	t.Logf("seed %d: %d operations, %s in %s (partitioned %v), races %s", w.Seed, len(h.Entries), v.Linearizable,
 		v.CheckTime.Round(time.Millisecond), !w.Purge, v.Races)
 	if v.Violations() == 0 {
 		return v, len(h.Entries)
@@ -110,7 +109,7 @@ func checkOne(t *testing.T, store string, w Workload) (Verdict, int) {
 	}
 	dir := reportDir(t, fmt.Sprintf("lin/%s-%s-seed%d", t.Name(), store, w.Seed))
 	replay := replayLin(t, w.Seed)
-	if err := WriteReport(dir, m, h, v, store, w.Seed, w.Config, replay); err != nil {
+	if err := WriteReport(dir, m, h, v, j, store, w.Seed, w.Config, replay); err != nil {
 		t.Errorf("writing the report: %v", err)
 	}
 	why := string(v.Linearizable)

@@ -107,7 +107,7 @@ func TestMutantsLinearizability(t *testing.T) {
 					t.Logf("mutant %s caught by the workload on seed %d: %v", name, seed, err)
 					return
 				}
-				v := Judge(model.Model{Config: w.Config}, h, true, time.Minute)
+				v := Judge(model.Model{Config: w.Config}, h, Judgement{Partition: true, Timeout: time.Minute, Drained: true})
 				scope.close()
 				if v.Violations() > 0 {
 					t.Logf("mutant %s caught on seed %d after %d operations: linearizability %s, accounting %q",

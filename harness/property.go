@@ -258,58 +258,58 @@ func (m *machine) baseActions() map[string]func(*rapid.T) {
 				MaxAttempts:    sometimesBad(t, "max_attempts", rapid.IntRange(0, 3), -1, 4),
 				TimeoutMs:      sometimesBad(t, "timeout_ms", rapid.SampledFrom([]int64{0, 0, 30, 400}), -1, 401),
 			}
-			m.do(t, model.Op{Kind: spec.OpCreateRun, Req: req})
+			m.do(t, model.Op{Req: req})
 		},
 		"claim": func(t *rapid.T) {
-			m.do(t, model.Op{Kind: spec.OpClaim, Req: spec.ClaimRequest{
+			m.do(t, model.Op{Req: spec.ClaimRequest{
 				Tenant: m.tenant(t), Worker: invalid(t, "worker", workers, ""),
 				LeaseMs: sometimesBad(t, "lease_ms", rapid.SampledFrom([]int64{25, 60, 10, 1}), 0, 61),
 				Limit:   sometimesBad(t, "limit", rapid.IntRange(1, 3), 0, spec.MaxBatch+1),
 			}})
 		},
 		"renew": func(t *rapid.T) {
-			m.do(t, model.Op{Kind: spec.OpRenew, Req: spec.RenewRequest{Lease: m.lease(t), LeaseMs: sometimesBad(t, "lease_ms", rapid.SampledFrom([]int64{25, 60, 10, 1}), 0, 61)}})
+			m.do(t, model.Op{Req: spec.RenewRequest{Lease: m.lease(t), LeaseMs: sometimesBad(t, "lease_ms", rapid.SampledFrom([]int64{25, 60, 10, 1}), 0, 61)}})
 		},
 		"complete": func(t *rapid.T) {
 			result := invalid(t, "result", []string{"", `{"ok":true}`}, `{"x":1,"x":2}`)
-			m.do(t, model.Op{Kind: spec.OpComplete, Req: spec.CompleteRequest{Lease: m.lease(t), Result: []byte(result)}})
+			m.do(t, model.Op{Req: spec.CompleteRequest{Lease: m.lease(t), Result: []byte(result)}})
 		},
 		"retry": func(t *rapid.T) {
-			m.do(t, model.Op{Kind: spec.OpRetry, Jitter: rapid.Int64Range(0, m.cfg.Backoff.JitterMs).Draw(t, "jitter"),
+			m.do(t, model.Op{Jitter: rapid.Int64Range(0, m.cfg.Backoff.JitterMs).Draw(t, "jitter"),
 				Req: spec.RetryRequest{Lease: m.lease(t), ErrorCode: invalid(t, "code", codes, "Bad"),
 					RetryAfterMs: sometimesBad(t, "retry_after_ms", rapid.SampledFrom([]int64{0, 0, 10, 40}), -1)}})
 		},
 		"fail": func(t *rapid.T) {
-			m.do(t, model.Op{Kind: spec.OpFail, Req: spec.FailRequest{Lease: m.lease(t), ErrorCode: invalid(t, "code", codes, "")}})
+			m.do(t, model.Op{Req: spec.FailRequest{Lease: m.lease(t), ErrorCode: invalid(t, "code", codes, "")}})
 		},
 		"cancel": func(t *rapid.T) {
 			tenant := m.tenant(t)
-			m.do(t, model.Op{Kind: spec.OpCancel, Req: spec.CancelRequest{Tenant: tenant, RunID: m.runID(t, tenant),
+			m.do(t, model.Op{Req: spec.CancelRequest{Tenant: tenant, RunID: m.runID(t, tenant),
 				Reason: invalid(t, "reason", []string{"", "user_request"}, "Nope")}})
 		},
 		"release": func(t *rapid.T) {
-			m.do(t, model.Op{Kind: spec.OpRelease, Req: spec.ReleaseRequest{Lease: m.lease(t)}})
+			m.do(t, model.Op{Req: spec.ReleaseRequest{Lease: m.lease(t)}})
 		},
 		"reap": func(t *rapid.T) {
-			m.do(t, model.Op{Kind: spec.OpReap, Req: spec.ReapRequest{Tenant: m.tenant(t), Limit: sometimesBad(t, "limit", rapid.IntRange(1, 3), 0)}})
+			m.do(t, model.Op{Req: spec.ReapRequest{Tenant: m.tenant(t), Limit: sometimesBad(t, "limit", rapid.IntRange(1, 3), 0)}})
 		},
 		"purge": func(t *rapid.T) {
-			m.do(t, model.Op{Kind: spec.OpPurge, Req: spec.PurgeRequest{Limit: sometimesBad(t, "limit", rapid.IntRange(1, 3), 0)}})
+			m.do(t, model.Op{Req: spec.PurgeRequest{Limit: sometimesBad(t, "limit", rapid.IntRange(1, 3), 0)}})
 		},
 		"replay": func(t *rapid.T) {
 			tenant := m.tenant(t)
-			m.do(t, model.Op{Kind: spec.OpReplay, Req: spec.ReplayRequest{Tenant: tenant, RunID: m.runID(t, tenant),
+			m.do(t, model.Op{Req: spec.ReplayRequest{Tenant: tenant, RunID: m.runID(t, tenant),
 				NewRunID: m.newRunID(t, tenant), Actor: invalid(t, "actor", []string{"ops@example.com"}, "")}})
 		},
 		"reserve_effect": func(t *rapid.T) {
-			m.do(t, model.Op{Kind: spec.OpReserveEffect, Req: spec.ReserveEffectRequest{Lease: m.lease(t),
+			m.do(t, model.Op{Req: spec.ReserveEffectRequest{Lease: m.lease(t),
 				Step: rapid.SampledFrom(steps).Draw(t, "step"), Key: rapid.SampledFrom(effKeys).Draw(t, "effect_key")}})
 		},
 		"record_effect": func(t *rapid.T) {
-			m.do(t, model.Op{Kind: spec.OpRecordEffect, Req: m.recordRequest(t, []spec.EffectState{spec.EffectSucceeded, spec.EffectFailed, spec.EffectUnknown})})
+			m.do(t, model.Op{Req: m.recordRequest(t, []spec.EffectState{spec.EffectSucceeded, spec.EffectFailed, spec.EffectUnknown})})
 		},
 		"reconcile_effect": func(t *rapid.T) {
-			m.do(t, model.Op{Kind: spec.OpReconcileEffect, Req: m.recordRequest(t, []spec.EffectState{spec.EffectSucceeded, spec.EffectFailed})})
+			m.do(t, model.Op{Req: spec.ReconcileEffectRequest(m.recordRequest(t, []spec.EffectState{spec.EffectSucceeded, spec.EffectFailed}))})
 		},
 		"advance_clock": func(t *rapid.T) {
 			if _, err := m.clk.Advance(rapid.SampledFrom([]int64{5, 12, 30, 61, 1}).Draw(t, "advance_ms")); err != nil {
@@ -338,17 +338,17 @@ func (m *machine) do(t *rapid.T, op model.Op) {
 	}
 	got, unexpected := Execute(context.Background(), m.store, op)
 	if unexpected != nil {
-		m.fail(t, "step %d: %s at %d: %v", m.steps, op.Kind, op.Now, unexpected)
+		m.fail(t, "step %d: %s at %d: %v", m.steps, op.Kind(), op.Now, unexpected)
 	}
 	next, want := m.model.Step(m.state, op)
 	if !want.Equal(got) {
-		m.fail(t, "step %d: %s at %d with %+v\n store returned %s\n model expects %s", m.steps, op.Kind, op.Now, op.Req, describe(got), describe(want))
+		m.fail(t, "step %d: %s at %d with %+v\n store returned %s\n model expects %s", m.steps, op.Kind(), op.Now, op.Req, describe(got), describe(want))
 	}
 	if err := m.model.CheckStep(m.state, op, next); err != nil {
-		m.fail(t, "step %d: %s at %d broke a transition invariant: %v", m.steps, op.Kind, op.Now, err)
+		m.fail(t, "step %d: %s at %d broke a transition invariant: %v", m.steps, op.Kind(), op.Now, err)
 	}
-	t.Logf("step %d: %s at %d -> %s", m.steps, op.Kind, op.Now, describe(got))
-	m.property.Counters.count(op.Kind, got)
+	t.Logf("step %d: %s at %d -> %s", m.steps, op.Kind(), op.Now, describe(got))
+	m.property.Counters.count(op.Kind(), got)
 	m.state = next
 	if got.Err != nil {
 		m.property.Counters.Refused++
@@ -379,10 +379,11 @@ func (m *machine) remember(r spec.Run) {
 // staleGeneration reports a guarded write presented with a generation older
 // than the job's current one (for the vacuity counters).
 func (m *machine) staleGeneration(op model.Op) bool {
-	ref, guarded := leaseOf(op)
-	if !guarded {
+	leases := op.Req.Leases()
+	if len(leases) != 1 {
 		return false
 	}
+	ref := leases[0]
 	newest := int64(0)
 	for _, l := range m.leases {
 		if l.Tenant == ref.Tenant && l.RunID == ref.RunID && l.Generation > newest {

@@ -1,8 +1,11 @@
 package harness
 
 import (
+	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
 	"strings"
@@ -14,16 +17,19 @@ import (
 )
 
 // HistoryFile is a recorded history as JSON: enough to check it again, with
-// `leasehold lincheck FILE`, without the store that produced it.
+// `leasehold lincheck FILE`, without the store that produced it. Requests and
+// results are in their spec JSON form, decoded by the operation table.
 type HistoryFile struct {
 	Store       string         `json:"store"`
 	Seed        uint64         `json:"seed"`
 	Partitioned bool           `json:"partitioned"`
+	Drained     bool           `json:"drained"`
 	Config      spec.Config    `json:"config"`
 	Replay      string         `json:"replay"`
 	Applied     map[string]int `json:"provider_applied"`
 	Entries     []entryJSON    `json:"entries"`
 	Notes       []Note         `json:"notes"`
+	Holds       []Hold         `json:"holds,omitempty"`
 }
 
 type entryJSON struct {
@@ -41,20 +47,20 @@ type entryJSON struct {
 }
 
 // EncodeHistory renders h as a HistoryFile.
-func EncodeHistory(h *History, store string, seed uint64, partitioned bool, cfg spec.Config, replay string) ([]byte, error) {
-	f := HistoryFile{Store: store, Seed: seed, Partitioned: partitioned, Config: cfg, Replay: replay, Notes: h.Notes}
-	h.Provider.mu.Lock()
-	f.Applied = map[string]int{}
-	for k, n := range h.Provider.applied {
-		f.Applied[k] = n
+func EncodeHistory(h *History, store string, seed uint64, j Judgement, cfg spec.Config, replay string) ([]byte, error) {
+	f := HistoryFile{Store: store, Seed: seed, Partitioned: j.Partition, Drained: j.Drained, Config: cfg, Replay: replay,
+		Notes: h.Notes, Holds: h.Holds, Applied: map[string]int{}}
+	if h.Provider != nil {
+		h.Provider.mu.Lock()
+		maps.Copy(f.Applied, h.Provider.applied)
+		h.Provider.mu.Unlock()
 	}
-	h.Provider.mu.Unlock()
 	for _, e := range h.Entries {
 		req, err := json.Marshal(e.Op.Req)
 		if err != nil {
 			return nil, err
 		}
-		j := entryJSON{Client: e.Client, Actor: e.Actor, Kind: e.Op.Kind, Now: e.Op.Now, Jitter: e.Op.Jitter, Req: req,
+		j := entryJSON{Client: e.Client, Actor: e.Actor, Kind: e.Op.Kind(), Now: e.Op.Now, Jitter: e.Op.Jitter, Req: req,
 			Unknown: e.Out.Unknown, Err: e.Out.Result.Err, Call: e.Call, Return: e.Return}
 		if e.Out.Result.Value != nil {
 			if j.Value, err = json.Marshal(e.Out.Result.Value); err != nil {
@@ -66,136 +72,66 @@ func EncodeHistory(h *History, store string, seed uint64, partitioned bool, cfg 
 	return json.MarshalIndent(f, "", " ")
 }
 
-// DecodeHistory parses a HistoryFile back into a History.
+// DecodeHistory parses a HistoryFile back into a History. Decoding is
+// strict: an unknown field, an unknown operation, an entry without its
+// request or with both a value and an error, and a history with no entries
+// are errors, never an empty history that would check as linearizable.
 func DecodeHistory(data []byte) (*History, HistoryFile, error) {
 	var f HistoryFile
-	if err := json.Unmarshal(data, &f); err != nil {
-		return nil, f, err
+	dec := json.NewDecoder(bytes.NewReader(data))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&f); err != nil {
+		return nil, f, fmt.Errorf("not a history file: %w", err)
 	}
-	h := &History{Notes: f.Notes, Provider: NewProvider()}
-	for k, n := range f.Applied {
-		h.Provider.applied[k] = n
+	if len(f.Entries) == 0 {
+		return nil, f, errors.New("the history has no entries: there is nothing to check")
 	}
+	if err := f.Config.Validate(); err != nil {
+		return nil, f, fmt.Errorf("the history's config: %w", err)
+	}
+	h := &History{Notes: f.Notes, Holds: f.Holds, Provider: NewProvider()}
+	maps.Copy(h.Provider.applied, f.Applied)
 	for i, j := range f.Entries {
-		req, value, err := typesFor(j.Kind)
-		if err != nil {
-			return nil, f, fmt.Errorf("entry %d: %w", i, err)
+		o, known := spec.Lookup(j.Kind)
+		if !known {
+			return nil, f, fmt.Errorf("entry %d: unknown operation %q", i, j.Kind)
 		}
-		if err := json.Unmarshal(j.Req, req); err != nil {
+		if len(j.Req) == 0 {
+			return nil, f, fmt.Errorf("entry %d (%s): no request", i, j.Kind)
+		}
+		req, err := o.DecodeRequest(j.Req)
+		if err != nil {
 			return nil, f, fmt.Errorf("entry %d (%s) request: %w", i, j.Kind, err)
 		}
 		e := Entry{Client: j.Client, Actor: j.Actor, Call: j.Call, Return: j.Return,
-			Op:  model.Op{Kind: j.Kind, Now: j.Now, Jitter: j.Jitter, Req: deref(req)},
+			Op:  model.Op{Now: j.Now, Jitter: j.Jitter, Req: req},
 			Out: Observed{Unknown: j.Unknown, Result: model.Result{Err: j.Err}}}
-		if len(j.Value) > 0 {
-			if err := json.Unmarshal(j.Value, value); err != nil {
+		switch {
+		case j.Unknown && (len(j.Value) > 0 || j.Err != nil):
+			return nil, f, fmt.Errorf("entry %d (%s): an unknown outcome has neither a value nor an error", i, j.Kind)
+		case len(j.Value) > 0 && j.Err != nil:
+			return nil, f, fmt.Errorf("entry %d (%s): both a value and an error", i, j.Kind)
+		case j.Call > j.Return:
+			return nil, f, fmt.Errorf("entry %d (%s): returns (%d) before it is called (%d)", i, j.Kind, j.Return, j.Call)
+		case len(j.Value) > 0:
+			if e.Out.Result.Value, err = o.DecodeResult(j.Value); err != nil {
 				return nil, f, fmt.Errorf("entry %d (%s) value: %w", i, j.Kind, err)
 			}
-			e.Out.Result.Value = deref(value)
 		}
 		h.Entries = append(h.Entries, e)
 	}
 	return h, f, nil
 }
 
-// typesFor returns pointers to the request and result types of an op.
-func typesFor(kind spec.Op) (req, value any, err error) {
-	switch kind {
-	case spec.OpCreateRun:
-		return new(spec.CreateRunRequest), new(spec.CreateRunResult), nil
-	case spec.OpClaim:
-		return new(spec.ClaimRequest), new([]spec.Lease), nil
-	case spec.OpRenew:
-		return new(spec.RenewRequest), new(spec.Lease), nil
-	case spec.OpComplete:
-		return new(spec.CompleteRequest), new(spec.Run), nil
-	case spec.OpRetry:
-		return new(spec.RetryRequest), new(spec.Job), nil
-	case spec.OpFail:
-		return new(spec.FailRequest), new(spec.Run), nil
-	case spec.OpCancel:
-		return new(spec.CancelRequest), new(spec.Run), nil
-	case spec.OpRelease:
-		return new(spec.ReleaseRequest), new(spec.Job), nil
-	case spec.OpReap:
-		return new(spec.ReapRequest), new([]string), nil
-	case spec.OpPurge:
-		return new(spec.PurgeRequest), new(int), nil
-	case spec.OpReplay:
-		return new(spec.ReplayRequest), new(spec.Run), nil
-	case spec.OpReserveEffect:
-		return new(spec.ReserveEffectRequest), new(spec.EffectReservation), nil
-	case spec.OpRecordEffect, spec.OpReconcileEffect:
-		return new(spec.RecordEffectRequest), new(spec.Effect), nil
-	case OpSnapshot:
-		return new(SnapshotRequest), new(spec.Snapshot), nil
-	}
-	return nil, nil, fmt.Errorf("unknown operation %q", kind)
-}
-
-func deref(p any) any {
-	switch v := p.(type) {
-	case *spec.CreateRunRequest:
-		return *v
-	case *spec.CreateRunResult:
-		return *v
-	case *spec.ClaimRequest:
-		return *v
-	case *[]spec.Lease:
-		return *v
-	case *spec.RenewRequest:
-		return *v
-	case *spec.Lease:
-		return *v
-	case *spec.CompleteRequest:
-		return *v
-	case *spec.Run:
-		return *v
-	case *spec.RetryRequest:
-		return *v
-	case *spec.Job:
-		return *v
-	case *spec.FailRequest:
-		return *v
-	case *spec.CancelRequest:
-		return *v
-	case *spec.ReleaseRequest:
-		return *v
-	case *spec.ReapRequest:
-		return *v
-	case *[]string:
-		return *v
-	case *spec.PurgeRequest:
-		return *v
-	case *int:
-		return *v
-	case *spec.ReplayRequest:
-		return *v
-	case *spec.ReserveEffectRequest:
-		return *v
-	case *spec.EffectReservation:
-		return *v
-	case *spec.RecordEffectRequest:
-		return *v
-	case *spec.Effect:
-		return *v
-	case *SnapshotRequest:
-		return *v
-	case *spec.Snapshot:
-		return *v
-	}
-	panic(fmt.Sprintf("harness: deref %T", p))
-}
-
 // WriteReport writes, under dir, what a person needs to study a failed
 // history: history.html (porcupine's visualization, annotated with clock
 // moves and faults), history.json (the history, re-checkable), and
 // verdict.md (the verdict, the seed and the replay commands).
-func WriteReport(dir string, m model.Model, h *History, v Verdict, store string, seed uint64, cfg spec.Config, replay string) error {
+func WriteReport(dir string, m model.Model, h *History, v Verdict, j Judgement, store string, seed uint64, cfg spec.Config, replay string) error {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return err
 	}
-	data, err := EncodeHistory(h, store, seed, v.Partitioned, cfg, replay)
+	data, err := EncodeHistory(h, store, seed, j, cfg, replay)
 	if err != nil {
 		return err
 	}
@@ -219,7 +155,7 @@ func WriteReport(dir string, m model.Model, h *History, v Verdict, store string,
 	fmt.Fprintf(&b, "# Linearizability report\n\nStore: %s. Seed: %d. Operations: %d. Checker: %s in %s (partitioned by tenant: %v).\n\n",
 		store, seed, len(h.Entries), v.Linearizable, v.CheckTime.Round(1e6), v.Partitioned)
 	fmt.Fprintf(&b, "Replay the workload: `%s`\n\nRe-check this history: `go run ./cmd/leasehold lincheck %s`\n\n", replay, filepath.Join(dir, "history.json"))
-	fmt.Fprintf(&b, "Races seen: %+v\n\n", v.Races)
+	fmt.Fprintf(&b, "Races seen: %s\n\n", v.Races)
 	if v.Culprit != nil {
 		b.WriteString("## Where it goes wrong\n\n```\n" + v.Culprit.String() + "```\n\n")
 	}

@@ -28,12 +28,13 @@ func TestViolationWritesReport(t *testing.T) {
 		t.Fatal(err)
 	}
 	m := model.Model{Config: w.Config}
-	if v := Judge(m, h, true, time.Minute); v.Violations() != 0 {
+	j := Judgement{Partition: true, Timeout: time.Minute, Drained: true}
+	if v := Judge(m, h, j); v.Violations() != 0 {
 		t.Fatalf("the untouched history should pass, got %s and %q", v.Linearizable, v.Accounting)
 	}
 	doctored, doctoredCall := false, int64(0)
 	for i, e := range h.Entries {
-		if leases, ok := e.Out.Result.Value.([]spec.Lease); ok && len(leases) > 0 && e.Op.Kind == spec.OpClaim {
+		if leases, ok := e.Out.Result.Value.([]spec.Lease); ok && len(leases) > 0 && e.Op.Kind() == spec.OpClaim {
 			bad := append([]spec.Lease(nil), leases...)
 			bad[0].Generation++
 			h.Entries[i].Out = Observed{Result: model.Result{Value: bad}}
@@ -46,7 +47,7 @@ func TestViolationWritesReport(t *testing.T) {
 	}
 	h.Provider.Call("t1/x/charge/charge-x", 1)
 	h.Provider.Call("t1/x/charge/charge-x", 1)
-	v := Judge(m, h, true, time.Minute)
+	v := Judge(m, h, j)
 	if v.Linearizable != porcupine.Illegal {
 		t.Fatalf("a history where a claim skipped a generation must be Illegal, got %s", v.Linearizable)
 	}
@@ -58,7 +59,7 @@ func TestViolationWritesReport(t *testing.T) {
 		t.Fatalf("the culprit should be the doctored claim or an operation called after it (call %d), got %v", doctoredCall, v.Culprit)
 	}
 	dir := filepath.Join(t.TempDir(), "report")
-	if err := WriteReport(dir, m, h, v, "sqlite", w.Seed, w.Config, "replay-command"); err != nil {
+	if err := WriteReport(dir, m, h, v, j, "sqlite", w.Seed, w.Config, "replay-command"); err != nil {
 		t.Fatal(err)
 	}
 	if md, _ := os.ReadFile(filepath.Join(dir, "verdict.md")); !strings.Contains(string(md), "## Where it goes wrong") {
@@ -82,7 +83,7 @@ func TestViolationWritesReport(t *testing.T) {
 	if len(again.Entries) != len(h.Entries) || file.Seed != w.Seed {
 		t.Fatalf("decoded %d entries (seed %d), want %d (seed %d)", len(again.Entries), file.Seed, len(h.Entries), w.Seed)
 	}
-	if v2 := Judge(model.Model{Config: file.Config}, again, file.Partitioned, time.Minute); v2.Linearizable != porcupine.Illegal || len(v2.Accounting) != len(v.Accounting) {
+	if v2 := Judge(model.Model{Config: file.Config}, again, Judgement{Partition: file.Partitioned, Timeout: time.Minute, Drained: file.Drained}); v2.Linearizable != porcupine.Illegal || len(v2.Accounting) != len(v.Accounting) {
 		t.Fatalf("re-checking the saved history gave %s and %q, want Illegal and %q", v2.Linearizable, v2.Accounting, v.Accounting)
 	}
 }

@@ -1,8 +1,10 @@
 package harness
 
 import (
+	"cmp"
 	"fmt"
-	"sort"
+	"maps"
+	"slices"
 	"time"
 
 	"github.com/anishathalye/porcupine"
@@ -26,15 +28,6 @@ type Verdict struct {
 	Culprit *Culprit
 }
 
-// Races counts the named races a history actually contains.
-type Races struct {
-	StaleRefused     int // a write with a superseded generation was refused
-	ExpiredReclaimed int // a lease expired and another claim took the job over
-	CancelVsFinish   int // a cancel and a finishing write on one run raced: they overlapped in time, or the worker's write lost to the cancel
-	UnknownOutcomes  int // operations whose outcome was unknown
-	Rollbacks        int // operations that rolled back on an injected fault
-}
-
 // Violations returns the number of violations: one for a history that is
 // not linearizable (or that the checker could not decide in time), plus one
 // per accounting finding.
@@ -46,41 +39,39 @@ func (v Verdict) Violations() int {
 	return n
 }
 
-// Judge checks h: porcupine first (a timeout is a failure, never a pass),
-// then the accounting on the history and the final scan.
-func Judge(m model.Model, h *History, partition bool, timeout time.Duration) Verdict {
-	v := Verdict{Partitioned: partition}
+// Judgement says how to judge a history.
+type Judgement struct {
+	// Partition checks the history per tenant (see PorcupineModel).
+	Partition bool
+	// Timeout bounds the checker; a timeout is a failure, never a pass.
+	Timeout time.Duration
+	// Drained says the history ends with a drain after which every
+	// acknowledged run must be terminal; without it "lost" is not judged
+	// (a scenario may end with a run still queued).
+	Drained bool
+}
+
+// Judge checks h: porcupine first, then the accounting on the history and
+// its final scan.
+func Judge(m model.Model, h *History, j Judgement) Verdict {
+	v := Verdict{Partitioned: j.Partition}
 	start := time.Now()
-	v.Linearizable, v.Info = porcupine.CheckOperationsVerbose(PorcupineModel(m, partition), h.Operations(), timeout)
+	v.Linearizable, v.Info = porcupine.CheckOperationsVerbose(PorcupineModel(m, j.Partition), h.Operations(), j.Timeout)
 	v.CheckTime = time.Since(start)
-	v.Accounting, v.Races = account(h)
+	v.Accounting = account(h, j.Drained)
+	v.Races = h.Races()
 	return v
 }
 
 // account runs the checks that need no model: nothing lost, nothing
 // duplicated, no stale write accepted, no row the history cannot explain.
-func account(h *History) (violations []string, races Races) {
-	var final *spec.Snapshot
-	for i := range h.Entries {
-		if h.Entries[i].Op.Kind == OpSnapshot && h.Entries[i].Op.Req.(SnapshotRequest).Tenant == "" {
-			s := h.Entries[i].Out.Result.Value.(spec.Snapshot)
-			final = &s
-		}
+func account(h *History, drained bool) (violations []string) {
+	final := spec.Snapshot{}
+	for _, s := range finalScans(h) {
+		final.Runs = append(final.Runs, s.Runs...)
+		final.Attempts = append(final.Attempts, s.Attempts...)
+		final.Effects = append(final.Effects, s.Effects...)
 	}
-	if final == nil { // per-tenant scans: merge them
-		merged := spec.Snapshot{}
-		for _, e := range h.Entries {
-			if e.Op.Kind == OpSnapshot {
-				s := e.Out.Result.Value.(spec.Snapshot)
-				merged.Runs = append(merged.Runs, s.Runs...)
-				merged.Jobs = append(merged.Jobs, s.Jobs...)
-				merged.Attempts = append(merged.Attempts, s.Attempts...)
-				merged.Effects = append(merged.Effects, s.Effects...)
-			}
-		}
-		final = &merged
-	}
-	type runKey struct{ tenant, id string }
 	type attemptKey struct {
 		run runKey
 		gen int64
@@ -130,14 +121,16 @@ func account(h *History) (violations []string, races Races) {
 	for _, r := range final.Runs {
 		k := runKey{r.Tenant, r.ID}
 		finalRuns[k] = r
-		if !r.State.Terminal() {
+		if drained && !r.State.Terminal() {
 			violations = append(violations, fmt.Sprintf("lost: run %s/%s is %s after the workers drained", r.Tenant, r.ID, r.State))
 		}
 		if !acknowledged[k] && !maybeRuns[k] {
 			violations = append(violations, fmt.Sprintf("unexpected: run %s/%s exists but no create or replay in the history made it", r.Tenant, r.ID))
 		}
 	}
-	for k := range acknowledged {
+	for _, k := range slices.SortedFunc(maps.Keys(acknowledged), func(a, b runKey) int {
+		return cmp.Or(cmp.Compare(a.tenant, b.tenant), cmp.Compare(a.id, b.id))
+	}) {
 		if _, ok := finalRuns[k]; !ok {
 			violations = append(violations, fmt.Sprintf("lost: run %s/%s was acknowledged but is not in the store", k.tenant, k.id))
 		}
@@ -147,110 +140,49 @@ func account(h *History) (violations []string, races Races) {
 		if _, ok := claimed[k]; !ok && !maybeClaimTenants[a.Tenant] {
 			violations = append(violations, fmt.Sprintf("unexpected: attempt %s/%s generation %d was never handed out by a claim", a.Tenant, a.RunID, a.Generation))
 		}
-		if a.Outcome == spec.AttemptExpired {
-			races.ExpiredReclaimed++
-		}
 	}
 	for _, e := range final.Effects {
 		if !reserved[e.Tenant+"/"+e.RunID+"/"+e.Step+"/"+e.Key] {
 			violations = append(violations, fmt.Sprintf("unexpected: effect %s/%s %s/%s was never reserved", e.Tenant, e.RunID, e.Step, e.Key))
 		}
 	}
-	dups := h.Provider.Duplicates()
-	keys := make([]string, 0, len(dups))
-	for k := range dups {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	for _, k := range keys {
-		violations = append(violations, fmt.Sprintf("duplicated: effect %s was applied %d times by the provider", k, dups[k]))
+	if h.Provider != nil {
+		dups := h.Provider.Duplicates()
+		for _, k := range slices.Sorted(maps.Keys(dups)) {
+			violations = append(violations, fmt.Sprintf("duplicated: effect %s was applied %d times by the provider", k, dups[k]))
+		}
 	}
 	// Stale writes: a write with generation g that succeeded, called after a
 	// claim of g+1 or later on the same run had returned.
 	for _, e := range h.Entries {
-		ref, guarded := leaseOf(e.Op)
-		if !guarded {
+		if e.Out.Unknown || e.Out.Result.Err != nil {
 			continue
 		}
-		superseded := false
-		for k, ret := range claimed {
-			if k.run == (runKey{ref.Tenant, ref.RunID}) && k.gen > ref.Generation && ret < e.Call {
-				superseded = true
-				break
+		for _, ref := range e.Op.Req.Leases() {
+			for k, ret := range claimed {
+				if k.run == (runKey{ref.Tenant, ref.RunID}) && k.gen > ref.Generation && ret < e.Call && acceptedFor(e, ref) {
+					violations = append(violations, fmt.Sprintf("stale write accepted: %s by generation %d of %s/%s after a newer claim",
+						e.Op.Kind(), ref.Generation, ref.Tenant, ref.RunID))
+					break
+				}
 			}
 		}
-		if !superseded {
-			continue
-		}
-		switch {
-		case !e.Out.Unknown && e.Out.Result.Err == nil:
-			violations = append(violations, fmt.Sprintf("stale write accepted: %s by generation %d after a newer claim", e.Op.Kind, ref.Generation))
-		case !e.Out.Unknown && e.Out.Result.Err.Code == spec.CodeLostLease:
-			races.StaleRefused++
-		}
 	}
-	races.CancelVsFinish = cancelRaces(h)
-	for _, e := range h.Entries {
-		switch {
-		case e.Out.Unknown:
-			races.UnknownOutcomes++
-		case e.Out.Result.Err != nil && e.Out.Result.Err.Code == spec.CodeUnavailable:
-			races.Rollbacks++
-		}
-	}
-	return violations, races
+	return violations
 }
 
-// cancelRaces counts cancels that raced a complete, fail or retry of the
-// same run: the finishing write was refused with cancelled (the worker was
-// still running when the cancel won), or the two overlapped in time and one
-// of them was told the other won.
-func cancelRaces(h *History) int {
-	n := 0
-	for _, f := range h.Entries {
-		if (f.Op.Kind == spec.OpComplete || f.Op.Kind == spec.OpFail || f.Op.Kind == spec.OpRetry) &&
-			!f.Out.Unknown && f.Out.Result.Err != nil && f.Out.Result.Err.Code == spec.CodeCancelled {
-			n++
+// acceptedFor reports whether a successful operation accepted the write of
+// ref: every guarded write does, and a batch does for the members it did not
+// refuse.
+func acceptedFor(e Entry, ref spec.LeaseRef) bool {
+	outs, isBatch := e.Out.Result.Value.([]spec.BatchOutcome)
+	if !isBatch {
+		return true
+	}
+	for i, m := range e.Op.Req.(spec.CompleteBatchRequest).Requests {
+		if m.Lease == ref && i < len(outs) && outs[i].Err == nil {
+			return true
 		}
 	}
-	for _, c := range h.Entries {
-		cancel, isCancel := c.Op.Req.(spec.CancelRequest)
-		if !isCancel || c.Out.Unknown {
-			continue
-		}
-		for _, f := range h.Entries {
-			ref, guarded := leaseOf(f.Op)
-			if !guarded || f.Out.Unknown || ref.Tenant != cancel.Tenant || ref.RunID != cancel.RunID ||
-				(f.Op.Kind != spec.OpComplete && f.Op.Kind != spec.OpFail && f.Op.Kind != spec.OpRetry) {
-				continue
-			}
-			overlap := c.Call <= f.Return && f.Call <= c.Return
-			finishWon := f.Out.Result.Err == nil && c.Out.Result.Err != nil && c.Out.Result.Err.Code == spec.CodeAlreadyTerminal
-			if overlap && finishWon { // the cancel-won side is counted above
-				n++
-			}
-		}
-	}
-	return n
-}
-
-// leaseOf returns the lease a guarded write presents.
-func leaseOf(op model.Op) (spec.LeaseRef, bool) {
-	switch r := op.Req.(type) {
-	case spec.RenewRequest:
-		return r.Lease, true
-	case spec.CompleteRequest:
-		return r.Lease, true
-	case spec.RetryRequest:
-		return r.Lease, true
-	case spec.FailRequest:
-		return r.Lease, true
-	case spec.ReleaseRequest:
-		return r.Lease, true
-	case spec.ReserveEffectRequest:
-		return r.Lease, true
-	case spec.RecordEffectRequest:
-		return r.Lease, true
-	}
-	return spec.LeaseRef{}, false
+	return false
 }

@@ -4,13 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"math"
 	"math/rand/v2"
 	"sync"
 	"sync/atomic"
 	"testing"
 
-	"github.com/anishathalye/porcupine"
 
 	"github.com/leasehold/leasehold/clock"
 	"github.com/leasehold/leasehold/impl/storetest"
@@ -41,40 +39,6 @@ type Workload struct {
 	// Aborts is the chance, per writing operation, of a BeforeCommit fault
 	// (the transaction rolls back; the caller gets unavailable).
 	Aborts float64
-}
-
-// Entry is one operation of a recorded history.
-type Entry struct {
-	Client int    // porcupine client id (a client that saw an unknown outcome continues under a new one)
-	Actor  string // the client's name
-	Op     model.Op
-	Out    Observed
-	Call   int64
-	Return int64 // math.MaxInt64 for an unknown outcome
-}
-
-// Note is a history annotation: a clock move or a fault, for the report.
-type Note struct {
-	Client int
-	At     int64
-	Text   string
-}
-
-// History is what a workload run recorded.
-type History struct {
-	Entries []Entry
-	Notes   []Note
-	// Provider is the simulated external system behind the effect ledger.
-	Provider *Provider
-}
-
-// Operations converts the history for porcupine.
-func (h *History) Operations() []porcupine.Operation {
-	ops := make([]porcupine.Operation, len(h.Entries))
-	for i, e := range h.Entries {
-		ops[i] = porcupine.Operation{ClientId: e.Client, Input: e.Op, Output: e.Out, Call: e.Call, Return: e.Return}
-	}
-	return ops
 }
 
 // Provider simulates an external system (a payment API, say) that honours
@@ -124,32 +88,11 @@ func (p *Provider) Duplicates() map[string]int {
 	return out
 }
 
-// recorder collects entries from every client, stamped by one logical clock
-// so that real-time order is preserved.
-type recorder struct {
-	mu      sync.Mutex
-	tick    atomic.Int64
-	entries []Entry
-	notes   []Note
-	nextID  atomic.Int64
-}
-
-func (r *recorder) note(client int, text string) {
-	r.mu.Lock()
-	r.notes = append(r.notes, Note{Client: client, At: r.tick.Add(1), Text: text})
-	r.mu.Unlock()
-}
-
-// client is one connection's worth of workload: its own store, clock
-// recorder, scripted random source, fault hook and PRNG.
+// client is one connection's worth of workload: a Caller (its own store,
+// clock recorder and scripted random source), its fault hook and its PRNG.
 type client struct {
+	*Caller
 	w        *Workload
-	rec      *recorder
-	id       int
-	name     string
-	store    spec.Store
-	clock    *clock.Recorder
-	random   *ScriptedRandom
 	r        *rand.Rand
 	shared   *clock.Manual
 	provider *Provider
@@ -219,14 +162,18 @@ type faultAt struct {
 	err   error
 }
 
-// do runs one operation and records it. It returns the result as the client
-// saw it.
+// do injects the client's faults, if any, and runs one operation through
+// its Caller. It returns the result as the client saw it.
 func (c *client) do(ctx context.Context, op model.Op) (model.Result, error) {
+	_, nondeterministic := op.Req.(spec.ClaimRequest)
+	if _, isReap := op.Req.(spec.ReapRequest); isReap {
+		nondeterministic = true
+	}
 	switch {
-	case c.quiet:
-	case op.Kind != spec.OpClaim && op.Kind != spec.OpReap && c.r.Float64() < c.w.Aborts:
+	case c.quiet || !spec.OperationOf(op.Req).Writes:
+	case !nondeterministic && c.r.Float64() < c.w.Aborts:
 		c.fault.Store(faultAt{spec.BeforeCommit, errInjectedAbort})
-	case op.Kind != spec.OpClaim && op.Kind != spec.OpReap && c.unknowns.Load() < int64(c.w.MaxUnknown) && (c.armed || c.r.IntN(150) == 0):
+	case !nondeterministic && c.unknowns.Load() < int64(c.w.MaxUnknown) && (c.armed || c.r.IntN(150) == 0):
 		// Not claims and reaps: an unknown claim stays pending to the end
 		// with one possible state per eligible subset. Model.Unknown for
 		// claims is unit-tested instead. (Histories checked whole get no
@@ -236,37 +183,9 @@ func (c *client) do(ctx context.Context, op model.Op) (model.Result, error) {
 		c.armed = true
 		c.fault.Store(faultAt{spec.AfterCommit, errInjectedLostReply})
 	}
-	c.random.Set(op.Jitter)
-	_, readsBefore := c.clock.Last()
-	call := c.rec.tick.Add(1)
-	res, unexpected := Execute(ctx, c.store, op)
-	ret := c.rec.tick.Add(1)
+	res, err := c.Do(ctx, op)
 	c.fault.Store(faultAt{})
-	if unexpected != nil {
-		return res, unexpected
-	}
-	now, readsAfter := c.clock.Last()
-	if readsAfter == readsBefore {
-		if res.Err == nil || res.Err.Code != spec.CodeUnavailable {
-			return res, fmt.Errorf("%s: %s returned %s without reading the clock", c.name, op.Kind, res)
-		}
-		now = c.shared.Now() // not applied; its time does not matter
-	}
-	op.Now = now
-	e := Entry{Client: c.id, Actor: c.name, Op: op, Out: Observed{Result: res}, Call: call, Return: ret}
-	if res.Err != nil && res.Err.Code == spec.CodeUnknownOutcome {
-		e.Out = Observed{Unknown: true}
-		e.Return = math.MaxInt64
-		c.rec.note(c.id, fmt.Sprintf("%s: unknown outcome for %s; continues as a new client", c.name, op.Kind))
-		c.id = int(c.rec.nextID.Add(1)) - 1
-	}
-	if res.Err != nil && res.Err.Code == spec.CodeUnavailable {
-		c.rec.note(e.Client, fmt.Sprintf("%s: %s rolled back (%s)", c.name, op.Kind, res.Err.Message))
-	}
-	c.rec.mu.Lock()
-	c.rec.entries = append(c.rec.entries, e)
-	c.rec.mu.Unlock()
-	return res, nil
+	return res, err
 }
 
 // Record runs the workload against a fresh store and returns its history:
@@ -274,17 +193,17 @@ func (c *client) do(ctx context.Context, op model.Op) (model.Result, error) {
 // is terminal, then one snapshot operation per tenant.
 func (w *Workload) Record(ctx context.Context, t testing.TB) (*History, error) {
 	shared := clock.NewManual(1_000)
-	rec := &recorder{}
-	barriers := newClientHooks()
 	h := w.Factory(t, storetest.Options{Config: w.Config, Clock: shared, Random: &ScriptedRandom{}})
 	provider := NewProvider()
+	rec := NewRecorder(provider)
 	var unknowns atomic.Int64
 	runs, active := &runBook{}, &runBook{}
 	newClient := func(name string, stream uint64) *client {
-		c := &client{w: w, rec: rec, id: int(rec.nextID.Add(1)) - 1, name: name, shared: shared,
-			clock: &clock.Recorder{Source: shared}, random: &ScriptedRandom{},
-			r: rand.New(rand.NewPCG(w.Seed, stream)), provider: provider, unknowns: &unknowns, runs: runs, active: active}
-		c.store = barriers.open(t, h, w.Config, c)
+		c := &client{w: w, shared: shared, r: rand.New(rand.NewPCG(w.Seed, stream)), provider: provider,
+			unknowns: &unknowns, runs: runs, active: active}
+		clk, rnd := &clock.Recorder{Source: shared}, &ScriptedRandom{}
+		store := h.OpenWith(t, storetest.Options{Config: w.Config, Clock: clk, Random: rnd, Hook: c.hook})
+		c.Caller = NewCaller(rec, name, store, clk, rnd)
 		return c
 	}
 	var clients []*client
@@ -312,7 +231,7 @@ func (w *Workload) Record(ctx context.Context, t testing.TB) (*History, error) {
 					// time passes even while one client has the database
 					// to itself (SQLite serializes writers).
 					err = c.advance()
-				case c.name[:3] == "api":
+				case c.Name[:3] == "api":
 					err = c.apiStep(ctx)
 				default:
 					err = c.workerStep(ctx)
@@ -334,30 +253,20 @@ func (w *Workload) Record(ctx context.Context, t testing.TB) (*History, error) {
 	if err := drain.drain(ctx); err != nil {
 		return nil, err
 	}
-	snap, err := drain.store.Snapshot(ctx)
+	// The final scan: one snapshot of all the rows, checked per tenant
+	// when the history is split by tenant.
+	snap, err := drain.Store.Snapshot(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("final snapshot: %w", err)
 	}
-	call := rec.tick.Add(1)
-	ret := rec.tick.Add(1)
+	call, ret := rec.Tick(), rec.Tick()
 	scopes := w.Tenants
 	if w.Purge {
 		scopes = []string{""}
 	}
 	for _, tenant := range scopes {
-		rec.entries = append(rec.entries, Entry{Client: drain.id, Actor: "final-scan",
-			Op:  model.Op{Kind: OpSnapshot, Req: SnapshotRequest{Tenant: tenant}},
-			Out: Observed{Result: model.Result{Value: snapshotOf(snap, tenant)}}, Call: call, Return: ret})
+		rec.Add(Entry{Client: drain.ID, Actor: "final-scan", Op: model.Op{Req: spec.SnapshotRequest{Tenant: tenant}},
+			Out: Observed{Result: model.Result{Value: snap.Of(tenant)}}, Call: call, Return: ret})
 	}
-	return &History{Entries: rec.entries, Notes: rec.notes, Provider: provider}, nil
-}
-
-// clientHooks opens one store per client, each with the client's clock
-// recorder, random source and fault hook.
-type clientHooks struct{}
-
-func newClientHooks() clientHooks { return clientHooks{} }
-
-func (clientHooks) open(t testing.TB, h storetest.Handle, cfg spec.Config, c *client) spec.Store {
-	return h.OpenWith(t, storetest.Options{Config: cfg, Clock: c.clock, Random: c.random, Hook: c.hook})
+	return rec.History(), nil
 }

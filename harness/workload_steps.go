@@ -19,9 +19,9 @@ func (c *client) apiStep(ctx context.Context) error {
 	var op model.Op
 	switch p := r.IntN(100); {
 	case p < 45:
-		id := fmt.Sprintf("%s-%d", c.name, c.created)
+		id := fmt.Sprintf("%s-%d", c.Name, c.created)
 		c.created++
-		op = model.Op{Kind: spec.OpCreateRun, Req: spec.CreateRunRequest{Tenant: tenant, Operation: "work",
+		op = model.Op{Req: spec.CreateRunRequest{Tenant: tenant, Operation: "work",
 			IdempotencyKey: fmt.Sprintf("k%d", r.IntN(12)), RunID: id, Payload: []byte(linPayloads[r.IntN(len(linPayloads))])}}
 	case p < 60:
 		book := c.runs
@@ -32,19 +32,19 @@ func (c *client) apiStep(ctx context.Context) error {
 		if !ok {
 			return nil
 		}
-		op = model.Op{Kind: spec.OpCancel, Req: spec.CancelRequest{Tenant: ref.tenant, RunID: ref.id}}
+		op = model.Op{Req: spec.CancelRequest{Tenant: ref.tenant, RunID: ref.id}}
 	case p < 67:
 		ref, ok := c.runs.pick(r)
 		if !ok {
 			return nil
 		}
-		id := fmt.Sprintf("%s-%d", c.name, c.created)
+		id := fmt.Sprintf("%s-%d", c.Name, c.created)
 		c.created++
-		op = model.Op{Kind: spec.OpReplay, Req: spec.ReplayRequest{Tenant: ref.tenant, RunID: ref.id, NewRunID: id, Actor: c.name}}
+		op = model.Op{Req: spec.ReplayRequest{Tenant: ref.tenant, RunID: ref.id, NewRunID: id, Actor: c.Name}}
 	case p < 77:
-		op = model.Op{Kind: spec.OpReap, Req: spec.ReapRequest{Tenant: tenant, Limit: 3}}
+		op = model.Op{Req: spec.ReapRequest{Tenant: tenant, Limit: 3}}
 	case p < 81 && c.w.Purge:
-		op = model.Op{Kind: spec.OpPurge, Req: spec.PurgeRequest{Limit: 5}}
+		op = model.Op{Req: spec.PurgeRequest{Limit: 5}}
 	default:
 		return c.advance()
 	}
@@ -58,7 +58,7 @@ func (c *client) apiStep(ctx context.Context) error {
 			c.runs.add(v.Run.Tenant, v.Run.ID)
 		}
 	case spec.Run:
-		if op.Kind == spec.OpReplay {
+		if op.Kind() == spec.OpReplay {
 			c.runs.add(v.Tenant, v.ID)
 		}
 	}
@@ -72,7 +72,7 @@ func (c *client) advance() error {
 	if err != nil {
 		return err
 	}
-	c.rec.note(c.id, fmt.Sprintf("%s: clock +%d ms -> %d", c.name, d, now))
+	c.Rec.Note(c.ID, fmt.Sprintf("%s: clock +%d ms -> %d", c.Name, d, now))
 	return nil
 }
 
@@ -84,7 +84,7 @@ func (c *client) workerStep(ctx context.Context) error {
 	r := c.r
 	if len(c.held) == 0 || r.IntN(100) < 25 {
 		tenant := c.w.Tenants[r.IntN(len(c.w.Tenants))]
-		res, err := c.do(ctx, model.Op{Kind: spec.OpClaim, Req: spec.ClaimRequest{Tenant: tenant, Worker: c.name,
+		res, err := c.do(ctx, model.Op{Req: spec.ClaimRequest{Tenant: tenant, Worker: c.Name,
 			LeaseMs: 10 + r.Int64N(50), Limit: 1 + r.IntN(2)}})
 		if err == nil {
 			if leases, ok := res.Value.([]spec.Lease); ok {
@@ -109,18 +109,18 @@ func (c *client) workerStep(ctx context.Context) error {
 	var op model.Op
 	switch p := r.IntN(100); {
 	case p < 15:
-		op = model.Op{Kind: spec.OpRenew, Req: spec.RenewRequest{Lease: ref, LeaseMs: 10 + r.Int64N(50)}}
+		op = model.Op{Req: spec.RenewRequest{Lease: ref, LeaseMs: 10 + r.Int64N(50)}}
 	case p < 35:
 		return c.effect(ctx, l, i)
 	case p < 60:
-		op = model.Op{Kind: spec.OpComplete, Req: spec.CompleteRequest{Lease: ref, Result: []byte(`{"ok":true}`)}}
+		op = model.Op{Req: spec.CompleteRequest{Lease: ref, Result: []byte(`{"ok":true}`)}}
 	case p < 75:
-		op = model.Op{Kind: spec.OpRetry, Jitter: r.Int64N(c.w.Config.Backoff.JitterMs + 1),
+		op = model.Op{Jitter: r.Int64N(c.w.Config.Backoff.JitterMs + 1),
 			Req: spec.RetryRequest{Lease: ref, ErrorCode: "transient", RetryAfterMs: r.Int64N(2) * r.Int64N(30)}}
 	case p < 80:
-		op = model.Op{Kind: spec.OpFail, Req: spec.FailRequest{Lease: ref, ErrorCode: "bad_input"}}
+		op = model.Op{Req: spec.FailRequest{Lease: ref, ErrorCode: "bad_input"}}
 	case p < 85:
-		op = model.Op{Kind: spec.OpRelease, Req: spec.ReleaseRequest{Lease: ref}}
+		op = model.Op{Req: spec.ReleaseRequest{Lease: ref}}
 	default:
 		return nil // a pause: the lease may expire meanwhile
 	}
@@ -149,7 +149,7 @@ func (c *client) drop(i int) {
 func (c *client) effect(ctx context.Context, l spec.Lease, held int) error {
 	ref := l.Ref()
 	step, key := "charge", "charge-"+l.RunID
-	res, err := c.do(ctx, model.Op{Kind: spec.OpReserveEffect, Req: spec.ReserveEffectRequest{Lease: ref, Step: step, Key: key}})
+	res, err := c.do(ctx, model.Op{Req: spec.ReserveEffectRequest{Lease: ref, Step: step, Key: key}})
 	if err != nil {
 		return err
 	}
@@ -161,7 +161,7 @@ func (c *client) effect(ctx context.Context, l spec.Lease, held int) error {
 	}
 	providerKey := l.Tenant + "/" + l.RunID + "/" + step + "/" + key
 	record := spec.RecordEffectRequest{Lease: ref, Step: step, Key: key}
-	kind := spec.OpRecordEffect
+	reconcile := false
 	switch res.Value.(spec.EffectReservation).Decision {
 	case spec.DecisionDone:
 		return nil
@@ -175,12 +175,16 @@ func (c *client) effect(ctx context.Context, l spec.Lease, held int) error {
 			record.State, record.ProviderRef = spec.EffectSucceeded, fmt.Sprintf("ch_%s_%d", l.RunID, l.Generation)
 		}
 	case spec.DecisionReconcile:
-		kind, record.State = spec.OpReconcileEffect, spec.EffectFailed
+		reconcile, record.State = true, spec.EffectFailed
 		if c.provider.Status(providerKey) {
 			record.State, record.ProviderRef = spec.EffectSucceeded, "reconciled"
 		}
 	}
-	_, err = c.do(ctx, model.Op{Kind: kind, Req: record})
+	var req spec.Request = record
+	if reconcile {
+		req = spec.ReconcileEffectRequest(record)
+	}
+	_, err = c.do(ctx, model.Op{Req: req})
 	return err
 }
 
@@ -196,24 +200,24 @@ func (c *client) drain(ctx context.Context) error {
 		if err != nil {
 			return err
 		}
-		c.rec.note(c.id, fmt.Sprintf("drain: clock +%d ms -> %d", step, now))
+		c.Rec.Note(c.ID, fmt.Sprintf("drain: clock +%d ms -> %d", step, now))
 		for _, tenant := range c.w.Tenants {
-			if _, err := c.do(ctx, model.Op{Kind: spec.OpReap, Req: spec.ReapRequest{Tenant: tenant, Limit: spec.MaxBatch}}); err != nil {
+			if _, err := c.do(ctx, model.Op{Req: spec.ReapRequest{Tenant: tenant, Limit: spec.MaxBatch}}); err != nil {
 				return err
 			}
-			res, err := c.do(ctx, model.Op{Kind: spec.OpClaim, Req: spec.ClaimRequest{Tenant: tenant, Worker: c.name,
+			res, err := c.do(ctx, model.Op{Req: spec.ClaimRequest{Tenant: tenant, Worker: c.Name,
 				LeaseMs: cfg.MaxLeaseMs, Limit: spec.MaxBatch}})
 			if err != nil {
 				return err
 			}
 			leases, _ := res.Value.([]spec.Lease)
 			for _, l := range leases {
-				if _, err := c.do(ctx, model.Op{Kind: spec.OpComplete, Req: spec.CompleteRequest{Lease: l.Ref()}}); err != nil {
+				if _, err := c.do(ctx, model.Op{Req: spec.CompleteRequest{Lease: l.Ref()}}); err != nil {
 					return err
 				}
 			}
 		}
-		snap, err := c.store.Snapshot(ctx)
+		snap, err := c.Store.Snapshot(ctx)
 		if err != nil {
 			return err
 		}
@@ -227,6 +231,6 @@ func (c *client) drain(ctx context.Context) error {
 			return nil
 		}
 	}
-	c.rec.note(c.id, "drain: runs still not terminal after 20 rounds")
+	c.Rec.Note(c.ID, "drain: runs still not terminal after 20 rounds")
 	return nil
 }

@@ -30,16 +30,16 @@ func TestCancel(t *testing.T) {
 			req: spec.CancelRequest{Tenant: "t1", RunID: "r1"}, reason: "cancelled", attempt: spec.AttemptCancelled, eventGen: 1, versionTo: 3},
 		{name: "retried job: the retried attempt is kept", setup: func(w *world) {
 			l := w.claimOne("t1", "w1")
-			w.must(spec.OpRetry, spec.RetryRequest{Lease: l, ErrorCode: "busy"})
+			w.must(spec.RetryRequest{Lease: l, ErrorCode: "busy"})
 		}, req: spec.CancelRequest{Tenant: "t1", RunID: "r1"}, reason: "cancelled", attempt: spec.AttemptRetried, eventGen: 1, versionTo: 3},
 		{name: "completed run: the winner's state", setup: func(w *world) {
-			w.must(spec.OpComplete, spec.CompleteRequest{Lease: w.claimOne("t1", "w1")})
+			w.must(spec.CompleteRequest{Lease: w.claimOne("t1", "w1")})
 		}, req: spec.CancelRequest{Tenant: "t1", RunID: "r1"}, code: spec.CodeAlreadyTerminal, state: spec.RunCompleted},
 		{name: "failed run", setup: func(w *world) {
-			w.must(spec.OpFail, spec.FailRequest{Lease: w.claimOne("t1", "w1"), ErrorCode: "x"})
+			w.must(spec.FailRequest{Lease: w.claimOne("t1", "w1"), ErrorCode: "x"})
 		}, req: spec.CancelRequest{Tenant: "t1", RunID: "r1"}, code: spec.CodeAlreadyTerminal, state: spec.RunFailed},
 		{name: "cancelled run", setup: func(w *world) {
-			w.must(spec.OpCancel, spec.CancelRequest{Tenant: "t1", RunID: "r1"})
+			w.must(spec.CancelRequest{Tenant: "t1", RunID: "r1"})
 		}, req: spec.CancelRequest{Tenant: "t1", RunID: "r1"}, code: spec.CodeCancelled, state: spec.RunCancelled},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -49,11 +49,11 @@ func TestCancel(t *testing.T) {
 				tc.setup(w)
 			}
 			if tc.code != "" {
-				w.fails(spec.OpCancel, tc.req, tc.code, tc.state)
+				w.fails(tc.req, tc.code, tc.state)
 				return
 			}
 			gen := w.job("t1", "r1").Generation
-			run := w.must(spec.OpCancel, tc.req).(spec.Run)
+			run := w.must(tc.req).(spec.Run)
 			equal(t, "run state", run.State, spec.RunCancelled)
 			equal(t, "reason", run.ErrorCode, tc.reason)
 			equal(t, "version", run.Version, tc.versionTo)
@@ -84,21 +84,21 @@ func TestReap(t *testing.T) {
 	w.at(0).claim("t1", "w1", 3) // r0, r1, r2 (run id order)
 	w.claim("t2", "w1", 1)
 	w.at(10).claim("t1", "w1", 4)                                                                // r3 (queued since 0), then r0-r2 (expired at 10); expire at 20
-	w.at(15).must(spec.OpRenew, spec.RenewRequest{Lease: ref("t1", "r1", "w1", 2), LeaseMs: 20}) // r1 expires at 35
+	w.at(15).must(spec.RenewRequest{Lease: ref("t1", "r1", "w1", 2), LeaseMs: 20}) // r1 expires at 35
 	w.at(20).claim("t2", "w1", 1)                                                                // t2/r1 out of budget too, expires 30
 
-	w.at(19).fails(spec.OpReap, spec.ReapRequest{Tenant: "t1", Limit: 0}, spec.CodeInvalidArgument, "")
-	got := w.must(spec.OpReap, spec.ReapRequest{Tenant: "t1", Limit: 5}).([]string)
+	w.at(19).fails(spec.ReapRequest{Tenant: "t1", Limit: 0}, spec.CodeInvalidArgument, "")
+	got := w.must(spec.ReapRequest{Tenant: "t1", Limit: 5}).([]string)
 	if len(got) != 0 {
 		t.Fatalf("reap at 19: nothing has expired, got %v", got)
 	}
 	// At 40: r0 and r2 expired at 20, r1 at 35; r3 was claimed once (budget left).
 	w.at(40)
-	got = w.must(spec.OpReap, spec.ReapRequest{Tenant: "t1", Limit: 2}).([]string)
+	got = w.must(spec.ReapRequest{Tenant: "t1", Limit: 2}).([]string)
 	if len(got) != 2 || got[0] != "r0" || got[1] != "r2" {
 		t.Fatalf("reap limit 2: want [r0 r2] ((expiry, run id) order), got %v", got)
 	}
-	got = w.must(spec.OpReap, spec.ReapRequest{Tenant: "t1", Limit: 5}).([]string)
+	got = w.must(spec.ReapRequest{Tenant: "t1", Limit: 5}).([]string)
 	if len(got) != 1 || got[0] != "r1" {
 		t.Fatalf("second reap: want [r1], got %v", got)
 	}
@@ -121,22 +121,22 @@ func TestPurgeIdempotency(t *testing.T) {
 	w.at(0).create("t1", "k2", "b", `{}`) // expires 50
 	w.at(5).create("t1", "k1", "c", `{}`) // expires 55
 	w.at(9).create("t1", "k3", "d", `{}`) // expires 59
-	w.at(-1).fails(spec.OpPurge, spec.PurgeRequest{Limit: 1}, spec.CodeInvalidArgument, "")
-	w.at(55).fails(spec.OpPurge, spec.PurgeRequest{Limit: 0}, spec.CodeInvalidArgument, "")
-	equal(t, "purge limit 2 at 55", w.must(spec.OpPurge, spec.PurgeRequest{Limit: 2}).(int), 2)
+	w.at(-1).fails(spec.PurgeRequest{Limit: 1}, spec.CodeInvalidArgument, "")
+	w.at(55).fails(spec.PurgeRequest{Limit: 0}, spec.CodeInvalidArgument, "")
+	equal(t, "purge limit 2 at 55", w.must(spec.PurgeRequest{Limit: 2}).(int), 2)
 	recs := w.snapshot().Idempotency
 	if len(recs) != 2 || recs[0].Key != "k1" || recs[0].Tenant != "t1" || recs[1].Key != "k3" {
 		t.Fatalf("want the (expires_at, tenant, ...) oldest two purged, leaving t1/k1 and t1/k3; got %+v", recs)
 	}
-	equal(t, "purge at 55", w.must(spec.OpPurge, spec.PurgeRequest{Limit: 10}).(int), 1)
-	equal(t, "nothing left to purge", w.must(spec.OpPurge, spec.PurgeRequest{Limit: 10}).(int), 0)
+	equal(t, "purge at 55", w.must(spec.PurgeRequest{Limit: 10}).(int), 1)
+	equal(t, "nothing left to purge", w.must(spec.PurgeRequest{Limit: 10}).(int), 0)
 	equal(t, "runs are kept", len(w.snapshot().Runs), 4)
 }
 
 // TestReplay covers Replay's checks in SPEC.md's order and its writes.
 func TestReplay(t *testing.T) {
 	failRun := func(w *world, id string) {
-		w.must(spec.OpFail, spec.FailRequest{Lease: w.claimOne("t1", "w1"), ErrorCode: "fatal"})
+		w.must(spec.FailRequest{Lease: w.claimOne("t1", "w1"), ErrorCode: "fatal"})
 	}
 	for _, tc := range []struct {
 		name  string
@@ -148,16 +148,16 @@ func TestReplay(t *testing.T) {
 		{"missing run", nil, spec.ReplayRequest{Tenant: "t1", RunID: "r9", NewRunID: "r2", Actor: "ops"}, spec.CodeNotFound},
 		{"another tenant's run", func(w *world) { failRun(w, "r1") }, spec.ReplayRequest{Tenant: "t2", RunID: "r1", NewRunID: "r2", Actor: "ops"}, spec.CodeNotFound},
 		{"queued run", nil, spec.ReplayRequest{Tenant: "t1", RunID: "r1", NewRunID: "r2", Actor: "ops"}, spec.CodeFailedPrecondition},
-		{"cancelled run", func(w *world) { w.must(spec.OpCancel, spec.CancelRequest{Tenant: "t1", RunID: "r1"}) },
+		{"cancelled run", func(w *world) { w.must(spec.CancelRequest{Tenant: "t1", RunID: "r1"}) },
 			spec.ReplayRequest{Tenant: "t1", RunID: "r1", NewRunID: "r2", Actor: "ops"}, spec.CodeFailedPrecondition},
 		{"replay of a replay past MaxReplays", func(w *world) {
 			failRun(w, "r1")
-			w.must(spec.OpReplay, spec.ReplayRequest{Tenant: "t1", RunID: "r1", NewRunID: "r2", Actor: "ops"})
+			w.must(spec.ReplayRequest{Tenant: "t1", RunID: "r1", NewRunID: "r2", Actor: "ops"})
 			failRun(w, "r2")
 		}, spec.ReplayRequest{Tenant: "t1", RunID: "r2", NewRunID: "r3", Actor: "ops"}, spec.CodeReplayLimit},
 		{"replayed twice", func(w *world) {
 			failRun(w, "r1")
-			w.must(spec.OpReplay, spec.ReplayRequest{Tenant: "t1", RunID: "r1", NewRunID: "r2", Actor: "ops"})
+			w.must(spec.ReplayRequest{Tenant: "t1", RunID: "r1", NewRunID: "r2", Actor: "ops"})
 		}, spec.ReplayRequest{Tenant: "t1", RunID: "r1", NewRunID: "r3", Actor: "ops"}, spec.CodeAlreadyExists},
 		{"new id taken", func(w *world) {
 			failRun(w, "r1")
@@ -170,7 +170,7 @@ func TestReplay(t *testing.T) {
 			if tc.setup != nil {
 				tc.setup(w)
 			}
-			w.fails(spec.OpReplay, tc.req, tc.code, "")
+			w.fails(tc.req, tc.code, "")
 		})
 	}
 
@@ -179,8 +179,8 @@ func TestReplay(t *testing.T) {
 		orig := w.at(10).create("t1", "k1", "r1", `{"a":1}`) // deadline 110
 		w.claimOne("t1", "w1")
 		l := w.at(20).claimOne("t1", "w1")
-		w.must(spec.OpFail, spec.FailRequest{Lease: l, ErrorCode: "fatal"})
-		run := w.at(500).must(spec.OpReplay, spec.ReplayRequest{Tenant: "t1", RunID: "r1", NewRunID: "r1-again", Actor: "alice"}).(spec.Run)
+		w.must(spec.FailRequest{Lease: l, ErrorCode: "fatal"})
+		run := w.at(500).must(spec.ReplayRequest{Tenant: "t1", RunID: "r1", NewRunID: "r1-again", Actor: "alice"}).(spec.Run)
 		equal(t, "run", run, spec.Run{Tenant: "t1", ID: "r1-again", Operation: "work", State: spec.RunQueued, Version: 1, LastSeq: 1,
 			Payload: orig.Payload, Fingerprint: orig.Fingerprint, MaxAttempts: 2, CreatedAt: 500, DeadlineAt: 600, ReplayOf: "r1", ReplayDepth: 1})
 		equal(t, "event", w.lastEvent("t1", "r1-again"), spec.Event{Tenant: "t1", RunID: "r1-again", Seq: 1, Kind: spec.EventRunQueued, At: 500,

@@ -14,10 +14,10 @@ func leasedState(t *testing.T) (Model, State) {
 	m := Model{Config: spec.DefaultConfig()}
 	s := m.Init()
 	for _, op := range []Op{
-		{Kind: spec.OpCreateRun, Req: spec.CreateRunRequest{Tenant: "t1", Operation: "work", IdempotencyKey: "k1", RunID: "r1", Payload: []byte(`{}`)}},
-		{Kind: spec.OpCreateRun, Req: spec.CreateRunRequest{Tenant: "t1", Operation: "work", IdempotencyKey: "k2", RunID: "r2", Payload: []byte(`{}`)}},
-		{Kind: spec.OpClaim, Req: spec.ClaimRequest{Tenant: "t1", Worker: "w1", LeaseMs: 10, Limit: 1}},
-		{Kind: spec.OpReserveEffect, Req: spec.ReserveEffectRequest{Lease: spec.LeaseRef{Tenant: "t1", RunID: "r1", Owner: "w1", Generation: 1}, Step: "s", Key: "e"}},
+		{Req: spec.CreateRunRequest{Tenant: "t1", Operation: "work", IdempotencyKey: "k1", RunID: "r1", Payload: []byte(`{}`)}},
+		{Req: spec.CreateRunRequest{Tenant: "t1", Operation: "work", IdempotencyKey: "k2", RunID: "r2", Payload: []byte(`{}`)}},
+		{Req: spec.ClaimRequest{Tenant: "t1", Worker: "w1", LeaseMs: 10, Limit: 1}},
+		{Req: spec.ReserveEffectRequest{Lease: spec.LeaseRef{Tenant: "t1", RunID: "r1", Owner: "w1", Generation: 1}, Step: "s", Key: "e"}},
 	} {
 		var res Result
 		if s, res = m.Step(s, op); res.Err != nil {
@@ -132,27 +132,27 @@ func TestCheckStepDetectsEachTransitionInvariant(t *testing.T) {
 		op   Op
 		next func() State
 	}{
-		{"generation decreases", "5", Op{Kind: spec.OpRenew, Req: spec.RenewRequest{Lease: ref, LeaseMs: 1}},
+		{"generation decreases", "5", Op{Req: spec.RenewRequest{Lease: ref, LeaseMs: 1}},
 			func() State { return corrupt(s, "r1", func(r *runRow) { r.job.Generation = 0 }) }},
-		{"a non-claim moves the generation", "5", Op{Kind: spec.OpCancel, Req: spec.CancelRequest{Tenant: "t1", RunID: "r2"}},
+		{"a non-claim moves the generation", "5", Op{Req: spec.CancelRequest{Tenant: "t1", RunID: "r2"}},
 			func() State { return corrupt(s, "r2", func(r *runRow) { r.job.Generation = 1 }) }},
-		{"a claim raises it by two", "5", Op{Kind: spec.OpClaim, Req: spec.ClaimRequest{Tenant: "t1", Worker: "w2", LeaseMs: 1, Limit: 1}},
+		{"a claim raises it by two", "5", Op{Req: spec.ClaimRequest{Tenant: "t1", Worker: "w2", LeaseMs: 1, Limit: 1}},
 			func() State { return corrupt(s, "r2", func(r *runRow) { r.job.Generation = 2 }) }},
-		{"a stale lease writes", "10", Op{Kind: spec.OpRenew, Req: spec.RenewRequest{Lease: stale, LeaseMs: 1}},
+		{"a stale lease writes", "10", Op{Req: spec.RenewRequest{Lease: stale, LeaseMs: 1}},
 			func() State { return corrupt(s, "r1", func(r *runRow) { r.job.LeaseExpiresAt = 99 }) }},
-		{"a write changes another run", "10", Op{Kind: spec.OpRenew, Req: spec.RenewRequest{Lease: ref, LeaseMs: 1}},
+		{"a write changes another run", "10", Op{Req: spec.RenewRequest{Lease: ref, LeaseMs: 1}},
 			func() State { return corrupt(s, "r2", func(r *runRow) { r.job.AvailableAt = 9 }) }},
-		{"another tenant's run changes", "13", Op{Kind: spec.OpCancel, Req: spec.CancelRequest{Tenant: "t2", RunID: "r2"}},
+		{"another tenant's run changes", "13", Op{Req: spec.CancelRequest{Tenant: "t2", RunID: "r2"}},
 			func() State { return corrupt(s, "r2", func(r *runRow) { r.job.AvailableAt = 9 }) }},
-		{"a succeeded effect changes", "12", Op{Kind: spec.OpRecordEffect, Req: spec.RecordEffectRequest{Lease: ref}},
+		{"a succeeded effect changes", "12", Op{Req: spec.RecordEffectRequest{Lease: ref}},
 			func() State {
 				done := corrupt(s, "r1", func(r *runRow) { e, _ := r.effect("s", "e"); e.State = spec.EffectSucceeded; r.putEffect(e) })
 				s = done
 				return corrupt(done, "r1", func(r *runRow) { e, _ := r.effect("s", "e"); e.State = spec.EffectFailed; r.putEffect(e) })
 			}},
-		{"a run row changes without its version", "H", Op{Kind: spec.OpRenew, Req: spec.RenewRequest{Lease: ref, LeaseMs: 1}},
+		{"a run row changes without its version", "H", Op{Req: spec.RenewRequest{Lease: ref, LeaseMs: 1}},
 			func() State { return corrupt(s, "r1", func(r *runRow) { r.run.ErrorCode = "x" }) }},
-		{"a live idempotency record is deleted", "9", Op{Kind: spec.OpPurge, Req: spec.PurgeRequest{Limit: 1}},
+		{"a live idempotency record is deleted", "9", Op{Req: spec.PurgeRequest{Limit: 1}},
 			func() State { return s.withoutIdempotency(func(spec.IdempotencyRecord) bool { return true }) }},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

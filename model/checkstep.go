@@ -30,13 +30,9 @@ import (
 // reach, including Observe's non-FIFO claims.
 func (m Model) CheckStep(prev State, op Op, next State) error {
 	var v Violations
-	tenant, scoped := opTenant(op)
-	var guardRef *spec.LeaseRef
-	if ref, isGuarded := leaseRefOf(op); isGuarded {
-		guardRef = &ref
-	}
+	tenant, scoped := op.Req.TenantScope()
+	guardRefs := op.Req.Leases()
 	claimReq, isClaim := op.Req.(spec.ClaimRequest)
-	isClaim = isClaim && op.Kind == spec.OpClaim
 
 	// Both run lists are sorted by (tenant, run id): walk them together.
 	pi, ni := 0, 0
@@ -64,17 +60,13 @@ func (m Model) CheckStep(prev State, op Op, next State) error {
 		case !n.equal(p):
 			name := p.run.Tenant + "/" + p.run.ID
 			if scoped && p.run.Tenant != tenant {
-				v.add("13", "%s for tenant %s changed run %s of another tenant", op.Kind, tenant, name)
+				v.add("13", "%s for tenant %s changed run %s of another tenant", op.Kind(), tenant, name)
 			}
-			if op.Kind == spec.OpPurge {
+			if op.Kind() == spec.OpPurge {
 				v.add("13", "purge_idempotency changed run %s (it may only delete idempotency records)", name)
 			}
-			if guardRef != nil {
-				if guardRef.Tenant != p.run.Tenant || guardRef.RunID != p.run.ID {
-					v.add("10", "%s through lease %s changed another run %s", op.Kind, guardRef, name)
-				} else if err := spec.LeaseError(p.job, *guardRef, op.Now); err != nil {
-					v.add("10", "%s through a lease that was not current (%s: %s) changed run %s", op.Kind, err.Code, err.Message, name)
-				}
+			if guardRefs != nil {
+				checkGuarded(&v, op, guardRefs, p, name)
 			}
 			checkRunStep(&v, op, isClaim, claimReq, name, p, n)
 		}
@@ -87,9 +79,9 @@ func (m Model) CheckStep(prev State, op Op, next State) error {
 func checkNewRun(v *Violations, op Op, tenant string, scoped bool, prev State, n *runRow) {
 	name := n.run.Tenant + "/" + n.run.ID
 	if scoped && n.run.Tenant != tenant {
-		v.add("13", "%s for tenant %s created run %s", op.Kind, tenant, name)
+		v.add("13", "%s for tenant %s created run %s", op.Kind(), tenant, name)
 	}
-	switch op.Kind {
+	switch op.Kind() {
 	case spec.OpCreateRun:
 		if n.job.Generation != 0 {
 			v.add("5", "created run %s starts at generation %d (want 0)", name, n.job.Generation)
@@ -100,7 +92,7 @@ func checkNewRun(v *Violations, op Op, tenant string, scoped bool, prev State, n
 			v.add("5", "replay %s of %s starts at generation %d (want the original's, never lowered)", name, n.run.ReplayOf, n.job.Generation)
 		}
 	default:
-		v.add("7", "%s created run %s", op.Kind, name)
+		v.add("7", "%s created run %s", op.Kind(), name)
 	}
 	if n.job.Attempts != 0 || len(n.attempts) != 0 || len(n.effects) != 0 {
 		v.add("7", "new run %s starts with attempts %d, %d attempt rows, %d effects", name, n.job.Attempts, len(n.attempts), len(n.effects))
@@ -129,7 +121,7 @@ func checkRunStep(v *Violations, op Op, isClaim bool, claim spec.ClaimRequest, n
 	case isClaim && ng != pg && !claimed:
 		v.add("5", "run %s: claim moved generation %d -> %d (want +1)", name, pg, ng)
 	case !isClaim && ng != pg:
-		v.add("5", "run %s: %s moved generation %d -> %d (only a claim may, by one)", name, op.Kind, pg, ng)
+		v.add("5", "run %s: %s moved generation %d -> %d (only a claim may, by one)", name, op.Kind(), pg, ng)
 	}
 	if isClaim && !claimed && (p.job.Attempts != n.job.Attempts || p.job.State != n.job.State || p.job.LeaseOwner != n.job.LeaseOwner) {
 		v.add("5", "run %s: claim changed the job (%s -> %s) without raising its generation", name, p.job.State, n.job.State)
@@ -176,13 +168,13 @@ func checkIdempotencyStep(v *Violations, op Op, tenant string, scoped bool, prev
 			continue
 		}
 		if scoped && rec.Tenant != tenant {
-			v.add("13", "%s for tenant %s changed an idempotency record of tenant %s", op.Kind, tenant, rec.Tenant)
+			v.add("13", "%s for tenant %s changed an idempotency record of tenant %s", op.Kind(), tenant, rec.Tenant)
 		}
 		switch {
 		case rec.ExpiresAt > op.Now:
-			v.add("9", "%s changed or deleted a live idempotency record (%s/%s/%s, expires %d, now %d)", op.Kind, rec.Tenant, rec.Operation, spec.ShortHash(rec.Key), rec.ExpiresAt, op.Now)
-		case op.Kind != spec.OpPurge && op.Kind != spec.OpCreateRun:
-			v.add("9", "%s deleted an idempotency record", op.Kind)
+			v.add("9", "%s changed or deleted a live idempotency record (%s/%s/%s, expires %d, now %d)", op.Kind(), rec.Tenant, rec.Operation, spec.ShortHash(rec.Key), rec.ExpiresAt, op.Now)
+		case op.Kind() != spec.OpPurge && op.Kind() != spec.OpCreateRun:
+			v.add("9", "%s deleted an idempotency record", op.Kind())
 		}
 	}
 	for _, rec := range next.idem {
@@ -190,54 +182,32 @@ func checkIdempotencyStep(v *Violations, op Op, tenant string, scoped bool, prev
 		if found && old == rec {
 			continue
 		}
-		if op.Kind != spec.OpCreateRun {
-			v.add("9", "%s wrote an idempotency record", op.Kind)
+		if op.Kind() != spec.OpCreateRun {
+			v.add("9", "%s wrote an idempotency record", op.Kind())
 		}
 		if scoped && rec.Tenant != tenant {
-			v.add("13", "%s for tenant %s wrote an idempotency record of tenant %s", op.Kind, tenant, rec.Tenant)
+			v.add("13", "%s for tenant %s wrote an idempotency record of tenant %s", op.Kind(), tenant, rec.Tenant)
 		}
 	}
 }
 
-// opTenant returns the tenant an operation is scoped to; Purge has none.
-func opTenant(op Op) (string, bool) {
-	if ref, ok := leaseRefOf(op); ok {
-		return ref.Tenant, true
+// checkGuarded checks invariant 10 for a run that a guarded write changed:
+// one of its leases is for the run and was current in prev.
+func checkGuarded(v *Violations, op Op, refs []spec.LeaseRef, p *runRow, name string) {
+	var lastErr *spec.Error
+	for _, ref := range refs {
+		if ref.Tenant != p.run.Tenant || ref.RunID != p.run.ID {
+			continue
+		}
+		if lastErr = spec.LeaseError(p.job, ref, op.Now); lastErr == nil {
+			return
+		}
 	}
-	switch req := op.Req.(type) {
-	case spec.CreateRunRequest:
-		return req.Tenant, true
-	case spec.ClaimRequest:
-		return req.Tenant, true
-	case spec.CancelRequest:
-		return req.Tenant, true
-	case spec.ReapRequest:
-		return req.Tenant, true
-	case spec.ReplayRequest:
-		return req.Tenant, true
+	if lastErr == nil {
+		v.add("10", "%s through lease %s changed another run %s", op.Kind(), refs[0], name)
+		return
 	}
-	return "", false
-}
-
-// leaseRefOf returns the lease a guarded write presents.
-func leaseRefOf(op Op) (spec.LeaseRef, bool) {
-	switch req := op.Req.(type) {
-	case spec.RenewRequest:
-		return req.Lease, true
-	case spec.CompleteRequest:
-		return req.Lease, true
-	case spec.RetryRequest:
-		return req.Lease, true
-	case spec.FailRequest:
-		return req.Lease, true
-	case spec.ReleaseRequest:
-		return req.Lease, true
-	case spec.ReserveEffectRequest:
-		return req.Lease, true
-	case spec.RecordEffectRequest:
-		return req.Lease, true
-	}
-	return spec.LeaseRef{}, false
+	v.add("10", "%s through a lease that was not current (%s: %s) changed run %s", op.Kind(), lastErr.Code, lastErr.Message, name)
 }
 
 // sameState reports whether two states hold the same rows.

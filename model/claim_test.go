@@ -43,7 +43,7 @@ func TestClaimValidation(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			w := newWorld(t)
 			w.create("t1", "k1", "r1", `{}`)
-			w.at(tc.now).fails(spec.OpClaim, tc.req, spec.CodeInvalidArgument, "")
+			w.at(tc.now).fails(tc.req, spec.CodeInvalidArgument, "")
 		})
 	}
 }
@@ -72,7 +72,7 @@ func TestClaimEligibility(t *testing.T) {
 			w.create("t1", "k1", "r1", `{}`)
 			w.at(1).create("t1", "k0", "r0", `{}`)
 			w.at(2).claimOne("t1", "w1")                                                                       // takes r1 (available 0)
-			w.doJitter(spec.OpRetry, spec.RetryRequest{Lease: ref("t1", "r1", "w1", 1), ErrorCode: "busy"}, 0) // r1 available at 12
+			w.doJitter(spec.RetryRequest{Lease: ref("t1", "r1", "w1", 1), ErrorCode: "busy"}, 0) // r1 available at 12
 		}, 12, 2, []string{"r0", "r1"}},
 		{"an expired lease comes in the order of its expiry, not of its availability", func(w *world) {
 			w.create("t1", "k1", "r1", `{}`)        // available 0
@@ -83,7 +83,7 @@ func TestClaimEligibility(t *testing.T) {
 		{"a backed-off job is not available yet", func(w *world) {
 			w.create("t1", "k1", "r1", `{}`)
 			w.claimOne("t1", "w1")
-			w.doJitter(spec.OpRetry, spec.RetryRequest{Lease: ref("t1", "r1", "w1", 1), ErrorCode: "busy"}, 0) // available at 10
+			w.doJitter(spec.RetryRequest{Lease: ref("t1", "r1", "w1", 1), ErrorCode: "busy"}, 0) // available at 10
 		}, 9, 1, nil},
 		{"a live lease is not claimable", func(w *world) {
 			w.create("t1", "k1", "r1", `{}`)
@@ -103,7 +103,7 @@ func TestClaimEligibility(t *testing.T) {
 		}, 0, 1, nil},
 		{"terminal jobs are not claimable", func(w *world) {
 			w.create("t1", "k1", "r1", `{}`)
-			w.must(spec.OpCancel, spec.CancelRequest{Tenant: "t1", RunID: "r1"})
+			w.must(spec.CancelRequest{Tenant: "t1", RunID: "r1"})
 		}, 0, 1, nil},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

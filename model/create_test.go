@@ -8,7 +8,7 @@ import (
 
 func TestCreateRunAdmitsEveryRowTogether(t *testing.T) {
 	w := newWorld(t).at(7)
-	res := w.must(spec.OpCreateRun, createReq("t1", "k1", "r1", `{"b":2, "a":1}`)).(spec.CreateRunResult)
+	res := w.must(createReq("t1", "k1", "r1", `{"b":2, "a":1}`)).(spec.CreateRunResult)
 	equal(t, "replayed", res.Replayed, false)
 	fp := spec.Fingerprint(spec.FingerprintInput{Tenant: "t1", Operation: "work", SchemaVersion: 1, MaxAttempts: 2, TimeoutMs: 100, Payload: `{"a":1,"b":2}`})
 	equal(t, "run", res.Run, spec.Run{Tenant: "t1", ID: "r1", Operation: "work", State: spec.RunQueued, Version: 1, LastSeq: 1,
@@ -89,10 +89,10 @@ func TestCreateRunOutcomes(t *testing.T) {
 			}
 			w.at(tc.now)
 			if tc.code != "" {
-				w.fails(spec.OpCreateRun, tc.req, tc.code, "")
+				w.fails(tc.req, tc.code, "")
 				return
 			}
-			res := w.must(spec.OpCreateRun, tc.req).(spec.CreateRunResult)
+			res := w.must(tc.req).(spec.CreateRunResult)
 			equal(t, "replayed", res.Replayed, tc.replayed)
 			equal(t, "run id", res.Run.ID, tc.runID)
 			equal(t, "tenant", res.Run.Tenant, tc.req.Tenant)
@@ -110,7 +110,7 @@ func TestCreateRunReplacesAnExpiredRecord(t *testing.T) {
 	}
 	// A replayed create writes nothing, not even a second run_queued event.
 	before := w.s.Key()
-	res := w.must(spec.OpCreateRun, createReq("t1", "k1", "r3", `{}`)).(spec.CreateRunResult)
+	res := w.must(createReq("t1", "k1", "r3", `{}`)).(spec.CreateRunResult)
 	equal(t, "replayed run", res.Run.ID, "r2")
 	equal(t, "state unchanged", w.s.Key(), before)
 }

@@ -2,51 +2,55 @@ package model
 
 import (
 	"fmt"
+	"reflect"
 	"strings"
 
 	"github.com/leasehold/leasehold/spec"
 )
 
 // String renders the operation on one line for traces and linearizability
-// reports (porcupine's DescribeOperation). Idempotency keys are shown as
-// given: the model only ever sees test keys, never production ones.
+// reports (porcupine's DescribeOperation): its name, then each request field
+// by its JSON name, JSON bytes as text, a lease as tenant/run@generation by
+// owner; optional fields only when set. Idempotency keys are shown as given:
+// the model only ever sees test keys, never production ones.
 func (o Op) String() string {
-	lease := func(l spec.LeaseRef) string {
-		return fmt.Sprintf("%s/%s gen %d by %s", l.Tenant, l.RunID, l.Generation, l.Owner)
+	var b strings.Builder
+	b.WriteString(string(o.Kind()))
+	writeFields(&b, reflect.ValueOf(o.Req))
+	if _, isRetry := o.Req.(spec.RetryRequest); isRetry {
+		fmt.Fprintf(&b, " jitter=%d", o.Jitter)
 	}
-	switch r := o.Req.(type) {
-	case spec.CreateRunRequest:
-		s := fmt.Sprintf("create_run %s/%s key %s payload %s", r.Tenant, r.RunID, r.IdempotencyKey, r.Payload)
-		if r.MaxAttempts != 0 || r.TimeoutMs != 0 {
-			s += fmt.Sprintf(" max %d timeout %d", r.MaxAttempts, r.TimeoutMs)
+	return b.String()
+}
+
+// writeFields appends " name=value" for each field of the struct v.
+func writeFields(b *strings.Builder, v reflect.Value) {
+	t := v.Type()
+	for i := 0; i < t.NumField(); i++ {
+		f, fv := t.Field(i), v.Field(i)
+		name, opts, _ := strings.Cut(f.Tag.Get("json"), ",")
+		if opts == "omitempty" && fv.IsZero() {
+			continue
 		}
-		return s
-	case spec.ClaimRequest:
-		return fmt.Sprintf("claim %s by %s lease %d limit %d", r.Tenant, r.Worker, r.LeaseMs, r.Limit)
-	case spec.RenewRequest:
-		return fmt.Sprintf("renew %s for %d", lease(r.Lease), r.LeaseMs)
-	case spec.CompleteRequest:
-		return fmt.Sprintf("complete %s result %s", lease(r.Lease), r.Result)
-	case spec.RetryRequest:
-		return fmt.Sprintf("retry %s code %s retry-after %d jitter %d", lease(r.Lease), r.ErrorCode, r.RetryAfterMs, o.Jitter)
-	case spec.FailRequest:
-		return fmt.Sprintf("fail %s code %s", lease(r.Lease), r.ErrorCode)
-	case spec.CancelRequest:
-		return fmt.Sprintf("cancel %s/%s reason %q", r.Tenant, r.RunID, r.Reason)
-	case spec.ReleaseRequest:
-		return fmt.Sprintf("release %s", lease(r.Lease))
-	case spec.ReapRequest:
-		return fmt.Sprintf("reap %s limit %d", r.Tenant, r.Limit)
-	case spec.PurgeRequest:
-		return fmt.Sprintf("purge_idempotency limit %d", r.Limit)
-	case spec.ReplayRequest:
-		return fmt.Sprintf("replay %s/%s as %s by %s", r.Tenant, r.RunID, r.NewRunID, r.Actor)
-	case spec.ReserveEffectRequest:
-		return fmt.Sprintf("reserve_effect %s/%s %s", r.Step, r.Key, lease(r.Lease))
-	case spec.RecordEffectRequest:
-		return fmt.Sprintf("%s %s/%s = %s %q %s", o.Kind, r.Step, r.Key, r.State, r.ProviderRef, lease(r.Lease))
+		b.WriteString(" " + name + "=")
+		switch x := fv.Interface().(type) {
+		case spec.LeaseRef:
+			b.WriteString(x.String())
+		case []byte:
+			b.Write(x)
+		case []spec.CompleteRequest:
+			b.WriteString("[")
+			for k, m := range x {
+				if k > 0 {
+					b.WriteString(";")
+				}
+				writeFields(b, reflect.ValueOf(m))
+			}
+			b.WriteString(" ]")
+		default:
+			fmt.Fprintf(b, "%v", x)
+		}
 	}
-	return fmt.Sprintf("%s %+v", o.Kind, o.Req)
 }
 
 // String renders the result on one line.
@@ -92,6 +96,23 @@ func (r Result) String() string {
 		return fmt.Sprintf("%s: effect %s gen %d", v.Decision, v.Effect.State, v.Effect.Generation)
 	case spec.Effect:
 		return fmt.Sprintf("effect %s gen %d ref %q", v.State, v.Generation, v.ProviderRef)
+	case []spec.BatchOutcome:
+		parts := make([]string, len(v))
+		for i, o := range v {
+			parts[i] = Result{Value: o.Run}.String()
+			if o.Err != nil {
+				parts[i] = Result{Err: asError(o.Err)}.String()
+			}
+		}
+		return "batch [" + strings.Join(parts, "; ") + "]"
+	case []spec.Event:
+		return fmt.Sprintf("%d events", len(v))
+	case []spec.Attempt:
+		return fmt.Sprintf("%d attempts", len(v))
+	case []spec.Effect:
+		return fmt.Sprintf("%d effects", len(v))
+	case spec.Snapshot:
+		return fmt.Sprintf("snapshot of %d runs, %d idempotency records", len(v.Runs), len(v.Idempotency))
 	}
 	return fmt.Sprintf("%+v", r.Value)
 }

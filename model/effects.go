@@ -48,11 +48,11 @@ func (m Model) recordEffect(s State, now int64, req spec.RecordEffectRequest) (S
 // reconcileEffect is ReconcileEffect: the caller asked the external system
 // about a row that is unknown or reserved (by any generation, its own
 // included) and now resolves it (taking it over for its generation).
-func (m Model) reconcileEffect(s State, now int64, req spec.RecordEffectRequest) (State, Result) {
-	if err := m.Config.CheckRecordEffect(req, now, true); err != nil {
+func (m Model) reconcileEffect(s State, now int64, req spec.ReconcileEffectRequest) (State, Result) {
+	if err := m.Config.CheckReconcileEffect(req, now); err != nil {
 		return s, failed(err)
 	}
-	return m.writeEffect(s, now, req, func(e spec.Effect, g int64) bool {
+	return m.writeEffect(s, now, spec.RecordEffectRequest(req), func(e spec.Effect, g int64) bool {
 		return e.State == spec.EffectUnknown || e.State == spec.EffectReserved
 	})
 }

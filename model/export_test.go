@@ -1,5 +1,9 @@
 package model
 
+import "github.com/leasehold/leasehold/spec"
+
+type specOp = spec.Op
+
 // Broken returns a deliberately broken variant of the model, by name, for the
 // tests that prove the checks catch it. The names are the keys of
 // BrokenVariants.
@@ -22,4 +26,10 @@ var BrokenVariants = map[string]bug{
 	"retry resets generation":     bugRetryResetsGeneration,
 	"reserve reopens succeeded":   bugReserveReopensSucceeded,
 	"replay resets generation":    bugReplayResetsGeneration,
+}
+
+// HasStep reports whether the model has a step for op.
+func HasStep(op string) bool {
+	_, found := steps[specOp(op)]
+	return found
 }

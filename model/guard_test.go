@@ -9,22 +9,21 @@ import (
 // guardedOps builds each guarded write through a lease ref.
 var guardedOps = []struct {
 	name string
-	kind spec.Op
-	req  func(spec.LeaseRef) any
+	req  func(spec.LeaseRef) spec.Request
 }{
-	{"renew", spec.OpRenew, func(l spec.LeaseRef) any { return spec.RenewRequest{Lease: l, LeaseMs: 10} }},
-	{"complete", spec.OpComplete, func(l spec.LeaseRef) any { return spec.CompleteRequest{Lease: l} }},
-	{"retry", spec.OpRetry, func(l spec.LeaseRef) any { return spec.RetryRequest{Lease: l, ErrorCode: "busy"} }},
-	{"fail", spec.OpFail, func(l spec.LeaseRef) any { return spec.FailRequest{Lease: l, ErrorCode: "fatal"} }},
-	{"release", spec.OpRelease, func(l spec.LeaseRef) any { return spec.ReleaseRequest{Lease: l} }},
-	{"reserve_effect", spec.OpReserveEffect, func(l spec.LeaseRef) any {
+	{"renew", func(l spec.LeaseRef) spec.Request { return spec.RenewRequest{Lease: l, LeaseMs: 10} }},
+	{"complete", func(l spec.LeaseRef) spec.Request { return spec.CompleteRequest{Lease: l} }},
+	{"retry", func(l spec.LeaseRef) spec.Request { return spec.RetryRequest{Lease: l, ErrorCode: "busy"} }},
+	{"fail", func(l spec.LeaseRef) spec.Request { return spec.FailRequest{Lease: l, ErrorCode: "fatal"} }},
+	{"release", func(l spec.LeaseRef) spec.Request { return spec.ReleaseRequest{Lease: l} }},
+	{"reserve_effect", func(l spec.LeaseRef) spec.Request {
 		return spec.ReserveEffectRequest{Lease: l, Step: "s", Key: "e"}
 	}},
-	{"record_effect", spec.OpRecordEffect, func(l spec.LeaseRef) any {
+	{"record_effect", func(l spec.LeaseRef) spec.Request {
 		return spec.RecordEffectRequest{Lease: l, Step: "s", Key: "e", State: spec.EffectSucceeded}
 	}},
-	{"reconcile_effect", spec.OpReconcileEffect, func(l spec.LeaseRef) any {
-		return spec.RecordEffectRequest{Lease: l, Step: "s", Key: "e", State: spec.EffectFailed}
+	{"reconcile_effect", func(l spec.LeaseRef) spec.Request {
+		return spec.ReconcileEffectRequest{Lease: l, Step: "s", Key: "e", State: spec.EffectFailed}
 	}},
 }
 
@@ -61,7 +60,7 @@ func TestGuardedWritesRefuseAnyLeaseButTheCurrentOne(t *testing.T) {
 		{"a stale generation wins over a cancelled job", func(w *world) spec.LeaseRef {
 			l := w.claimOne("t1", "w1")
 			w.at(10).claimOne("t1", "w2")
-			w.must(spec.OpCancel, spec.CancelRequest{Tenant: "t1", RunID: "r1"})
+			w.must(spec.CancelRequest{Tenant: "t1", RunID: "r1"})
 			return l
 		}, spec.CodeLostLease, ""},
 		{"a stale generation of the same worker", func(w *world) spec.LeaseRef {
@@ -71,27 +70,27 @@ func TestGuardedWritesRefuseAnyLeaseButTheCurrentOne(t *testing.T) {
 		}, spec.CodeLostLease, ""},
 		{"the current generation of a cancelled run", func(w *world) spec.LeaseRef {
 			l := w.claimOne("t1", "w1")
-			w.must(spec.OpCancel, spec.CancelRequest{Tenant: "t1", RunID: "r1"})
+			w.must(spec.CancelRequest{Tenant: "t1", RunID: "r1"})
 			return l
 		}, spec.CodeCancelled, spec.RunCancelled},
 		{"the current generation of a completed run", func(w *world) spec.LeaseRef {
 			l := w.claimOne("t1", "w1")
-			w.must(spec.OpComplete, spec.CompleteRequest{Lease: l})
+			w.must(spec.CompleteRequest{Lease: l})
 			return l
 		}, spec.CodeAlreadyTerminal, spec.RunCompleted},
 		{"the current generation of a failed run", func(w *world) spec.LeaseRef {
 			l := w.claimOne("t1", "w1")
-			w.must(spec.OpFail, spec.FailRequest{Lease: l, ErrorCode: "fatal"})
+			w.must(spec.FailRequest{Lease: l, ErrorCode: "fatal"})
 			return l
 		}, spec.CodeAlreadyTerminal, spec.RunFailed},
 		{"released (requeued)", func(w *world) spec.LeaseRef {
 			l := w.claimOne("t1", "w1")
-			w.must(spec.OpRelease, spec.ReleaseRequest{Lease: l})
+			w.must(spec.ReleaseRequest{Lease: l})
 			return l
 		}, spec.CodeLostLease, ""},
 		{"retried (requeued)", func(w *world) spec.LeaseRef {
 			l := w.claimOne("t1", "w1")
-			w.must(spec.OpRetry, spec.RetryRequest{Lease: l, ErrorCode: "busy"})
+			w.must(spec.RetryRequest{Lease: l, ErrorCode: "busy"})
 			return l
 		}, spec.CodeLostLease, ""},
 		{"another owner with the current generation", func(w *world) spec.LeaseRef {
@@ -110,7 +109,7 @@ func TestGuardedWritesRefuseAnyLeaseButTheCurrentOne(t *testing.T) {
 				w := newWorld(t)
 				w.create("t1", "k1", "r1", `{}`)
 				l := sit.setup(w)
-				w.fails(g.kind, g.req(l), sit.code, sit.state)
+				w.fails(g.req(l), sit.code, sit.state)
 			})
 		}
 	}
@@ -120,25 +119,25 @@ func TestRenew(t *testing.T) {
 	w := newWorld(t)
 	w.create("t1", "k1", "r1", `{}`) // deadline 100
 	l := w.at(5).claimOne("t1", "w1")
-	lease := w.at(9).must(spec.OpRenew, spec.RenewRequest{Lease: l, LeaseMs: 20}).(spec.Lease)
+	lease := w.at(9).must(spec.RenewRequest{Lease: l, LeaseMs: 20}).(spec.Lease)
 	equal(t, "renewed expiry", lease.ExpiresAt, int64(29))
 	equal(t, "job expiry", w.job("t1", "r1").LeaseExpiresAt, int64(29))
 	equal(t, "attempt renewed_at", w.attempt("t1", "r1", 1).RenewedAt, int64(9))
 	equal(t, "run version (renew does not touch the run)", w.run("t1", "r1").Version, int64(2))
 
 	// Up to the deadline exactly, then no further.
-	w.at(20).must(spec.OpRenew, spec.RenewRequest{Lease: l, LeaseMs: 80}) // 100 == deadline
-	w.at(21).fails(spec.OpRenew, spec.RenewRequest{Lease: l, LeaseMs: 80}, spec.CodeDeadlineExceeded, "")
+	w.at(20).must(spec.RenewRequest{Lease: l, LeaseMs: 80}) // 100 == deadline
+	w.at(21).fails(spec.RenewRequest{Lease: l, LeaseMs: 80}, spec.CodeDeadlineExceeded, "")
 	equal(t, "expiry kept after deadline_exceeded", w.job("t1", "r1").LeaseExpiresAt, int64(100))
-	w.fails(spec.OpRenew, spec.RenewRequest{Lease: l, LeaseMs: 101}, spec.CodeInvalidArgument, "")
+	w.fails(spec.RenewRequest{Lease: l, LeaseMs: 101}, spec.CodeInvalidArgument, "")
 }
 
 func TestComplete(t *testing.T) {
 	w := newWorld(t)
 	w.create("t1", "k1", "r1", `{}`)
 	l := w.claimOne("t1", "w1")
-	w.at(3).fails(spec.OpComplete, spec.CompleteRequest{Lease: l, Result: []byte(`{"a":`)}, spec.CodeInvalidArgument, "")
-	run := w.must(spec.OpComplete, spec.CompleteRequest{Lease: l, Result: []byte(`{ "z":1, "a":2 }`)}).(spec.Run)
+	w.at(3).fails(spec.CompleteRequest{Lease: l, Result: []byte(`{"a":`)}, spec.CodeInvalidArgument, "")
+	run := w.must(spec.CompleteRequest{Lease: l, Result: []byte(`{ "z":1, "a":2 }`)}).(spec.Run)
 	equal(t, "state", run.State, spec.RunCompleted)
 	equal(t, "result", run.Result, `{"a":2,"z":1}`)
 	equal(t, "version", run.Version, int64(3))
@@ -154,8 +153,8 @@ func TestFail(t *testing.T) {
 	w := newWorld(t)
 	w.create("t1", "k1", "r1", `{}`)
 	l := w.claimOne("t1", "w1")
-	w.at(4).fails(spec.OpFail, spec.FailRequest{Lease: l, ErrorCode: "Bad-Code"}, spec.CodeInvalidArgument, "")
-	run := w.must(spec.OpFail, spec.FailRequest{Lease: l, ErrorCode: "fatal"}).(spec.Run)
+	w.at(4).fails(spec.FailRequest{Lease: l, ErrorCode: "Bad-Code"}, spec.CodeInvalidArgument, "")
+	run := w.must(spec.FailRequest{Lease: l, ErrorCode: "fatal"}).(spec.Run)
 	equal(t, "state", run.State, spec.RunFailed)
 	equal(t, "error code", run.ErrorCode, "fatal")
 	equal(t, "event", w.lastEvent("t1", "r1"), spec.Event{Tenant: "t1", RunID: "r1", Seq: 2, Kind: spec.EventRunFailed, At: 4, Payload: spec.FailedPayload("fatal", 1)})
@@ -181,9 +180,9 @@ func TestRetryBelowTheBudgetRequeuesAfterTheBackoff(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			w := newWorld(t)
-			w.must(spec.OpCreateRun, spec.CreateRunRequest{Tenant: "t1", Operation: "work", IdempotencyKey: "k", RunID: "r1", Payload: []byte(`{}`), TimeoutMs: 1000})
+			w.must(spec.CreateRunRequest{Tenant: "t1", Operation: "work", IdempotencyKey: "k", RunID: "r1", Payload: []byte(`{}`), TimeoutMs: 1000})
 			l := w.at(100).claimOne("t1", "w1")
-			res := w.doJitter(spec.OpRetry, retryReq(l, tc.retryAfterMs), tc.jitter)
+			res := w.doJitter(retryReq(l, tc.retryAfterMs), tc.jitter)
 			if res.Err != nil {
 				t.Fatalf("retry: %v", res.Err)
 			}
@@ -208,7 +207,7 @@ func TestRetryJitterOutOfRangeIsInvalid(t *testing.T) {
 	w := newWorld(t)
 	w.create("t1", "k1", "r1", `{}`)
 	l := w.claimOne("t1", "w1")
-	res := w.doJitter(spec.OpRetry, retryReq(l, 0), 6) // JitterMs is 5
+	res := w.doJitter(retryReq(l, 0), 6) // JitterMs is 5
 	if res.Err == nil || res.Err.Code != spec.CodeInvalidArgument {
 		t.Fatalf("a jitter draw past JitterMs: want invalid_argument, got %s", res)
 	}
@@ -219,7 +218,7 @@ func TestRetryAtTheBudgetTerminalizes(t *testing.T) {
 	w.create("t1", "k1", "r1", `{}`)
 	w.claimOne("t1", "w1")
 	l := w.at(10).claimOne("t1", "w2") // attempt 2 of 2
-	j := w.at(12).must(spec.OpRetry, retryReq(l, 0)).(spec.Job)
+	j := w.at(12).must(retryReq(l, 0)).(spec.Job)
 	equal(t, "job", j, spec.Job{Tenant: "t1", RunID: "r1", Operation: "work", State: spec.JobDead, AvailableAt: 0,
 		Generation: 2, Attempts: 2, MaxAttempts: 2, LastErrorCode: "busy"})
 	run := w.run("t1", "r1")
@@ -235,7 +234,7 @@ func TestReleaseRefundsTheAttempt(t *testing.T) {
 	w := newWorld(t)
 	w.create("t1", "k1", "r1", `{}`)
 	l := w.claimOne("t1", "w1")
-	j := w.at(4).must(spec.OpRelease, spec.ReleaseRequest{Lease: l}).(spec.Job)
+	j := w.at(4).must(spec.ReleaseRequest{Lease: l}).(spec.Job)
 	equal(t, "job", j, spec.Job{Tenant: "t1", RunID: "r1", Operation: "work", State: spec.JobQueued, AvailableAt: 4,
 		Generation: 1, Attempts: 0, MaxAttempts: 2})
 	equal(t, "attempt outcome", w.attempt("t1", "r1", 1).Outcome, spec.AttemptReleased)

@@ -41,13 +41,13 @@ func newWorld(t *testing.T) *world {
 func (w *world) at(now int64) *world { w.now = now; return w }
 
 // do applies one operation at the world's clock and returns its result.
-func (w *world) do(kind spec.Op, req any) model.Result {
-	return w.doJitter(kind, req, 0)
+func (w *world) do(req spec.Request) model.Result {
+	return w.doJitter(req, 0)
 }
 
-func (w *world) doJitter(kind spec.Op, req any, jitter int64) model.Result {
+func (w *world) doJitter(req spec.Request, jitter int64) model.Result {
 	w.t.Helper()
-	op := model.Op{Kind: kind, Now: w.now, Jitter: jitter, Req: req}
+	op := model.Op{Now: w.now, Jitter: jitter, Req: req}
 	before := w.s.Key()
 	next, res := w.m.Step(w.s, op)
 	if w.s.Key() != before {
@@ -67,31 +67,31 @@ func (w *world) doJitter(kind spec.Op, req any, jitter int64) model.Result {
 }
 
 // must applies an operation that must succeed and returns its value.
-func (w *world) must(kind spec.Op, req any) any {
+func (w *world) must(req spec.Request) any {
 	w.t.Helper()
-	res := w.do(kind, req)
+	res := w.do(req)
 	if res.Err != nil {
-		w.t.Fatalf("%s at %d: want success, got %v", kind, w.now, res.Err)
+		w.t.Fatalf("%s at %d: want success, got %v", req.Op(), w.now, res.Err)
 	}
 	return res.Value
 }
 
 // fails applies an operation that must fail with code (and, when state is
 // not empty, carry that run state), and must leave the state unchanged.
-func (w *world) fails(kind spec.Op, req any, code spec.Code, state spec.RunState) {
+func (w *world) fails(req spec.Request, code spec.Code, state spec.RunState) {
 	w.t.Helper()
-	res := w.do(kind, req)
+	res := w.do(req)
 	if res.Err == nil {
-		w.t.Fatalf("%s at %d: want error %s, got success %s", kind, w.now, code, res)
+		w.t.Fatalf("%s at %d: want error %s, got success %s", req.Op(), w.now, code, res)
 	}
 	if res.Err.Code != code || res.Err.State != state {
-		w.t.Fatalf("%s at %d: want error %s (state %q), got %s (state %q): %s", kind, w.now, code, state, res.Err.Code, res.Err.State, res.Err.Message)
+		w.t.Fatalf("%s at %d: want error %s (state %q), got %s (state %q): %s", req.Op(), w.now, code, state, res.Err.Code, res.Err.State, res.Err.Message)
 	}
 }
 
 func (w *world) create(tenant, key, run, payload string) spec.Run {
 	w.t.Helper()
-	return w.must(spec.OpCreateRun, createReq(tenant, key, run, payload)).(spec.CreateRunResult).Run
+	return w.must(createReq(tenant, key, run, payload)).(spec.CreateRunResult).Run
 }
 
 func createReq(tenant, key, run, payload string) spec.CreateRunRequest {
@@ -101,7 +101,7 @@ func createReq(tenant, key, run, payload string) spec.CreateRunRequest {
 // claim claims with a 10 ms lease and returns the leases.
 func (w *world) claim(tenant, worker string, limit int) []spec.Lease {
 	w.t.Helper()
-	return w.must(spec.OpClaim, spec.ClaimRequest{Tenant: tenant, Worker: worker, LeaseMs: 10, Limit: limit}).([]spec.Lease)
+	return w.must(spec.ClaimRequest{Tenant: tenant, Worker: worker, LeaseMs: 10, Limit: limit}).([]spec.Lease)
 }
 
 // claimOne claims exactly one job and returns its lease ref.

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"reflect"
+	"slices"
 
 	"github.com/leasehold/leasehold/spec"
 )
@@ -20,23 +21,21 @@ type Model struct {
 // Init returns the empty store.
 func (m Model) Init() State { return State{} }
 
-// Op is one call of a writing Store method, with the clock reading the store
-// used for it.
+// Op is one call of an operation of the contract (spec.Operations), with
+// the clock reading the store used for it.
 type Op struct {
-	Kind spec.Op // spec.OpCreateRun, spec.OpClaim, ...
-	// Now is the time the store read (once) for this operation.
+	// Now is the time the store read (once) for a writing operation; reads
+	// read no clock and ignore it.
 	Now int64
-	// Jitter is, for OpRetry below the budget, the value the store's
+	// Jitter is, for a Retry below the budget, the value the store's
 	// Random.Int64N(Backoff.JitterBound()) returned. Ignored otherwise.
 	Jitter int64
-	// Req is the request value of the method named by Kind:
-	// spec.CreateRunRequest, spec.ClaimRequest, spec.RenewRequest,
-	// spec.CompleteRequest, spec.RetryRequest, spec.FailRequest,
-	// spec.CancelRequest, spec.ReleaseRequest, spec.ReapRequest,
-	// spec.PurgeRequest, spec.ReplayRequest, spec.ReserveEffectRequest, and
-	// spec.RecordEffectRequest for both OpRecordEffect and OpReconcileEffect.
-	Req any
+	// Req is the operation's request; its type names the operation.
+	Req spec.Request
 }
+
+// Kind names the operation.
+func (o Op) Kind() spec.Op { return o.Req.Op() }
 
 // Result is what a Store method returned.
 type Result struct {
@@ -53,7 +52,8 @@ type Result struct {
 
 // Equal reports whether two results are the same outcome: both errors with
 // the same Code and State (messages are free text), or both successes with
-// deeply equal values, where a nil and an empty slice are equal.
+// deeply equal values, where a nil and an empty slice are equal (and a batch
+// completion's members are compared the same way).
 func (r Result) Equal(o Result) bool {
 	if r.Err != nil || o.Err != nil {
 		return r.Err != nil && o.Err != nil && r.Err.Code == o.Err.Code && r.Err.State == o.Err.State
@@ -61,7 +61,21 @@ func (r Result) Equal(o Result) bool {
 	if isEmpty(r.Value) && isEmpty(o.Value) {
 		return true
 	}
+	if a, isBatch := r.Value.([]spec.BatchOutcome); isBatch {
+		b, _ := o.Value.([]spec.BatchOutcome)
+		return slices.EqualFunc(a, b, func(x, y spec.BatchOutcome) bool {
+			return Result{Value: x.Run, Err: errorOf(x.Err)}.Equal(Result{Value: y.Run, Err: errorOf(y.Err)})
+		})
+	}
 	return reflect.DeepEqual(r.Value, o.Value)
+}
+
+// errorOf is asError for an error that may be nil.
+func errorOf(err error) *spec.Error {
+	if err == nil {
+		return nil
+	}
+	return asError(err)
 }
 
 // isEmpty reports a nil value or an empty slice of any type.
@@ -76,51 +90,55 @@ func isEmpty(v any) bool {
 // Step applies op to s and returns the state after it and the result the
 // store must have returned, as if the operation ran alone (sequentially: a
 // claim takes exactly the first Limit eligible jobs). On an error the
-// returned state is s. s itself is never changed. Step panics if op.Req is
-// not the request type op.Kind needs: that is a bug in the caller, not an
-// outcome of the contract.
+// returned state is s. s itself is never changed. Step panics on an
+// operation the model has no step for: every row of spec.Operations has one
+// (TestStepsCoverTheTable).
 func (m Model) Step(s State, op Op) (State, Result) {
-	switch op.Kind {
-	case spec.OpCreateRun:
-		return m.createRun(s, op.Now, request[spec.CreateRunRequest](op))
-	case spec.OpClaim:
-		return m.claim(s, op.Now, request[spec.ClaimRequest](op))
-	case spec.OpRenew:
-		return m.renew(s, op.Now, request[spec.RenewRequest](op))
-	case spec.OpComplete:
-		return m.complete(s, op.Now, request[spec.CompleteRequest](op))
-	case spec.OpRetry:
-		return m.retry(s, op.Now, op.Jitter, request[spec.RetryRequest](op))
-	case spec.OpFail:
-		return m.fail(s, op.Now, request[spec.FailRequest](op))
-	case spec.OpCancel:
-		return m.cancel(s, op.Now, request[spec.CancelRequest](op))
-	case spec.OpRelease:
-		return m.release(s, op.Now, request[spec.ReleaseRequest](op))
-	case spec.OpReap:
-		return m.reap(s, op.Now, request[spec.ReapRequest](op))
-	case spec.OpPurge:
-		return m.purge(s, op.Now, request[spec.PurgeRequest](op))
-	case spec.OpReplay:
-		return m.replay(s, op.Now, request[spec.ReplayRequest](op))
-	case spec.OpReserveEffect:
-		return m.reserveEffect(s, op.Now, request[spec.ReserveEffectRequest](op))
-	case spec.OpRecordEffect:
-		return m.recordEffect(s, op.Now, request[spec.RecordEffectRequest](op))
-	case spec.OpReconcileEffect:
-		return m.reconcileEffect(s, op.Now, request[spec.RecordEffectRequest](op))
+	step, found := steps[op.Kind()]
+	if !found {
+		panic(fmt.Sprintf("model: no step for operation %q", op.Kind()))
 	}
-	panic(fmt.Sprintf("model: unknown operation kind %q", op.Kind))
+	return step(m, s, op)
 }
 
-// request returns op.Req as T, or panics naming the mismatch.
-func request[T any](op Op) T {
-	req, ok := op.Req.(T)
-	if !ok {
-		var want T
-		panic(fmt.Sprintf("model: %s needs a %T request, got %T", op.Kind, want, op.Req))
-	}
-	return req
+// stepFunc is the model of one operation.
+type stepFunc func(m Model, s State, op Op) (State, Result)
+
+// steps maps every operation of spec.Operations to its model.
+var steps = map[spec.Op]stepFunc{
+	spec.OpCreateRun: typed(Model.createRun),
+	spec.OpClaim:     typed(Model.claim),
+	spec.OpRenew:     typed(Model.renew),
+	spec.OpComplete:  typed(Model.complete),
+	spec.OpRetry: func(m Model, s State, op Op) (State, Result) {
+		return m.retry(s, op.Now, op.Jitter, op.Req.(spec.RetryRequest))
+	},
+	spec.OpFail:            typed(Model.fail),
+	spec.OpCancel:          typed(Model.cancel),
+	spec.OpRelease:         typed(Model.release),
+	spec.OpReap:            typed(Model.reap),
+	spec.OpPurge:           typed(Model.purge),
+	spec.OpReplay:          typed(Model.replay),
+	spec.OpReserveEffect:   typed(Model.reserveEffect),
+	spec.OpRecordEffect:    typed(Model.recordEffect),
+	spec.OpReconcileEffect: typed(Model.reconcileEffect),
+	spec.OpCompleteBatch:   typed(Model.completeBatch),
+	spec.OpGetRun:          read(Model.getRun),
+	spec.OpGetJob:          read(Model.getJob),
+	spec.OpEvents:          read(Model.events),
+	spec.OpAttempts:        read(Model.attempts),
+	spec.OpEffects:         read(Model.effects),
+	spec.OpSnapshot:        read(Model.snapshot),
+}
+
+// typed adapts the model of a writing operation with request type R.
+func typed[R spec.Request](f func(Model, State, int64, R) (State, Result)) stepFunc {
+	return func(m Model, s State, op Op) (State, Result) { return f(m, s, op.Now, op.Req.(R)) }
+}
+
+// read adapts the model of a read: it changes nothing and reads no clock.
+func read[R spec.Request](f func(Model, State, R) Result) stepFunc {
+	return func(m Model, s State, op Op) (State, Result) { return s, f(m, s, op.Req.(R)) }
 }
 
 // ok and failed build results.

@@ -32,7 +32,7 @@ func (m Model) Observe(s State, op Op, observed Result) (State, bool) {
 	if want.Err != nil || observed.Err != nil {
 		return s, want.Equal(observed)
 	}
-	switch op.Kind {
+	switch op.Kind() {
 	case spec.OpClaim:
 		return m.observeClaim(s, op, observed.Value)
 	case spec.OpReap:
@@ -130,7 +130,7 @@ func (m Model) Outcomes(s State, op Op) []Outcome {
 	}
 	var rows []*runRow
 	var limit int
-	switch op.Kind {
+	switch op.Kind() {
 	case spec.OpClaim:
 		req := op.Req.(spec.ClaimRequest)
 		rows, limit = m.eligibleRows(s, req.Tenant, op.Now), req.Limit
@@ -142,7 +142,7 @@ func (m Model) Outcomes(s State, op Op) []Outcome {
 	}
 	var out []Outcome
 	forEachSubset(rows, limit, func(pick []*runRow) {
-		if op.Kind == spec.OpClaim {
+		if op.Kind() == spec.OpClaim {
 			req := op.Req.(spec.ClaimRequest)
 			expires, _ := m.Config.CheckClaim(req, op.Now)
 			st, leases := m.claimRows(s, op.Now, expires, req.Worker, pick)

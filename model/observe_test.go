@@ -18,7 +18,7 @@ func twoQueued(t *testing.T) *world {
 }
 
 func claimOp(now int64, tenant, worker string, limit int) model.Op {
-	return model.Op{Kind: spec.OpClaim, Now: now, Req: spec.ClaimRequest{Tenant: tenant, Worker: worker, LeaseMs: 10, Limit: limit}}
+	return model.Op{Now: now, Req: spec.ClaimRequest{Tenant: tenant, Worker: worker, LeaseMs: 10, Limit: limit}}
 }
 
 // leaseFor is the lease claiming run id gives at time now with a 10 ms lease
@@ -103,7 +103,7 @@ func TestObserveReap(t *testing.T) {
 	w := twoQueued(t)
 	w.claim("t1", "w1", 2)
 	w.at(10).claim("t1", "w1", 2) // both at budget, expire at 20
-	op := model.Op{Kind: spec.OpReap, Now: 20, Req: spec.ReapRequest{Tenant: "t1", Limit: 2}}
+	op := model.Op{Now: 20, Req: spec.ReapRequest{Tenant: "t1", Limit: 2}}
 	for _, tc := range []struct {
 		name   string
 		ids    []string
@@ -126,7 +126,7 @@ func TestObserveReap(t *testing.T) {
 			}
 		})
 	}
-	notYet := model.Op{Kind: spec.OpReap, Now: 19, Req: spec.ReapRequest{Tenant: "t1", Limit: 2}}
+	notYet := model.Op{Now: 19, Req: spec.ReapRequest{Tenant: "t1", Limit: 2}}
 	if _, accepted := w.m.Observe(w.s, notYet, model.Result{Value: []string{"r1"}}); accepted {
 		t.Fatalf("a reap of a live lease was accepted")
 	}
@@ -134,7 +134,7 @@ func TestObserveReap(t *testing.T) {
 
 func TestObserveOtherOpsMustEqualStep(t *testing.T) {
 	w := newWorld(t)
-	create := model.Op{Kind: spec.OpCreateRun, Now: 0, Req: createReq("t1", "k1", "r1", `{}`)}
+	create := model.Op{Now: 0, Req: createReq("t1", "k1", "r1", `{}`)}
 	want, res := w.m.Step(w.s, create)
 	next, accepted := w.m.Observe(w.s, create, res)
 	if !accepted || next.Key() != want.Key() {
@@ -166,11 +166,11 @@ func TestUnknown(t *testing.T) {
 		{"claim limit 1: unchanged, r1, r2", claimOp(1, "t1", "w1", 1), 3},
 		{"claim limit 2: unchanged, r1, r2, both", claimOp(1, "t1", "w1", 2), 4},
 		{"claim with nothing eligible", claimOp(1, "t3", "w1", 1), 1},
-		{"create: unchanged or created", model.Op{Kind: spec.OpCreateRun, Now: 1, Req: createReq("t1", "k3", "r3", `{}`)}, 2},
-		{"a refused op leaves only the state", model.Op{Kind: spec.OpCancel, Now: 1, Req: spec.CancelRequest{Tenant: "t1", RunID: "r9"}}, 1},
-		{"purge: unchanged or the three records gone", model.Op{Kind: spec.OpPurge, Now: 1 << 40, Req: spec.PurgeRequest{Limit: 5}}, 2},
-		{"purge with nothing expired", model.Op{Kind: spec.OpPurge, Now: 1, Req: spec.PurgeRequest{Limit: 5}}, 1},
-		{"a replayed create writes nothing", model.Op{Kind: spec.OpCreateRun, Now: 1, Req: createReq("t1", "k1", "r3", `{}`)}, 1},
+		{"create: unchanged or created", model.Op{Now: 1, Req: createReq("t1", "k3", "r3", `{}`)}, 2},
+		{"a refused op leaves only the state", model.Op{Now: 1, Req: spec.CancelRequest{Tenant: "t1", RunID: "r9"}}, 1},
+		{"purge: unchanged or the three records gone", model.Op{Now: 1 << 40, Req: spec.PurgeRequest{Limit: 5}}, 2},
+		{"purge with nothing expired", model.Op{Now: 1, Req: spec.PurgeRequest{Limit: 5}}, 1},
+		{"a replayed create writes nothing", model.Op{Now: 1, Req: createReq("t1", "k1", "r3", `{}`)}, 1},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			states := w.m.Unknown(w.s, tc.op)

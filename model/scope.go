@@ -163,62 +163,62 @@ func (sc *Scope) actions(now int64, s State) []action {
 			acts = append(acts, action{advance: d})
 		}
 	}
-	do := func(kind spec.Op, req any) { acts = append(acts, action{op: Op{Kind: kind, Now: now, Req: req}}) }
+	do := func(req spec.Request) { acts = append(acts, action{op: Op{Now: now, Req: req}}) }
 	for _, c := range sc.Creates {
-		do(spec.OpCreateRun, c)
+		do(c)
 	}
 	for _, c := range sc.Claims {
-		do(spec.OpClaim, c)
+		do(c)
 	}
 	tenants := map[string]bool{}
 	for _, r := range s.runs {
 		run := r.run
 		if sc.Cancel {
-			do(spec.OpCancel, spec.CancelRequest{Tenant: run.Tenant, RunID: run.ID})
+			do(spec.CancelRequest{Tenant: run.Tenant, RunID: run.ID})
 		}
 		if sc.Replay && run.State == spec.RunFailed {
-			do(spec.OpReplay, spec.ReplayRequest{Tenant: run.Tenant, RunID: run.ID, NewRunID: run.ID + ".r", Actor: "ops"})
+			do(spec.ReplayRequest{Tenant: run.Tenant, RunID: run.ID, NewRunID: run.ID + ".r", Actor: "ops"})
 		}
 		if sc.Reap && !tenants[run.Tenant] {
 			tenants[run.Tenant] = true
-			do(spec.OpReap, spec.ReapRequest{Tenant: run.Tenant, Limit: 2})
+			do(spec.ReapRequest{Tenant: run.Tenant, Limit: 2})
 		}
 		for _, a := range r.attempts {
 			sc.guardedActions(do, spec.LeaseRef{Tenant: a.Tenant, RunID: a.RunID, Owner: a.Worker, Generation: a.Generation}, now, &acts)
 		}
 	}
 	if sc.Purge && len(s.idem) > 0 {
-		do(spec.OpPurge, spec.PurgeRequest{Limit: 1})
+		do(spec.PurgeRequest{Limit: 1})
 	}
 	return acts
 }
 
 // guardedActions adds every guarded write through ref.
-func (sc *Scope) guardedActions(do func(spec.Op, any), ref spec.LeaseRef, now int64, acts *[]action) {
+func (sc *Scope) guardedActions(do func(spec.Request), ref spec.LeaseRef, now int64, acts *[]action) {
 	if sc.RenewMs > 0 {
-		do(spec.OpRenew, spec.RenewRequest{Lease: ref, LeaseMs: sc.RenewMs})
+		do(spec.RenewRequest{Lease: ref, LeaseMs: sc.RenewMs})
 	}
-	do(spec.OpComplete, spec.CompleteRequest{Lease: ref, Result: []byte(`{"ok":true}`)})
+	do(spec.CompleteRequest{Lease: ref, Result: []byte(`{"ok":true}`)})
 	for _, j := range sc.Jitters {
-		*acts = append(*acts, action{op: Op{Kind: spec.OpRetry, Now: now, Jitter: j,
+		*acts = append(*acts, action{op: Op{Now: now, Jitter: j,
 			Req: spec.RetryRequest{Lease: ref, ErrorCode: "busy", RetryAfterMs: sc.RetryAfterMs}}})
 	}
-	do(spec.OpFail, spec.FailRequest{Lease: ref, ErrorCode: "fatal"})
+	do(spec.FailRequest{Lease: ref, ErrorCode: "fatal"})
 	if sc.Release {
-		do(spec.OpRelease, spec.ReleaseRequest{Lease: ref})
+		do(spec.ReleaseRequest{Lease: ref})
 	}
 	if sc.EffectStep == "" {
 		return
 	}
-	do(spec.OpReserveEffect, spec.ReserveEffectRequest{Lease: ref, Step: sc.EffectStep, Key: sc.EffectKey})
-	record := func(kind spec.Op, state spec.EffectState, provider string) {
-		do(kind, spec.RecordEffectRequest{Lease: ref, Step: sc.EffectStep, Key: sc.EffectKey, State: state, ProviderRef: provider})
+	do(spec.ReserveEffectRequest{Lease: ref, Step: sc.EffectStep, Key: sc.EffectKey})
+	record := func(state spec.EffectState, provider string) spec.RecordEffectRequest {
+		return spec.RecordEffectRequest{Lease: ref, Step: sc.EffectStep, Key: sc.EffectKey, State: state, ProviderRef: provider}
 	}
-	record(spec.OpRecordEffect, spec.EffectSucceeded, "pay-1")
-	record(spec.OpRecordEffect, spec.EffectFailed, "")
-	record(spec.OpRecordEffect, spec.EffectUnknown, "")
-	record(spec.OpReconcileEffect, spec.EffectSucceeded, "pay-1")
-	record(spec.OpReconcileEffect, spec.EffectFailed, "")
+	do(record(spec.EffectSucceeded, "pay-1"))
+	do(record(spec.EffectFailed, ""))
+	do(record(spec.EffectUnknown, ""))
+	do(spec.ReconcileEffectRequest(record(spec.EffectSucceeded, "pay-1")))
+	do(spec.ReconcileEffectRequest(record(spec.EffectFailed, "")))
 }
 
 // allows reports whether a state is within the scope's bounds on admitted

@@ -1,7 +1,6 @@
 package scenarios
 
 import (
-	"context"
 	"fmt"
 	"maps"
 	"slices"
@@ -10,66 +9,75 @@ import (
 	"github.com/leasehold/leasehold/spec"
 )
 
-// checkFinal compares the store's final rows with sc.Final, through the
-// runner's own store (no hook, no barrier). The store must hold exactly the
-// runs the file lists: a run it does not list is a mismatch too.
-func (r *runner) checkFinal(ctx context.Context) {
+// checkFinal compares the store's final rows (the final scan) with
+// sc.Final. The store must hold exactly the runs the file lists: a run it
+// does not list is a mismatch too.
+func (r *runner) checkFinal(snap spec.Snapshot) {
 	bad := func(format string, args ...any) { r.mismatch(FinalStep, format, args...) }
-	snap, err := r.observer.Snapshot(ctx)
-	if err != nil {
-		bad("snapshot: %v", err)
-		return
-	}
+	t := r.sc.Tenant
 	for _, run := range snap.Runs {
-		if run.Tenant != r.sc.Tenant || r.sc.Final.Runs[run.ID] == nil {
+		if run.Tenant != t || r.sc.Final.Runs[run.ID] == nil {
 			bad("the store holds run %s/%s (state %s), which final.runs does not list", run.Tenant, run.ID, run.State)
 		}
 	}
 	for _, id := range slices.Sorted(maps.Keys(r.sc.Final.Runs)) {
-		r.checkRun(ctx, id, r.sc.Final.Runs[id])
+		r.checkRun(rowsOf(snap, t, id), id, r.sc.Final.Runs[id])
 	}
 	for _, id := range r.sc.Final.Absent {
-		run, err := r.observer.GetRun(ctx, r.sc.Tenant, id)
-		if code := spec.CodeOf(err); code != spec.CodeNotFound {
-			if err == nil {
-				bad("run %s: expected absent (not_found), got a run in state %s", id, run.State)
-			} else {
-				bad("run %s: expected absent (not_found), got error %v", id, err)
-			}
+		if rows := rowsOf(snap, t, id); rows.run != nil {
+			bad("run %s: expected absent, got a run in state %s", id, rows.run.State)
 		}
 	}
 }
 
-func (r *runner) checkRun(ctx context.Context, id string, want *FinalRun) {
+// runRows are one run's rows in a snapshot.
+type runRows struct {
+	run      *spec.Run
+	job      spec.Job
+	events   []spec.Event
+	attempts []spec.Attempt
+	effects  []spec.Effect
+}
+
+func rowsOf(snap spec.Snapshot, tenant, id string) runRows {
+	var out runRows
+	for i, run := range snap.Runs {
+		if run.Tenant == tenant && run.ID == id {
+			out.run = &snap.Runs[i]
+		}
+	}
+	for _, j := range snap.Jobs {
+		if j.Tenant == tenant && j.RunID == id {
+			out.job = j
+		}
+	}
+	for _, e := range snap.Events {
+		if e.Tenant == tenant && e.RunID == id {
+			out.events = append(out.events, e)
+		}
+	}
+	for _, a := range snap.Attempts {
+		if a.Tenant == tenant && a.RunID == id {
+			out.attempts = append(out.attempts, a)
+		}
+	}
+	for _, e := range snap.Effects {
+		if e.Tenant == tenant && e.RunID == id {
+			out.effects = append(out.effects, e)
+		}
+	}
+	return out
+}
+
+func (r *runner) checkRun(rows runRows, id string, want *FinalRun) {
 	bad := func(format string, args ...any) {
 		r.mismatch(FinalStep, "run %s: %s", id, fmt.Sprintf(format, args...))
 	}
-	t := r.sc.Tenant
-	run, err := r.observer.GetRun(ctx, t, id)
-	if err != nil {
-		bad("expected state %s, got error %v", want.State, err)
+	if rows.run == nil {
+		bad("expected state %s, but the store has no such run", want.State)
 		return
 	}
-	job, err := r.observer.GetJob(ctx, t, id)
-	if err != nil {
-		bad("get job: %v", err)
-		return
-	}
-	events, err := r.observer.Events(ctx, t, id)
-	if err != nil {
-		bad("events: %v", err)
-		return
-	}
-	attempts, err := r.observer.Attempts(ctx, t, id)
-	if err != nil {
-		bad("attempts: %v", err)
-		return
-	}
-	effects, err := r.observer.Effects(ctx, t, id)
-	if err != nil {
-		bad("effects: %v", err)
-		return
-	}
+	run, job, events, attempts, effects := *rows.run, rows.job, rows.events, rows.attempts, rows.effects
 	check := func(field string, want, got any) {
 		if fmt.Sprint(want) != fmt.Sprint(got) {
 			bad("%s: expected %v, got %v", field, want, got)
@@ -83,14 +91,14 @@ func (r *runner) checkRun(ctx context.Context, id string, want *FinalRun) {
 		check("error_code", fmt.Sprintf("%q", *want.ErrorCode), fmt.Sprintf("%q", run.ErrorCode))
 	}
 	if want.Result != nil {
-		w, _ := decodeField("result", want.Result)
-		check("result", formatValue("result", w), formatValue("result", run.Result))
+		w, _ := canonicalOrNull(want.Result)
+		check("result", textOrNull(w), textOrNull(run.Result))
 	}
-	if want.Owner != nil {
-		check("owner", fmt.Sprintf("%q", *want.Owner), fmt.Sprintf("%q", job.LeaseOwner))
+	if want.LeaseOwner != nil {
+		check("lease_owner", fmt.Sprintf("%q", *want.LeaseOwner), fmt.Sprintf("%q", job.LeaseOwner))
 	}
-	if want.ExpiresAt != nil {
-		check("expires_at", *want.ExpiresAt, job.LeaseExpiresAt)
+	if want.LeaseExpiresAt != nil {
+		check("lease_expires_at", *want.LeaseExpiresAt, job.LeaseExpiresAt)
 	}
 	if want.AvailableAt != nil {
 		check("available_at", *want.AvailableAt, job.AvailableAt)
@@ -135,7 +143,7 @@ func (r *runner) checkRun(ctx context.Context, id string, want *FinalRun) {
 	}
 	var wantEffects, gotEffects []string
 	for i, e := range want.Effects {
-		wantEffects = append(wantEffects, effectText(e.Effect, e.Key, e.State, *e.Generation, e.ProviderRef))
+		wantEffects = append(wantEffects, effectText(e.Step, e.Key, e.State, *e.Generation, e.ProviderRef))
 		if i < len(effects) {
 			var ref *string
 			if e.ProviderRef != nil {

@@ -1,18 +1,23 @@
-// Package scenarios plays named race scenarios against real stores.
+// Package scenarios plays named race scenarios against real stores, and
+// judges each run twice: by the exact outcomes its file states, and by the
+// model, through the same linearizability check and accounting as the
+// harness's concurrent runs.
 //
 // A scenario is a language-neutral JSON file (FORMAT.md describes it for
 // ports in other languages): a policy, a start time, a list of steps —
 // operations by named clients, clock moves, and asynchronous operations held
-// at a store's hook points by barriers — each with its exact expected
-// outcome, and the exact final state of every run. Run plays one scenario on
-// any store an Opener opens, giving every client its own store (its own
-// connections) with its own barrier hook, all sharing one manual clock, and
-// reports every step's outcome and every mismatch. Nothing in it sleeps:
-// operations are ordered by barriers, awaits and the database's own locks.
+// at a store's hook points by barriers — each with its expected outcome, and
+// the final state of every run. A store operation is any row of the
+// contract's operation table (spec.Operations), written with its request's
+// JSON fields, so the format knows no operation by name. Run plays one
+// scenario on any store an Opener opens, giving every client its own store
+// (its own connections) with its own barrier hook, all sharing one manual
+// clock, records what happened as a harness.History, and reports every
+// step's outcome and every mismatch. Nothing in it sleeps: operations are
+// ordered by barriers, awaits and the database's own locks.
 package scenarios
 
 import (
-	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -22,6 +27,7 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/leasehold/leasehold/harness"
 	"github.com/leasehold/leasehold/spec"
 )
 
@@ -37,62 +43,53 @@ type Scenario struct {
 	Tenant     string
 	Start      int64
 	// Races are the races the scenario claims to exercise; Run reports a
-	// mismatch for each one it did not observe (the vacuity guard).
-	Races []Race
+	// mismatch for each one the history does not contain (the vacuity guard).
+	Races []harness.Race
 	Steps []*Step
 	Final Final
 }
 
-// Step is one step of a scenario. Which fields are set depends on Op; the
-// loader rejects a field that does not belong to the step's op.
+// Step is one step of a scenario: a store operation (Op names a row of
+// spec.Operations) or a control step (advance, await_arrival, resume,
+// await). The loader rejects a field that does not belong to the step.
 type Step struct {
 	// Index is the step's 1-based position in the file.
-	Index   int
-	Op      string
+	Index int
+	Op    string
+	Note  string
+
+	// A store operation.
 	Client  string
 	Async   string
 	PauseAt spec.HookPoint
-	Note    string
+	// Fields holds the request's fields as written, by their JSON names
+	// (tenant excluded: it is the scenario's).
+	Fields map[string]json.RawMessage
+	// Bind names the leases a claim returns, in order.
+	Bind []string
+	// Jitter is a retry's random draw.
+	Jitter int64
 
-	RunID        string
-	Key          string
-	Payload      json.RawMessage
-	Operation    string
-	MaxAttempts  int
-	TimeoutMs    int64
-	Worker       string
-	LeaseMs      int64
-	Limit        int
-	Bind         []string
-	Lease        string
-	Result       json.RawMessage
-	ErrorCode    string
-	RetryAfterMs int64
-	Jitter       int64
-	Run          string
-	Reason       string
-	Effect       string
-	State        string
-	ProviderRef  string
-	NewRunID     string
-	Actor        string
-	Ms           int64
-	Of           string
-	Fault        string
+	// Control steps.
+	Ms    int64
+	Of    string
+	Fault string
 
 	Expect *Expect
+
+	row spec.Operation // a store operation's table row
 }
 
-// Expect is a step's expected outcome: either success (OK) with the values
-// of some of the result's fields, or an error code and the error's run state.
+// Store reports whether the step is a store operation.
+func (st *Step) Store() bool { return st.row.Op != "" }
+
+// Expect is an expected outcome: success, with a pattern the result must
+// match (nil: any success), or an error code and the error's run state.
 type Expect struct {
 	OK         bool
+	Pattern    any // decoded JSON (numbers as json.Number)
 	Error      spec.Code
 	ErrorState spec.RunState
-	// Fields maps a result field name (FORMAT.md) to its expected value:
-	// string, int64, bool, []string, or []map[string]any for "leases". The
-	// "result" field holds the canonical JSON text ("" for null).
-	Fields map[string]any
 }
 
 // Final is what the store must hold once every step has run.
@@ -111,150 +108,45 @@ type FinalRun struct {
 	AttemptOutcomes []spec.AttemptOutcome `json:"attempt_outcomes"`
 	Effects         []FinalEffect         `json:"effects"`
 
-	ErrorCode     *string           `json:"error_code"`
-	Result        json.RawMessage   `json:"result"`
-	Owner         *string           `json:"owner"`
-	ExpiresAt     *int64            `json:"expires_at"`
-	AvailableAt   *int64            `json:"available_at"`
-	ReplayOf      *string           `json:"replay_of"`
-	EventPayloads []json.RawMessage `json:"event_payloads"`
+	ErrorCode      *string           `json:"error_code"`
+	Result         json.RawMessage   `json:"result"`
+	LeaseOwner     *string           `json:"lease_owner"`
+	LeaseExpiresAt *int64            `json:"lease_expires_at"`
+	AvailableAt    *int64            `json:"available_at"`
+	ReplayOf       *string           `json:"replay_of"`
+	EventPayloads  []json.RawMessage `json:"event_payloads"`
 }
 
 // FinalEffect is the expected state of one effect ledger row.
 type FinalEffect struct {
-	Effect      string           `json:"effect"`
+	Step        string           `json:"step"`
 	Key         string           `json:"key"`
 	State       spec.EffectState `json:"state"`
 	Generation  *int64           `json:"generation"`
 	ProviderRef *string          `json:"provider_ref"`
 }
 
-// Race names a race a scenario claims to exercise. Run counts each one it
-// observes (see FORMAT.md for the exact definitions).
-type Race string
-
-// The races Run can observe.
-const (
-	// RaceContended: a store operation was started while another client's
-	// operation was held at before_commit, inside its open transaction.
-	RaceContended Race = "contended"
-	// RaceCommittedNotReturned: a store operation was started while another
-	// client's operation was held at after_commit: committed, not yet returned.
-	RaceCommittedNotReturned Race = "committed_not_returned"
-	// RaceStaleWriteRefused: a guarded write presented a lease that was
-	// superseded by a later claim or had expired, and was refused lost_lease.
-	RaceStaleWriteRefused Race = "stale_write_refused"
-	// RaceLeaseReclaimed: a claim took a job that an observer read as leased
-	// (to an expired lease) just before the claim started.
-	RaceLeaseReclaimed Race = "lease_reclaimed"
-	// RaceFaultRolledBack: an operation failed at before_commit by a fault
-	// returned unavailable.
-	RaceFaultRolledBack Race = "fault_rolled_back"
-	// RaceUnknownOutcome: an operation failed at after_commit by a fault
-	// returned unknown_outcome.
-	RaceUnknownOutcome Race = "unknown_outcome"
-)
-
-// Races lists every race, in FORMAT.md's order.
-var Races = []Race{RaceContended, RaceCommittedNotReturned, RaceStaleWriteRefused,
-	RaceLeaseReclaimed, RaceFaultRolledBack, RaceUnknownOutcome}
-
 // Named policies a scenario may give as "config".
 var namedConfigs = map[string]func() spec.Config{
 	"default": spec.DefaultConfig,
 }
 
-// step fields shared by every store operation.
-var opCommon = []string{"op", "client", "async", "pause_at", "note", "expect"}
+// commonFields are the fields of every store operation step besides its
+// request's.
+var commonFields = []string{"op", "client", "async", "pause_at", "note", "expect"}
 
-// opFields lists, per op, the fields it takes besides opCommon (store
-// operations) or besides "op" and "note" (everything else); a leading "!"
-// marks a required field.
-var opFields = map[string][]string{
-	"create":           {"!run_id", "!key", "payload", "operation", "max_attempts", "timeout_ms"},
-	"claim":            {"!lease_ms", "limit", "bind", "worker"},
-	"renew":            {"!lease", "!lease_ms"},
-	"complete":         {"!lease", "result"},
-	"retry":            {"!lease", "!error_code", "retry_after_ms", "jitter"},
-	"fail":             {"!lease", "!error_code"},
-	"release":          {"!lease"},
-	"cancel":           {"!run", "reason"},
-	"reserve_effect":   {"!lease", "!effect", "!key"},
-	"record_effect":    {"!lease", "!effect", "!key", "!state", "provider_ref"},
-	"reconcile_effect": {"!lease", "!effect", "!key", "!state", "provider_ref"},
-	"reap":             {"limit"},
-	"purge":            {"limit"},
-	"replay":           {"!run", "!new_run_id", "!actor"},
-	"get_run":          {"!run", "!expect"},
-	"get_job":          {"!run", "!expect"},
-	"advance":          {"!ms"},
-	"await_arrival":    {"!of"},
-	"resume":           {"!of", "fault"},
-	"await":            {"!of", "!expect"},
+// controlFields lists the fields of each control step; a leading "!" marks
+// a required one.
+var controlFields = map[string][]string{
+	"advance":       {"!ms"},
+	"await_arrival": {"!of"},
+	"resume":        {"!of", "fault"},
+	"await":         {"!of", "!expect"},
 }
 
-// storeOps maps the file's store operations to the spec's operation names
-// (the names the stores pass to their hooks).
-var storeOps = map[string]spec.Op{
-	"create": spec.OpCreateRun, "claim": spec.OpClaim, "renew": spec.OpRenew,
-	"complete": spec.OpComplete, "retry": spec.OpRetry, "fail": spec.OpFail,
-	"release": spec.OpRelease, "cancel": spec.OpCancel, "reserve_effect": spec.OpReserveEffect,
-	"record_effect": spec.OpRecordEffect, "reconcile_effect": spec.OpReconcileEffect,
-	"reap": spec.OpReap, "purge": spec.OpPurge, "replay": spec.OpReplay,
-}
-
-// resultKinds maps each op that returns something to the kind of result it
-// returns, which fixes the fields an expectation may name.
-var resultKinds = map[string]string{
-	"create": "create", "claim": "claim", "renew": "lease", "complete": "run", "fail": "run",
-	"cancel": "run", "replay": "run", "get_run": "run", "retry": "job", "release": "job",
-	"get_job": "job", "reap": "reap", "purge": "purge", "reserve_effect": "reservation",
-	"record_effect": "effect", "reconcile_effect": "effect",
-}
-
-var (
-	runFields    = []string{"run_id", "state", "version", "last_seq", "error_code", "result", "replay_of", "replay_depth", "created_at", "deadline_at"}
-	leaseFields  = []string{"run_id", "owner", "generation", "attempt", "max_attempts", "expires_at", "deadline_at"}
-	jobFields    = []string{"run_id", "state", "generation", "attempts", "max_attempts", "available_at", "owner", "expires_at", "error_code"}
-	effectFields = []string{"effect", "key", "state", "generation", "provider_ref", "updated_at"}
-)
-
-// kindFields lists the fields of each result kind, headline fields first
-// (those are always shown in a step's outcome).
-var kindFields = map[string][]string{
-	"create":      append([]string{"replayed"}, runFields...),
-	"claim":       {"leases"},
-	"lease":       leaseFields,
-	"run":         runFields,
-	"job":         jobFields,
-	"reap":        {"run_ids"},
-	"purge":       {"count"},
-	"reservation": append([]string{"decision"}, effectFields...),
-	"effect":      effectFields,
-}
-
-// headline is how many of kindFields a step's printed outcome always shows.
-var headline = map[string]int{"create": 3, "claim": 1, "lease": 4, "run": 2, "job": 4, "reap": 1, "purge": 1, "reservation": 4, "effect": 4}
-
-type fieldType int
-
-const (
-	tString fieldType = iota
-	tInt
-	tBool
-	tJSON
-	tStrings
-	tLeases
-)
-
-var fieldTypes = map[string]fieldType{
-	"run_id": tString, "state": tString, "version": tInt, "last_seq": tInt, "error_code": tString,
-	"result": tJSON, "replay_of": tString, "replay_depth": tInt, "created_at": tInt, "deadline_at": tInt,
-	"replayed": tBool, "owner": tString, "generation": tInt, "attempt": tInt, "max_attempts": tInt,
-	"expires_at": tInt, "attempts": tInt, "available_at": tInt, "leases": tLeases, "run_ids": tStrings,
-	"count": tInt, "effect": tString, "key": tString, "provider_ref": tString, "updated_at": tInt,
-	"decision": tString,
-}
+// readerClient runs a read step that names no client: the runner's own
+// store, with no hook.
+const readerClient = "reader"
 
 var (
 	scenarioName = regexp.MustCompile(`^[a-z0-9][a-z0-9_]{0,63}$`)
@@ -288,7 +180,7 @@ func Parse(body []byte) (*Scenario, error) {
 		Config      json.RawMessage   `json:"config"`
 		Tenant      string            `json:"tenant"`
 		Start       *int64            `json:"start"`
-		Races       []Race            `json:"races"`
+		Races       []harness.Race    `json:"races"`
 		Steps       []json.RawMessage `json:"steps"`
 		Final       json.RawMessage   `json:"final"`
 	}
@@ -317,10 +209,10 @@ func Parse(body []byte) (*Scenario, error) {
 		return nil, fmt.Errorf("scenario %s: config: %w", f.Name, err)
 	}
 	sc.Config, sc.ConfigName = cfg, name
-	seen := map[Race]bool{}
+	seen := map[harness.Race]bool{}
 	for _, r := range f.Races {
-		if !slices.Contains(Races, r) {
-			return nil, fmt.Errorf("scenario %s: unknown race %q (known: %v)", f.Name, r, Races)
+		if r.Meaning() == "" {
+			return nil, fmt.Errorf("scenario %s: unknown race %q (known: %v)", f.Name, r, harness.AllRaces())
 		}
 		if seen[r] {
 			return nil, fmt.Errorf("scenario %s: race %q named twice", f.Name, r)
@@ -343,6 +235,7 @@ func Parse(body []byte) (*Scenario, error) {
 	return sc, nil
 }
 
+// parseConfig reads a named policy or an inline spec.Config (its JSON form).
 func parseConfig(raw json.RawMessage) (spec.Config, string, error) {
 	if raw == nil {
 		return spec.Config{}, "", errors.New(`required: a named policy ("default") or an object`)
@@ -355,34 +248,9 @@ func parseConfig(raw json.RawMessage) (spec.Config, string, error) {
 		}
 		return mk(), name, nil
 	}
-	var c struct {
-		Operations map[string]struct {
-			SchemaVersion      int   `json:"schema_version"`
-			DefaultMaxAttempts int   `json:"default_max_attempts"`
-			MaxMaxAttempts     int   `json:"max_max_attempts"`
-			DefaultTimeoutMs   int64 `json:"default_timeout_ms"`
-			MaxTimeoutMs       int64 `json:"max_timeout_ms"`
-		} `json:"operations"`
-		Tenants                []string `json:"tenants"`
-		IdempotencyRetentionMs int64    `json:"idempotency_retention_ms"`
-		MaxLeaseMs             int64    `json:"max_lease_ms"`
-		MaxReplays             int      `json:"max_replays"`
-		Backoff                struct {
-			BaseMs          int64 `json:"base_ms"`
-			CapMs           int64 `json:"cap_ms"`
-			JitterMs        int64 `json:"jitter_ms"`
-			RetryAfterCapMs int64 `json:"retry_after_cap_ms"`
-		} `json:"backoff"`
-	}
-	if err := strictDecode(raw, &c); err != nil {
+	var cfg spec.Config
+	if err := strictDecode(raw, &cfg); err != nil {
 		return spec.Config{}, "", err
-	}
-	cfg := spec.Config{Operations: map[string]spec.OperationPolicy{}, Tenants: c.Tenants,
-		IdempotencyRetentionMs: c.IdempotencyRetentionMs, MaxLeaseMs: c.MaxLeaseMs, MaxReplays: c.MaxReplays,
-		Backoff: spec.Backoff{BaseMs: c.Backoff.BaseMs, CapMs: c.Backoff.CapMs, JitterMs: c.Backoff.JitterMs, RetryAfterCapMs: c.Backoff.RetryAfterCapMs}}
-	for op, p := range c.Operations {
-		cfg.Operations[op] = spec.OperationPolicy{SchemaVersion: p.SchemaVersion, DefaultMaxAttempts: p.DefaultMaxAttempts,
-			MaxMaxAttempts: p.MaxMaxAttempts, DefaultTimeoutMs: p.DefaultTimeoutMs, MaxTimeoutMs: p.MaxTimeoutMs}
 	}
 	if err := cfg.Validate(); err != nil {
 		return spec.Config{}, "", err
@@ -390,133 +258,194 @@ func parseConfig(raw json.RawMessage) (spec.Config, string, error) {
 	return cfg, "", nil
 }
 
-// stepJSON is a step as written; parseStep checks which fields are present.
-type stepJSON struct {
-	Op           string          `json:"op"`
-	Client       string          `json:"client"`
-	Async        string          `json:"async"`
-	PauseAt      spec.HookPoint  `json:"pause_at"`
-	Note         string          `json:"note"`
-	RunID        string          `json:"run_id"`
-	Key          string          `json:"key"`
-	Payload      json.RawMessage `json:"payload"`
-	Operation    string          `json:"operation"`
-	MaxAttempts  int             `json:"max_attempts"`
-	TimeoutMs    int64           `json:"timeout_ms"`
-	Worker       string          `json:"worker"`
-	LeaseMs      int64           `json:"lease_ms"`
-	Limit        int             `json:"limit"`
-	Bind         []string        `json:"bind"`
-	Lease        string          `json:"lease"`
-	Result       json.RawMessage `json:"result"`
-	ErrorCode    string          `json:"error_code"`
-	RetryAfterMs int64           `json:"retry_after_ms"`
-	Jitter       int64           `json:"jitter"`
-	Run          string          `json:"run"`
-	Reason       string          `json:"reason"`
-	Effect       string          `json:"effect"`
-	State        string          `json:"state"`
-	ProviderRef  string          `json:"provider_ref"`
-	NewRunID     string          `json:"new_run_id"`
-	Actor        string          `json:"actor"`
-	Ms           int64           `json:"ms"`
-	Of           string          `json:"of"`
-	Fault        string          `json:"fault"`
-	Expect       json.RawMessage `json:"expect"`
-}
-
+// parseStep decodes one step: the control step's fields, or the common
+// fields and the request fields of its operation.
 func parseStep(index int, raw json.RawMessage) (*Step, error) {
-	var keys map[string]json.RawMessage
-	if err := json.Unmarshal(raw, &keys); err != nil {
+	var fields map[string]json.RawMessage
+	if err := json.Unmarshal(raw, &fields); err != nil {
 		return nil, fmt.Errorf("a step must be an object: %v", err)
 	}
-	var j stepJSON
-	if err := strictDecode(raw, &j); err != nil {
+	st := &Step{Index: index}
+	if err := decodeField(fields, "op", &st.Op); err != nil || st.Op == "" {
+		return nil, errors.New(`"op" (a string) is required`)
+	}
+	if err := decodeField(fields, "note", &st.Note); err != nil {
 		return nil, err
 	}
-	fields, known := opFields[j.Op]
-	if !known {
-		return nil, fmt.Errorf("unknown op %q (known: %s)", j.Op, strings.Join(slices.Sorted(maps.Keys(opFields)), ", "))
+	if row, isStore := spec.Lookup(spec.Op(st.Op)); isStore {
+		st.row = row
+		return st, parseStoreStep(st, fields)
 	}
-	_, isStoreOp := storeOps[j.Op]
-	allowed := map[string]bool{"op": true, "note": true}
-	if isStoreOp {
-		for _, k := range opCommon {
-			allowed[k] = true
-		}
+	allowed, isControl := controlFields[st.Op]
+	if !isControl {
+		return nil, fmt.Errorf("unknown op %q (known: %s)", st.Op, strings.Join(knownOps(), ", "))
 	}
-	for _, f := range fields {
+	names := map[string]bool{"op": true, "note": true}
+	for _, f := range allowed {
 		name := strings.TrimPrefix(f, "!")
-		allowed[name] = true
-		if strings.HasPrefix(f, "!") && keys[name] == nil {
-			return nil, fmt.Errorf("%s: field %q is required", j.Op, name)
+		names[name] = true
+		if strings.HasPrefix(f, "!") && fields[name] == nil {
+			return nil, fmt.Errorf("%s: field %q is required", st.Op, name)
 		}
 	}
-	for k := range keys {
-		if !allowed[k] {
-			return nil, fmt.Errorf("%s: field %q does not belong to this op (allowed: %s)", j.Op, k, strings.Join(slices.Sorted(maps.Keys(allowed)), ", "))
+	if err := onlyFields(st.Op, fields, names); err != nil {
+		return nil, err
+	}
+	for _, err := range []error{decodeField(fields, "ms", &st.Ms), decodeField(fields, "of", &st.Of), decodeField(fields, "fault", &st.Fault)} {
+		if err != nil {
+			return nil, err
 		}
 	}
-	st := &Step{Index: index, Op: j.Op, Client: j.Client, Async: j.Async, PauseAt: j.PauseAt, Note: j.Note,
-		RunID: j.RunID, Key: j.Key, Payload: j.Payload, Operation: j.Operation, MaxAttempts: j.MaxAttempts,
-		TimeoutMs: j.TimeoutMs, Worker: j.Worker, LeaseMs: j.LeaseMs, Limit: j.Limit, Bind: j.Bind,
-		Lease: j.Lease, Result: j.Result, ErrorCode: j.ErrorCode, RetryAfterMs: j.RetryAfterMs, Jitter: j.Jitter,
-		Run: j.Run, Reason: j.Reason, Effect: j.Effect, State: j.State, ProviderRef: j.ProviderRef,
-		NewRunID: j.NewRunID, Actor: j.Actor, Ms: j.Ms, Of: j.Of, Fault: j.Fault}
-	if isStoreOp {
-		if !clientName.MatchString(j.Client) {
-			return nil, fmt.Errorf("%s: client %q is required and must match %s", j.Op, j.Client, clientName)
-		}
-		switch {
-		case j.Async == "" && j.PauseAt != "":
-			return nil, fmt.Errorf("%s: pause_at needs async (a held operation must be awaited later)", j.Op)
-		case j.Async == "" && keys["async"] != nil:
-			return nil, fmt.Errorf("%s: async must name the operation", j.Op)
-		case j.Async != "" && keys["expect"] != nil:
-			return nil, fmt.Errorf("%s: an async operation's expectation goes on its await step", j.Op)
-		case j.Async == "" && keys["expect"] == nil:
-			return nil, fmt.Errorf("%s: expect is required (every outcome is checked)", j.Op)
-		case j.PauseAt != "" && j.PauseAt != spec.BeforeCommit && j.PauseAt != spec.AfterCommit:
-			return nil, fmt.Errorf("%s: pause_at %q must be before_commit or after_commit", j.Op, j.PauseAt)
-		}
-	}
-	if j.Op == "resume" && j.Fault != "" && j.Fault != "abort" {
-		return nil, fmt.Errorf("resume: fault %q is unknown (the only fault is \"abort\")", j.Fault)
-	}
-	if j.Op == "advance" && j.Ms < 0 {
+	switch {
+	case st.Op == "resume" && st.Fault != "" && st.Fault != "abort":
+		return nil, fmt.Errorf("resume: fault %q is unknown (the only fault is \"abort\")", st.Fault)
+	case st.Op == "advance" && st.Ms < 0:
 		return nil, fmt.Errorf("advance: ms must be >= 0 (the clock never goes back)")
 	}
-	if j.Op == "create" && keys["payload"] == nil {
-		st.Payload = json.RawMessage("{}")
-	}
-	if keys["limit"] == nil {
-		st.Limit = 1
-	}
-	if j.Op == "claim" && j.Worker == "" {
-		st.Worker = j.Client
-	}
-	if keys["expect"] != nil {
-		kind := resultKinds[j.Op]
-		exp, err := parseExpect(kind, j.Expect)
+	if fields["expect"] != nil {
+		exp, err := parseExpect(fields["expect"])
 		if err != nil {
-			return nil, fmt.Errorf("%s: expect: %w", j.Op, err)
+			return nil, fmt.Errorf("%s: expect: %w", st.Op, err)
 		}
 		st.Expect = exp
 	}
 	return st, nil
 }
 
-// parseExpect decodes an expectation for a result of kind ("" for an await,
-// whose kind is checked once its operation is known).
-func parseExpect(kind string, raw json.RawMessage) (*Expect, error) {
+// parseStoreStep decodes a store operation's fields.
+func parseStoreStep(st *Step, fields map[string]json.RawMessage) error {
+	names := map[string]bool{}
+	for _, f := range commonFields {
+		names[f] = true
+	}
+	if st.leaseResult() {
+		names["bind"] = true
+	}
+	if st.drawsJitter() {
+		names["jitter"] = true
+	}
+	st.Fields = map[string]json.RawMessage{}
+	for _, f := range requestFields(st.row.Request) {
+		names[f.name] = true
+		if v, set := fields[f.name]; set {
+			st.Fields[f.name] = v
+		} else if f.required && fieldDefault(f.name) == nil {
+			return fmt.Errorf("%s: field %q is required", st.Op, f.name)
+		}
+	}
+	if err := onlyFields(st.Op, fields, names); err != nil {
+		return err
+	}
+	for _, err := range []error{decodeField(fields, "client", &st.Client), decodeField(fields, "async", &st.Async),
+		decodeField(fields, "pause_at", &st.PauseAt), decodeField(fields, "bind", &st.Bind), decodeField(fields, "jitter", &st.Jitter)} {
+		if err != nil {
+			return err
+		}
+	}
+	_, hasAsync := fields["async"]
+	_, hasExpect := fields["expect"]
+	switch {
+	case st.Client == "" && st.row.Writes:
+		return fmt.Errorf("%s: client is required for a writing operation (it names the store that runs it)", st.Op)
+	case st.Client != "" && !clientName.MatchString(st.Client):
+		return fmt.Errorf("%s: client %q must match %s", st.Op, st.Client, clientName)
+	case st.Client == readerClient:
+		return fmt.Errorf("%s: the client name %q is the runner's own; use another", st.Op, readerClient)
+	case st.Client == "" && st.Async != "":
+		return fmt.Errorf("%s: an async operation needs a client", st.Op)
+	case st.Async == "" && st.PauseAt != "":
+		return fmt.Errorf("%s: pause_at needs async (a held operation must be awaited later)", st.Op)
+	case st.Async == "" && hasAsync:
+		return fmt.Errorf("%s: async must name the operation", st.Op)
+	case st.Async != "" && hasExpect:
+		return fmt.Errorf("%s: an async operation's expectation goes on its await step", st.Op)
+	case st.Async == "" && !hasExpect:
+		return fmt.Errorf("%s: expect is required (every outcome is checked)", st.Op)
+	case st.PauseAt != "" && st.PauseAt != spec.BeforeCommit && st.PauseAt != spec.AfterCommit:
+		return fmt.Errorf("%s: pause_at %q must be before_commit or after_commit", st.Op, st.PauseAt)
+	case st.PauseAt != "" && !st.row.Writes:
+		return fmt.Errorf("%s: a read calls no hook, so it cannot be held at %s", st.Op, st.PauseAt)
+	}
+	if st.Client == "" {
+		st.Client = readerClient
+	}
+	// The request must decode as its type, with any bound lease.
+	if _, err := st.request("t", func(string) (spec.LeaseRef, error) { return spec.LeaseRef{}, nil }); err != nil {
+		return fmt.Errorf("%s: %v", st.Op, err)
+	}
+	if hasExpect {
+		exp, err := parseExpect(fields["expect"])
+		if err == nil {
+			err = exp.checkShape(st.row)
+		}
+		if err != nil {
+			return fmt.Errorf("%s: expect: %w", st.Op, err)
+		}
+		st.Expect = exp
+	}
+	return nil
+}
+
+// leaseResult reports an operation that returns leases, which a step may bind.
+func (st *Step) leaseResult() bool { return st.row.Result == reflectLeases }
+
+// drawsJitter reports the one operation that draws from the random source.
+func (st *Step) drawsJitter() bool { return st.row.Op == spec.OpRetry }
+
+func onlyFields(op string, fields map[string]json.RawMessage, allowed map[string]bool) error {
+	for k := range fields {
+		if !allowed[k] {
+			return fmt.Errorf("%s: field %q does not belong to this op (allowed: %s)", op, k, strings.Join(slices.Sorted(maps.Keys(allowed)), ", "))
+		}
+	}
+	return nil
+}
+
+// decodeField decodes fields[name] strictly into v when present.
+func decodeField(fields map[string]json.RawMessage, name string, v any) error {
+	raw, ok := fields[name]
+	if !ok {
+		return nil
+	}
+	if err := strictDecode(raw, v); err != nil {
+		return fmt.Errorf("field %q: %v", name, err)
+	}
+	return nil
+}
+
+// knownOps lists the ops a step may name.
+func knownOps() []string {
+	var out []string
+	for _, o := range spec.Operations() {
+		out = append(out, string(o.Op))
+	}
+	return append(out, slices.Sorted(maps.Keys(controlFields))...)
+}
+
+// parseExpect decodes an expectation.
+func parseExpect(raw json.RawMessage) (*Expect, error) {
 	var keys map[string]json.RawMessage
 	if err := json.Unmarshal(raw, &keys); err != nil {
 		return nil, fmt.Errorf("must be an object: %v", err)
 	}
-	e := &Expect{Fields: map[string]any{}}
+	e := &Expect{}
+	for k := range keys {
+		if k != "ok" && k != "error" && k != "error_state" {
+			return nil, fmt.Errorf(`field %q: an expectation has "ok" (true, or a pattern of the result), or "error" and optionally "error_state"`, k)
+		}
+	}
 	if v, ok := keys["ok"]; ok {
-		if string(v) != "true" {
-			return nil, errors.New(`"ok" must be true (write "error" for a failure)`)
+		pattern, err := decodeJSON(v)
+		if err != nil {
+			return nil, fmt.Errorf("ok: %v", err)
+		}
+		switch p := pattern.(type) {
+		case bool:
+			if !p {
+				return nil, errors.New(`"ok" must be true or a pattern (write "error" for a failure)`)
+			}
+		default:
+			e.Pattern = p
 		}
 		e.OK = true
 	}
@@ -529,7 +458,7 @@ func parseExpect(kind string, raw json.RawMessage) (*Expect, error) {
 		}
 	}
 	if e.OK == (e.Error != "") {
-		return nil, errors.New(`exactly one of "ok": true and "error": CODE is required`)
+		return nil, errors.New(`exactly one of "ok" and "error": CODE is required`)
 	}
 	if v, ok := keys["error_state"]; ok {
 		if e.OK {
@@ -539,107 +468,7 @@ func parseExpect(kind string, raw json.RawMessage) (*Expect, error) {
 			return nil, fmt.Errorf("error_state: %v", err)
 		}
 	}
-	allowed := map[string]bool{}
-	if kind != "" {
-		for _, f := range kindFields[kind] {
-			allowed[f] = true
-		}
-	}
-	for k, v := range keys {
-		if k == "ok" || k == "error" || k == "error_state" {
-			continue
-		}
-		if e.Error != "" {
-			return nil, fmt.Errorf("field %q: an error expectation has only error and error_state", k)
-		}
-		if kind != "" && !allowed[k] {
-			return nil, fmt.Errorf("field %q is not part of a %s result (fields: %s)", k, kind, strings.Join(kindFields[kind], ", "))
-		}
-		val, err := decodeField(k, v)
-		if err != nil {
-			return nil, err
-		}
-		e.Fields[k] = val
-	}
 	return e, nil
-}
-
-// checkKind checks an await's expectation against its operation's result kind.
-func (e *Expect) checkKind(kind string) error {
-	for k := range e.Fields {
-		if !slices.Contains(kindFields[kind], k) {
-			return fmt.Errorf("field %q is not part of a %s result (fields: %s)", k, kind, strings.Join(kindFields[kind], ", "))
-		}
-	}
-	return nil
-}
-
-func decodeField(name string, raw json.RawMessage) (any, error) {
-	t, ok := fieldTypes[name]
-	if !ok {
-		return nil, fmt.Errorf("unknown field %q", name)
-	}
-	bad := func(err error) (any, error) { return nil, fmt.Errorf("field %q: %v", name, err) }
-	switch t {
-	case tString:
-		var s string
-		if err := strictDecode(raw, &s); err != nil {
-			return bad(err)
-		}
-		return s, nil
-	case tInt:
-		var n int64
-		if err := strictDecode(raw, &n); err != nil {
-			return bad(err)
-		}
-		return n, nil
-	case tBool:
-		var b bool
-		if err := strictDecode(raw, &b); err != nil {
-			return bad(err)
-		}
-		return b, nil
-	case tStrings:
-		var l []string
-		if err := strictDecode(raw, &l); err != nil {
-			return bad(err)
-		}
-		if l == nil {
-			l = []string{}
-		}
-		return l, nil
-	case tJSON:
-		if string(bytes.TrimSpace(raw)) == "null" {
-			return "", nil
-		}
-		c, err := spec.Canonicalize(raw)
-		if err != nil {
-			return bad(err)
-		}
-		return c, nil
-	case tLeases:
-		var l []map[string]json.RawMessage
-		if err := strictDecode(raw, &l); err != nil {
-			return bad(err)
-		}
-		out := []map[string]any{}
-		for i, m := range l {
-			lm := map[string]any{}
-			for k, v := range m {
-				if !slices.Contains(leaseFields, k) {
-					return nil, fmt.Errorf("leases[%d]: field %q is not part of a lease (fields: %s)", i, k, strings.Join(leaseFields, ", "))
-				}
-				val, err := decodeField(k, v)
-				if err != nil {
-					return nil, fmt.Errorf("leases[%d]: %v", i, err)
-				}
-				lm[k] = val
-			}
-			out = append(out, lm)
-		}
-		return out, nil
-	}
-	return nil, fmt.Errorf("field %q: no decoder", name)
 }
 
 var finalRunRequired = []string{"state", "job_state", "generation", "attempts", "events", "attempt_outcomes", "effects"}
@@ -671,16 +500,16 @@ func parseFinal(raw json.RawMessage) (Final, error) {
 			return Final{}, fmt.Errorf("runs.%s: %w", id, err)
 		}
 		if fr.Result != nil {
-			if _, err := decodeField("result", fr.Result); err != nil {
-				return Final{}, fmt.Errorf("runs.%s: %w", id, err)
+			if _, err := canonicalOrNull(fr.Result); err != nil {
+				return Final{}, fmt.Errorf("runs.%s: result: %w", id, err)
 			}
 		}
 		if fr.EventPayloads != nil && len(fr.EventPayloads) != len(fr.Events) {
 			return Final{}, fmt.Errorf("runs.%s: event_payloads has %d entries for %d events", id, len(fr.EventPayloads), len(fr.Events))
 		}
 		for i, e := range fr.Effects {
-			if e.Effect == "" || e.Key == "" || e.State == "" || e.Generation == nil {
-				return Final{}, fmt.Errorf("runs.%s: effects[%d]: effect, key, state and generation are required", id, i)
+			if e.Step == "" || e.Key == "" || e.State == "" || e.Generation == nil {
+				return Final{}, fmt.Errorf("runs.%s: effects[%d]: step, key, state and generation are required", id, i)
 			}
 		}
 		if fr.Effects == nil {
@@ -711,12 +540,14 @@ func checkFlow(sc *Scenario) error {
 	named := map[string]bool{}  // every bind name, usable or not yet
 	for _, st := range sc.Steps {
 		at := fmt.Sprintf("step %d (%s)", st.Index, st.Op)
-		if _, ok := storeOps[st.Op]; ok {
+		if st.Store() {
 			if name, ok := busy[st.Client]; ok {
 				return fmt.Errorf("%s: client %s still has operation %q in flight; a client runs one operation at a time (use another client)", at, st.Client, name)
 			}
-			if st.Lease != "" && !bound[st.Lease] {
-				return fmt.Errorf("%s: lease %q is not bound by an earlier claim (bind it, and await an async claim first)", at, st.Lease)
+			for _, l := range st.leaseNames() {
+				if !bound[l] {
+					return fmt.Errorf("%s: lease %q is not bound by an earlier claim (bind it, and await an async claim first)", at, l)
+				}
 			}
 			if st.Async != "" {
 				if async[st.Async] != nil {
@@ -736,7 +567,7 @@ func checkFlow(sc *Scenario) error {
 			}
 			continue
 		}
-		if st.Op != "await_arrival" && st.Op != "resume" && st.Op != "await" {
+		if st.Op == "advance" {
 			continue
 		}
 		a := async[st.Of]
@@ -762,7 +593,7 @@ func checkFlow(sc *Scenario) error {
 			if held && !a.resumed {
 				return fmt.Errorf("%s: %q is held at %s and must be resumed before it is awaited", at, st.Of, a.step.PauseAt)
 			}
-			if err := st.Expect.checkKind(resultKinds[a.step.Op]); err != nil {
+			if err := st.Expect.checkShape(a.step.row); err != nil {
 				return fmt.Errorf("%s: expect: %w", at, err)
 			}
 			a.waited = true

@@ -64,3 +64,47 @@ func TestMutantsScenariosPostgres(t *testing.T) {
 	pgtest.DSN(t)
 	catchMutants(t, "postgres", postgres.Mutants, postgres.SetMutant, postgresOpener)
 }
+
+// TestModelJudgesBrokenExpectations: a scenario written to agree with a
+// broken store — its stale completion expected to succeed, its final state
+// what the broken store leaves — passes its own expectations but fails the
+// model judge, so a scenario file cannot bless a store that breaks the
+// contract.
+func TestModelJudgesBrokenExpectations(t *testing.T) {
+	const body = `{"name":"blessed_stale_complete","description":"expectations copied from a store whose completion ignores the generation","config":"default","tenant":"acme","start":1000,
+	"steps":[
+	 {"op":"create_run","client":"api","run_id":"r1","idempotency_key":"k1","expect":{"ok":true}},
+	 {"op":"claim","client":"A","lease_ms":100,"bind":["a1"],"expect":{"ok":[{"generation":1}]}},
+	 {"op":"advance","ms":100},
+	 {"op":"claim","client":"B","lease_ms":100,"bind":["b1"],"expect":{"ok":[{"generation":2}]}},
+	 {"op":"complete","client":"A","lease":"a1","expect":{"ok":{"state":"completed"}}},
+	 {"op":"complete","client":"B","lease":"b1","expect":{"error":"already_terminal","error_state":"completed"}}],
+	"final":{"runs":{"r1":{"state":"completed","job_state":"completed","generation":2,"attempts":2,
+	  "events":["run_queued","run_completed"],"attempt_outcomes":["expired","running"],"effects":[]}}}}`
+	sc, err := Parse([]byte(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, store := range []struct {
+		name   string
+		set    func(string) func()
+		opener func(testing.TB) Opener
+	}{{"sqlite", sqlite.SetMutant, sqliteOpener}, {"postgres", postgres.SetMutant, postgresOpener}} {
+		t.Run(store.name, func(t *testing.T) {
+			if store.name == "postgres" {
+				pgtest.DSN(t)
+			}
+			defer store.set(sqlite.MutantCompleteIgnoresGeneration)()
+			res := Run(context.Background(), sc, store.opener(t))
+			if res.OK() {
+				t.Fatalf("the model judge blessed a stale completion:\n%s", report(res))
+			}
+			for _, m := range res.Mismatches {
+				if m.Step != 0 || !strings.HasPrefix(m.Message, "model judge:") {
+					t.Fatalf("the file's own expectations should all hold on the broken store; the judge alone should fail it, got:\n%s", report(res))
+				}
+			}
+			t.Logf("the broken store passed the file and failed the judge:\n%s", report(res))
+		})
+	}
+}

@@ -1,136 +1,230 @@
 package scenarios
 
 import (
-	"errors"
+	"bytes"
+	"encoding/json"
 	"fmt"
+	"maps"
 	"reflect"
 	"slices"
 	"strings"
 
+	"github.com/leasehold/leasehold/model"
 	"github.com/leasehold/leasehold/spec"
 )
 
-// Outcome is what one store operation returned, in the file's terms.
-type Outcome struct {
-	// Kind is the result kind (FORMAT.md): it fixes the names in Fields.
-	Kind string
-	// Err is the contract error, nil on success.
-	Err *spec.Error
-	// Untyped is an error that is not a *spec.Error; the contract forbids
-	// them, so one is always a mismatch.
-	Untyped error
-	// Fields holds every field of a successful result.
-	Fields map[string]any
-}
+// An expectation's pattern is matched against the JSON form of the result
+// (spec's JSON names): an object matches when each of its fields matches the
+// result's field of that name (fields it does not name are not compared); an
+// array when it has as many elements and each matches; a string, number or
+// boolean when equal. An object, array or null matched against a string
+// (a run's result or payload, which the store keeps as canonical JSON text)
+// compares as its RFC 8785 canonical text, null as "" (no result).
 
-// Code returns the error code, or "" on success.
-func (o Outcome) Code() spec.Code {
-	switch {
-	case o.Untyped != nil:
-		return spec.CodeOf(o.Untyped)
-	case o.Err != nil:
-		return o.Err.Code
+// checkShape checks that the pattern only names fields the operation's
+// result has.
+func (e *Expect) checkShape(row spec.Operation) error {
+	if e == nil || e.Pattern == nil {
+		return nil
 	}
-	return ""
+	return shapeOf(row.Result, e.Pattern, string(row.Op)+" result")
 }
 
-// observe turns a store method's return values into an Outcome.
-func observe(kind string, v any, err error) Outcome {
-	o := Outcome{Kind: kind}
-	if err != nil {
-		var e *spec.Error
-		if errors.As(err, &e) {
-			o.Err = e
-		} else {
-			o.Untyped = err
+func shapeOf(t reflect.Type, p any, path string) error {
+	if _, isText := p.(string); t.Kind() == reflect.String && !isText {
+		if _, isNum := p.(json.Number); isNum {
+			return fmt.Errorf("%s is a string", path)
 		}
-		return o
+		return nil // canonical JSON text: see match
 	}
-	switch x := v.(type) {
-	case spec.CreateRunResult:
-		o.Fields = runMap(x.Run)
-		o.Fields["replayed"] = x.Replayed
-	case []spec.Lease:
-		l := []map[string]any{}
-		for _, lease := range x {
-			l = append(l, leaseMap(lease))
+	switch pv := p.(type) {
+	case map[string]any:
+		fields := jsonFields(t)
+		if fields == nil {
+			return fmt.Errorf("%s is not an object", path)
 		}
-		o.Fields = map[string]any{"leases": l}
-	case spec.Lease:
-		o.Fields = leaseMap(x)
-	case spec.Run:
-		o.Fields = runMap(x)
-	case spec.Job:
-		o.Fields = jobMap(x)
-	case []string:
-		if x == nil {
-			x = []string{}
+		for k, v := range pv {
+			ft, ok := fields[k]
+			if !ok {
+				return fmt.Errorf("field %q is not part of a %s (fields: %s)", k, path, strings.Join(slices.Sorted(maps.Keys(fields)), ", "))
+			}
+			if err := shapeOf(ft, v, path+"."+k); err != nil {
+				return err
+			}
 		}
-		o.Fields = map[string]any{"run_ids": x}
-	case int:
-		o.Fields = map[string]any{"count": int64(x)}
-	case spec.EffectReservation:
-		o.Fields = effectMap(x.Effect)
-		o.Fields["decision"] = string(x.Decision)
-	case spec.Effect:
-		o.Fields = effectMap(x)
-	default:
-		o.Untyped = fmt.Errorf("scenarios: no field mapping for a %T result", v)
+	case []any:
+		if t.Kind() != reflect.Slice {
+			return fmt.Errorf("%s is not a list", path)
+		}
+		for i, v := range pv {
+			if err := shapeOf(t.Elem(), v, fmt.Sprintf("%s[%d]", path, i)); err != nil {
+				return err
+			}
+		}
+	case string:
+		if t.Kind() != reflect.String {
+			return fmt.Errorf("%s is not a string", path)
+		}
+	case json.Number:
+		if k := t.Kind(); k < reflect.Int || k > reflect.Float64 {
+			return fmt.Errorf("%s is not a number", path)
+		}
+	case bool:
+		if t.Kind() != reflect.Bool {
+			return fmt.Errorf("%s is not a boolean", path)
+		}
 	}
-	return o
+	return nil
 }
 
-func runMap(r spec.Run) map[string]any {
-	return map[string]any{"run_id": r.ID, "state": string(r.State), "version": r.Version, "last_seq": r.LastSeq,
-		"error_code": r.ErrorCode, "result": r.Result, "replay_of": r.ReplayOf, "replay_depth": int64(r.ReplayDepth),
-		"created_at": r.CreatedAt, "deadline_at": r.DeadlineAt}
+// jsonFields returns a struct type's fields by JSON name, nil for a
+// non-struct.
+func jsonFields(t reflect.Type) map[string]reflect.Type {
+	if t.Kind() != reflect.Struct {
+		return nil
+	}
+	out := map[string]reflect.Type{}
+	for i := 0; i < t.NumField(); i++ {
+		f := t.Field(i)
+		name, _, _ := strings.Cut(f.Tag.Get("json"), ",")
+		if name == "" {
+			name = strings.ToLower(f.Name) // BatchOutcome's run and error
+		}
+		out[name] = f.Type
+	}
+	return out
 }
 
-func leaseMap(l spec.Lease) map[string]any {
-	return map[string]any{"run_id": l.RunID, "owner": l.Owner, "generation": l.Generation, "attempt": int64(l.Attempt),
-		"max_attempts": int64(l.MaxAttempts), "expires_at": l.ExpiresAt, "deadline_at": l.DeadlineAt}
-}
-
-func jobMap(j spec.Job) map[string]any {
-	return map[string]any{"run_id": j.RunID, "state": string(j.State), "generation": j.Generation, "attempts": int64(j.Attempts),
-		"max_attempts": int64(j.MaxAttempts), "available_at": j.AvailableAt, "owner": j.LeaseOwner,
-		"expires_at": j.LeaseExpiresAt, "error_code": j.LastErrorCode}
-}
-
-func effectMap(e spec.Effect) map[string]any {
-	return map[string]any{"effect": e.Step, "key": e.Key, "state": string(e.State), "generation": e.Generation,
-		"provider_ref": e.ProviderRef, "updated_at": e.UpdatedAt}
-}
-
-// compare returns every difference between the expectation and the outcome,
+// compare returns every difference between the expectation and a result,
 // each saying what was expected and what was got.
-func compare(e *Expect, o Outcome) []string {
-	if o.Untyped != nil {
-		return []string{fmt.Sprintf("the store returned an untyped error, which the contract forbids: %v", o.Untyped)}
-	}
+func compare(e *Expect, r model.Result) []string {
 	if e.Error != "" {
-		if o.Err == nil {
-			return []string{fmt.Sprintf("expected error %s, got %s", describeError(e.Error, e.ErrorState), o.String(nil))}
-		}
-		if o.Err.Code != e.Error || o.Err.State != e.ErrorState {
-			return []string{fmt.Sprintf("expected error %s, got %s", describeError(e.Error, e.ErrorState), o.String(nil))}
+		if r.Err == nil || r.Err.Code != e.Error || r.Err.State != e.ErrorState {
+			return []string{fmt.Sprintf("expected error %s, got %s", describeError(e.Error, e.ErrorState), outcome(r))}
 		}
 		return nil
 	}
-	if o.Err != nil {
-		return []string{fmt.Sprintf("expected ok, got %s", o.String(nil))}
+	if r.Err != nil {
+		return []string{fmt.Sprintf("expected ok, got %s", outcome(r))}
+	}
+	if e.Pattern == nil {
+		return nil
+	}
+	data, err := json.Marshal(r.Value)
+	if err != nil {
+		return []string{fmt.Sprintf("the result does not encode as JSON: %v", err)}
+	}
+	got, err := decodeJSON(data)
+	if err != nil {
+		return []string{fmt.Sprintf("the result does not decode as JSON: %v", err)}
 	}
 	var diffs []string
-	for _, k := range kindFields[o.Kind] {
-		want, ok := e.Fields[k]
-		if !ok {
-			continue
+	match(e.Pattern, got, "", &diffs)
+	return diffs
+}
+
+// match appends a difference for every place where got does not match the
+// pattern want.
+func match(want, got any, path string, diffs *[]string) {
+	at := func() string {
+		if path == "" {
+			return "result"
 		}
-		if d := diffValue(k, want, o.Fields[k]); d != "" {
-			diffs = append(diffs, d)
+		return strings.TrimPrefix(path, ".")
+	}
+	if s, isString := got.(string); isString {
+		switch want.(type) {
+		case map[string]any, []any, nil:
+			text, err := json.Marshal(want)
+			if err == nil && want != nil {
+				var canon string
+				if canon, err = spec.Canonicalize(text); err == nil {
+					text = []byte(canon)
+				}
+			}
+			if want == nil {
+				text = nil
+			}
+			if err != nil || string(text) != s {
+				*diffs = append(*diffs, fmt.Sprintf("%s: expected %s, got %s", at(), textOrNull(string(text)), textOrNull(s)))
+			}
+			return
 		}
 	}
-	return diffs
+	switch w := want.(type) {
+	case map[string]any:
+		g, isObj := got.(map[string]any)
+		if !isObj {
+			*diffs = append(*diffs, fmt.Sprintf("%s: expected an object, got %s", at(), show(got)))
+			return
+		}
+		for _, k := range slices.Sorted(maps.Keys(w)) {
+			match(w[k], g[k], path+"."+k, diffs)
+		}
+	case []any:
+		g, isList := got.([]any)
+		if !isList || len(g) != len(w) {
+			*diffs = append(*diffs, fmt.Sprintf("%s: expected %d element(s) %s, got %s", at(), len(w), show(want), show(got)))
+			return
+		}
+		for i := range w {
+			match(w[i], g[i], fmt.Sprintf("%s[%d]", path, i), diffs)
+		}
+	case json.Number:
+		g, isNum := got.(json.Number)
+		if !isNum || !sameNumber(w, g) {
+			*diffs = append(*diffs, fmt.Sprintf("%s: expected %s, got %s", at(), w, show(got)))
+		}
+	default:
+		if !reflect.DeepEqual(want, got) {
+			*diffs = append(*diffs, fmt.Sprintf("%s: expected %s, got %s", at(), show(want), show(got)))
+		}
+	}
+}
+
+func sameNumber(a, b json.Number) bool {
+	if a == b {
+		return true
+	}
+	x, errA := a.Float64()
+	y, errB := b.Float64()
+	return errA == nil && errB == nil && x == y
+}
+
+func textOrNull(s string) string {
+	if s == "" {
+		return "null"
+	}
+	return s
+}
+
+// show renders a decoded JSON value compactly.
+func show(v any) string {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return fmt.Sprint(v)
+	}
+	return string(b)
+}
+
+// decodeJSON decodes one JSON value, numbers as json.Number.
+func decodeJSON(data []byte) (any, error) {
+	dec := json.NewDecoder(bytes.NewReader(data))
+	dec.UseNumber()
+	var v any
+	if err := dec.Decode(&v); err != nil {
+		return nil, err
+	}
+	return v, nil
+}
+
+// canonicalOrNull is the stored form of a JSON value: its canonical text,
+// or "" for null.
+func canonicalOrNull(raw json.RawMessage) (string, error) {
+	if string(bytes.TrimSpace(raw)) == "null" {
+		return "", nil
+	}
+	return spec.Canonicalize(raw)
 }
 
 func describeError(code spec.Code, state spec.RunState) string {
@@ -140,85 +234,15 @@ func describeError(code spec.Code, state spec.RunState) string {
 	return fmt.Sprintf("%s (state %s)", code, state)
 }
 
-// diffValue compares one field. Lease lists must have the expected length
-// and each lease the expected values of the fields the file names.
-func diffValue(name string, want, got any) string {
-	if wl, ok := want.([]map[string]any); ok {
-		gl, _ := got.([]map[string]any)
-		if len(wl) != len(gl) {
-			return fmt.Sprintf("%s: expected %d lease(s) %s, got %d %s", name, len(wl), formatValue(name, want), len(gl), formatValue(name, got))
-		}
-		var diffs []string
-		for i := range wl {
-			for _, k := range leaseFields {
-				w, ok := wl[i][k]
-				if !ok {
-					continue
-				}
-				if !reflect.DeepEqual(w, gl[i][k]) {
-					diffs = append(diffs, fmt.Sprintf("%s[%d].%s: expected %s, got %s", name, i, k, formatValue(k, w), formatValue(k, gl[i][k])))
-				}
-			}
-		}
-		return strings.Join(diffs, "; ")
-	}
-	if reflect.DeepEqual(want, got) {
-		return ""
-	}
-	return fmt.Sprintf("%s: expected %s, got %s", name, formatValue(name, want), formatValue(name, got))
-}
-
-func formatValue(name string, v any) string {
-	switch x := v.(type) {
-	case string:
-		if name == "result" {
-			if x == "" {
-				return "null"
-			}
-			return x
-		}
-		return fmt.Sprintf("%q", x)
-	case []string:
-		return "[" + strings.Join(x, " ") + "]"
-	case []map[string]any:
-		var parts []string
-		for _, l := range x {
-			var f []string
-			for _, k := range leaseFields {
-				if v, ok := l[k]; ok {
-					f = append(f, k+"="+formatValue(k, v))
-				}
-			}
-			parts = append(parts, "{"+strings.Join(f, " ")+"}")
-		}
-		return "[" + strings.Join(parts, " ") + "]"
-	}
-	return fmt.Sprint(v)
-}
-
-// String shows the outcome: the error, or "ok" with the kind's headline
-// fields and the fields an expectation names (e may be nil).
-func (o Outcome) String(e *Expect) string {
-	switch {
-	case o.Untyped != nil:
-		return "untyped error: " + o.Untyped.Error()
-	case o.Err != nil:
-		s := "error " + describeError(o.Err.Code, o.Err.State)
-		if o.Err.Message != "" {
-			s += ": " + o.Err.Message
+// outcome shows a result on one line: "ok" and the model's summary of the
+// value, or the error with its message.
+func outcome(r model.Result) string {
+	if r.Err != nil {
+		s := "error " + describeError(r.Err.Code, r.Err.State)
+		if r.Err.Message != "" {
+			s += ": " + r.Err.Message
 		}
 		return s
 	}
-	fields := kindFields[o.Kind]
-	var parts []string
-	for i, k := range fields {
-		named := false
-		if e != nil {
-			_, named = e.Fields[k]
-		}
-		if i < headline[o.Kind] || named || (k == "error_code" && o.Fields[k] != "") {
-			parts = append(parts, k+"="+formatValue(k, o.Fields[k]))
-		}
-	}
-	return "ok " + strings.Join(slices.Compact(parts), " ")
+	return "ok " + r.String()
 }

@@ -2,6 +2,7 @@ package scenarios
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -13,13 +14,14 @@ import (
 
 	"github.com/leasehold/leasehold/clock"
 	"github.com/leasehold/leasehold/harness"
+	"github.com/leasehold/leasehold/model"
 	"github.com/leasehold/leasehold/spec"
 )
 
 // Options configure one store the runner opens.
 type Options struct {
 	Config spec.Config
-	// Clock is the scenario's shared manual clock.
+	// Clock is the client's view of the scenario's shared manual clock.
 	Clock clock.Clock
 	// Random is the client's scripted jitter source (a retry step sets it).
 	Random spec.Random
@@ -42,13 +44,22 @@ const DefaultTimeout = 30 * time.Second
 // scenario, for its operations to return before it gives up on them.
 const drainTimeout = 15 * time.Second
 
+// judgeTimeout bounds the model judge's linearizability check.
+const judgeTimeout = time.Minute
+
 // Result is what Run observed.
 type Result struct {
 	Scenario   string
 	Steps      []StepResult
 	Mismatches []Mismatch
-	// Races counts the races observed, whether or not the scenario names them.
-	Races map[Race]int
+	// Races counts the races the history contains, whether or not the
+	// scenario names them.
+	Races harness.Races
+	// History is every operation the run made, its final scan included;
+	// Verdict is the model's judgement of it (nil when the run did not get
+	// that far).
+	History *harness.History
+	Verdict *harness.Verdict
 	// Stuck is set when the deadlock guard stopped the scenario.
 	Stuck bool
 }
@@ -63,11 +74,11 @@ type StepResult struct {
 	Mismatch bool
 }
 
-// Mismatch is one difference between the file and what the store did, or a
-// reason the scenario could not be played.
+// Mismatch is one difference between the file (or the model) and what the
+// store did, or a reason the scenario could not be played.
 type Mismatch struct {
-	// Step is the 1-based step index; 0 for setup, the deadlock guard and
-	// the vacuity guard; FinalStep for the final state.
+	// Step is the 1-based step index; 0 for setup, the guards and the model
+	// judge; FinalStep for the final state.
 	Step    int
 	Message string
 }
@@ -76,7 +87,7 @@ type Mismatch struct {
 const FinalStep = -1
 
 // String names the mismatch's place (a step, the final state, or nothing
-// for the guards) and says what was expected and got.
+// for the guards and the judge) and says what was expected and got.
 func (m Mismatch) String() string {
 	switch m.Step {
 	case 0:
@@ -87,10 +98,12 @@ func (m Mismatch) String() string {
 	return fmt.Sprintf("step %d: %s", m.Step, m.Message)
 }
 
-// OK reports whether the scenario ran as its file says.
+// OK reports whether the scenario ran as its file says and the model
+// accepts what the store did.
 func (r *Result) OK() bool { return len(r.Mismatches) == 0 }
 
-// Report writes every step's outcome, every mismatch and a PASS or FAIL line.
+// Report writes every step's outcome, every mismatch, the model's verdict
+// and a PASS or FAIL line.
 func (r *Result) Report(w io.Writer) {
 	for _, s := range r.Steps {
 		mark := " "
@@ -102,17 +115,15 @@ func (r *Result) Report(w io.Writer) {
 	for _, m := range r.Mismatches {
 		fmt.Fprintf(w, "    MISMATCH %s\n", m)
 	}
-	var races []string
-	for _, race := range Races {
-		if n := r.Races[race]; n > 0 {
-			races = append(races, fmt.Sprintf("%s×%d", race, n))
-		}
+	judged := "not judged"
+	if r.Verdict != nil {
+		judged = fmt.Sprintf("model: %s, %d accounting findings", r.Verdict.Linearizable, len(r.Verdict.Accounting))
 	}
 	verdict := "PASS"
 	if !r.OK() {
 		verdict = fmt.Sprintf("FAIL (%d mismatches)", len(r.Mismatches))
 	}
-	fmt.Fprintf(w, "%s %s; races observed: %s\n", verdict, r.Scenario, strings.Join(races, ", "))
+	fmt.Fprintf(w, "%s %s; %s; races: %s\n", verdict, r.Scenario, judged, r.Races)
 }
 
 // Run plays sc on the database open opens and returns what happened. Each
@@ -136,9 +147,8 @@ func RunTimeout(ctx context.Context, sc *Scenario, open Opener, timeout time.Dur
 	defer cancelGuard()
 	ctx = guard
 	r := &runner{sc: sc, ops: ops, clock: clock.NewManual(sc.Start), barriers: harness.NewBarriers(),
-		stores: map[string]spec.Store{}, randoms: map[string]*harness.ScriptedRandom{},
-		leases: map[string]*boundLease{}, maxGen: map[string]int64{}, async: map[string]*inflight{},
-		res: &Result{Scenario: sc.Name, Races: map[Race]int{}}}
+		rec: harness.NewRecorder(nil), callers: map[string]*harness.Caller{}, leases: map[string]spec.LeaseRef{},
+		async: map[string]*inflight{}, res: &Result{Scenario: sc.Name, Races: harness.Races{}}}
 	defer r.closeStores()
 	if err := r.open(ctx, open); err != nil {
 		r.mismatch(0, "cannot open the stores: %v", err)
@@ -158,22 +168,9 @@ func RunTimeout(ctx context.Context, sc *Scenario, open Opener, timeout time.Dur
 		}
 		return r.res
 	}
-	r.checkFinal(ctx)
-	for _, race := range sc.Races {
-		if r.res.Races[race] == 0 {
-			r.mismatch(0, "vacuity: the scenario names race %q but it never happened (%s)", race, raceMeaning[race])
-		}
-	}
+	r.finalScan(ctx)
+	r.judge()
 	return r.res
-}
-
-var raceMeaning = map[Race]string{
-	RaceContended:            "no operation was started while another client's operation was held at before_commit",
-	RaceCommittedNotReturned: "no operation was started while another client's operation was held at after_commit",
-	RaceStaleWriteRefused:    "no write through a superseded or expired lease was refused lost_lease",
-	RaceLeaseReclaimed:       "no claim took a job that was leased under an expired lease",
-	RaceFaultRolledBack:      "no operation failed at before_commit returned unavailable",
-	RaceUnknownOutcome:       "no operation failed at after_commit returned unknown_outcome",
 }
 
 type runner struct {
@@ -182,94 +179,64 @@ type runner struct {
 	current  *inflight       // the synchronous operation in flight, if any
 	clock    *clock.Manual
 	barriers *harness.Barriers
-	stores   map[string]spec.Store // by client
-	randoms  map[string]*harness.ScriptedRandom
-	observer spec.Store // the runner's own reads; no hook
-	leases   map[string]*boundLease
-	maxGen   map[string]int64 // run id -> highest generation any claim returned
+	rec      *harness.Recorder
+	callers  map[string]*harness.Caller // by client; readerClient is the runner's own
+	leases   map[string]spec.LeaseRef   // bound lease names
 	async    map[string]*inflight
 	wg       sync.WaitGroup
 	res      *Result
 	leak     bool
 }
 
-// boundLease is a lease a claim bound to a name, with the latest expiry the
-// runner knows of (a renewal moves it).
-type boundLease struct {
-	lease spec.Lease
-	step  int
-}
-
-// call is one prepared store operation.
-type call struct {
-	st   *Step
-	kind string
-	run  func(ctx context.Context, s spec.Store) (any, error)
-	// stale is set when the call presents a lease that a later claim
-	// superseded or whose known expiry is not after now.
-	stale bool
-	// leasedBefore holds, for a claim, the jobs an observer read as leased
-	// just before it started (run id -> generation).
-	leasedBefore map[string]int64
-	lease        *boundLease
-}
-
-// inflight is an asynchronous operation.
+// inflight is an operation started by a step.
 type inflight struct {
 	name    string
-	c       *call
+	st      *Step
 	barrier *harness.Barrier
+	heldAt  int64 // the recorder's tick when it was seen at its barrier
 	done    chan struct{}
-	out     Outcome
+	res     model.Result
+	err     error // a breach of the harness's rules (untyped error, clock reads)
 	// missed is set when the operation ended without reaching its barrier.
 	missed bool
 	// notStarted is set when the step could not start the operation (its
 	// lease was never bound).
 	notStarted bool
 	resumed    bool
-	fault      bool
 	awaited    bool
 }
 
 func (r *runner) open(ctx context.Context, open Opener) error {
-	var err error
-	if r.observer, err = openStore(ctx, open, Options{Config: r.sc.Config, Clock: r.clock}); err != nil {
-		return fmt.Errorf("reader: %w", err)
-	}
+	clients := []string{readerClient}
 	for _, st := range r.sc.Steps {
-		if st.Client == "" || r.stores[st.Client] != nil {
-			continue
+		if st.Store() && !slices.Contains(clients, st.Client) {
+			clients = append(clients, st.Client)
 		}
-		rnd := &harness.ScriptedRandom{}
-		s, err := openStore(ctx, open, Options{Config: r.sc.Config, Clock: r.clock, Random: rnd, Hook: r.barriers.Hook(st.Client)})
+	}
+	for _, name := range clients {
+		clk, rnd := &clock.Recorder{Source: r.clock}, &harness.ScriptedRandom{}
+		o := Options{Config: r.sc.Config, Clock: clk, Random: rnd}
+		if name != readerClient {
+			o.Hook = r.barriers.Hook(name)
+		}
+		s, err := open(ctx, o)
+		if err == nil && s == nil {
+			err = errors.New("the opener returned no store")
+		}
 		if err != nil {
-			return fmt.Errorf("client %s: %w", st.Client, err)
+			return fmt.Errorf("client %s: %w", name, err)
 		}
-		r.stores[st.Client], r.randoms[st.Client] = s, rnd
+		r.callers[name] = harness.NewCaller(r.rec, name, s, clk, rnd)
 	}
 	return nil
-}
-
-func openStore(ctx context.Context, open Opener, o Options) (spec.Store, error) {
-	s, err := open(ctx, o)
-	if err != nil {
-		return nil, err
-	}
-	if s == nil {
-		return nil, errors.New("the opener returned no store")
-	}
-	return s, nil
 }
 
 func (r *runner) closeStores() {
 	if r.leak {
 		return
 	}
-	for _, s := range r.stores {
-		s.Close()
-	}
-	if r.observer != nil {
-		r.observer.Close()
+	for _, c := range r.callers {
+		c.Store.Close()
 	}
 }
 
@@ -296,24 +263,11 @@ func (r *runner) step(ctx context.Context, st *Step) bool {
 			r.record(st, now, label, "error", err.Error())
 			return true
 		}
+		r.rec.Note(0, fmt.Sprintf("clock +%d ms -> %d", st.Ms, t))
 		r.record(st, now, label, fmt.Sprintf("clock %d", t))
-	case "get_run", "get_job":
-		var v any
-		var err error
-		kind := resultKinds[st.Op]
-		if st.Op == "get_run" {
-			v, err = r.observer.GetRun(ctx, r.sc.Tenant, st.Run)
-		} else {
-			v, err = r.observer.GetJob(ctx, r.sc.Tenant, st.Run)
-		}
-		if ctx.Err() != nil {
-			return r.stuck(st, label)
-		}
-		o := observe(kind, v, err)
-		r.record(st, now, label, o.String(st.Expect), compare(st.Expect, o)...)
 	case "await_arrival", "resume", "await":
 		return r.asyncStep(ctx, st, now, label)
-	default: // a store operation
+	default:
 		return r.storeStep(ctx, st, now, label)
 	}
 	return true
@@ -323,20 +277,21 @@ func (r *runner) step(ctx context.Context, st *Step) bool {
 func (r *runner) asyncStep(ctx context.Context, st *Step, now int64, label string) bool {
 	a := r.async[st.Of]
 	if a.notStarted {
-		r.record(st, now, label, fmt.Sprintf("skipped: step %d did not start %s", a.c.st.Index, st.Of))
+		r.record(st, now, label, fmt.Sprintf("skipped: step %d did not start %s", a.st.Index, st.Of))
 		return true
 	}
 	switch st.Op {
 	case "await_arrival":
 		select {
 		case <-a.barrier.Arrived():
-			r.record(st, now, label, fmt.Sprintf("held at %s", a.c.st.PauseAt))
+			a.heldAt = r.rec.Tick()
+			r.record(st, now, label, fmt.Sprintf("held at %s", a.st.PauseAt))
 		case <-a.done:
 			a.missed = true
 			r.barriers.Disarm(a.barrier)
-			r.record(st, now, label, "returned without reaching "+string(a.c.st.PauseAt),
+			r.record(st, now, label, "returned without reaching "+string(a.st.PauseAt),
 				fmt.Sprintf("expected %s to be held at %s, but it returned first (%s): the race did not happen",
-					st.Of, a.c.st.PauseAt, a.out.String(nil)))
+					st.Of, a.st.PauseAt, outcome(a.res)))
 		case <-ctx.Done():
 			return r.stuck(st, label)
 		}
@@ -347,9 +302,10 @@ func (r *runner) asyncStep(ctx context.Context, st *Step, now int64, label strin
 		}
 		var fault error
 		if st.Fault != "" {
-			fault = fmt.Errorf("scenario fault %q at %s", st.Fault, a.c.st.PauseAt)
-			a.fault = true
+			fault = fmt.Errorf("scenario fault %q at %s", st.Fault, a.st.PauseAt)
+			r.rec.Note(0, fmt.Sprintf("%s: %s resumed with fault %s at %s", a.st.Client, a.st.Op, st.Fault, a.st.PauseAt))
 		}
+		r.rec.Hold(harness.Hold{Actor: a.st.Client, Op: a.st.row.Op, Point: a.st.PauseAt, From: a.heldAt, To: r.rec.Tick()})
 		a.resumed = true
 		a.barrier.Release(fault)
 		out := "resumed"
@@ -364,29 +320,31 @@ func (r *runner) asyncStep(ctx context.Context, st *Step, now int64, label strin
 			return r.stuck(st, label)
 		}
 		a.awaited = true
-		r.finish(a.c, a.out, a)
-		r.record(st, now, label, a.out.String(st.Expect), compare(st.Expect, a.out)...)
+		r.finish(a)
+		r.record(st, now, label, outcome(a.res), r.check(st.Expect, a)...)
 	}
 	return true
 }
 
 // storeStep plays a store operation, synchronous or asynchronous.
 func (r *runner) storeStep(ctx context.Context, st *Step, now int64, label string) bool {
-	c, err := r.prepare(ctx, st)
-	if ctx.Err() != nil {
-		return r.stuck(st, label)
-	}
+	req, err := st.request(r.sc.Tenant, func(name string) (spec.LeaseRef, error) {
+		ref, bound := r.leases[name]
+		if !bound {
+			return ref, fmt.Errorf("lease %q was never bound: the claim that names it returned fewer leases", name)
+		}
+		return ref, nil
+	})
 	if err != nil {
 		r.record(st, now, label, "not run", err.Error())
 		if st.Async != "" {
 			// Its await_arrival, resume and await are skipped; the
 			// reason is this step's mismatch.
-			r.async[st.Async] = &inflight{name: st.Async, c: &call{st: st}, notStarted: true, awaited: true}
+			r.async[st.Async] = &inflight{name: st.Async, st: st, notStarted: true, awaited: true}
 		}
 		return true
 	}
-	r.noteOverlap(st.Client)
-	a := r.launch(c)
+	a := r.launch(st, model.Op{Jitter: st.Jitter, Req: req})
 	if st.Async == "" {
 		// Even a synchronous operation runs in its own goroutine, so
 		// that the deadlock guard can stop a scenario blocked in one.
@@ -397,8 +355,8 @@ func (r *runner) storeStep(ctx context.Context, st *Step, now int64, label strin
 			return r.stuck(st, label)
 		}
 		r.current = nil
-		r.finish(c, a.out, nil)
-		r.record(st, now, label, a.out.String(st.Expect), compare(st.Expect, a.out)...)
+		r.finish(a)
+		r.record(st, now, label, outcome(a.res), r.check(st.Expect, a)...)
 		return true
 	}
 	r.async[st.Async] = a
@@ -410,28 +368,42 @@ func (r *runner) storeStep(ctx context.Context, st *Step, now int64, label strin
 	return true
 }
 
-// launch starts c on its client's store under the operations' context,
+// launch starts op on its client's store under the operations' context,
 // arming its barrier first.
-func (r *runner) launch(c *call) *inflight {
-	st := c.st
-	a := &inflight{name: st.Async, c: c, done: make(chan struct{})}
+func (r *runner) launch(st *Step, op model.Op) *inflight {
+	a := &inflight{name: st.Async, st: st, done: make(chan struct{})}
 	if st.PauseAt != "" {
-		a.barrier = r.barriers.Arm(st.Client, storeOps[st.Op], st.PauseAt)
+		a.barrier = r.barriers.Arm(st.Client, st.row.Op, st.PauseAt)
 	}
-	s := r.stores[st.Client]
+	call := r.callers[st.Client].Begin(op)
 	r.wg.Add(1)
 	go func() {
 		defer r.wg.Done()
-		a.out = c.exec(r.ops, s)
+		a.res, a.err = call.Run(r.ops)
 		close(a.done)
 	}()
 	return a
 }
 
-// exec runs the call on s and observes what it returned.
-func (c *call) exec(ctx context.Context, s spec.Store) Outcome {
-	v, err := c.run(ctx, s)
-	return observe(c.kind, v, err)
+// check compares an operation's outcome with its expectation.
+func (r *runner) check(e *Expect, a *inflight) []string {
+	if a.err != nil {
+		return []string{a.err.Error()}
+	}
+	return compare(e, a.res)
+}
+
+// finish binds the leases a claim returned.
+func (r *runner) finish(a *inflight) {
+	leases, isClaim := a.res.Value.([]spec.Lease)
+	if !isClaim || a.err != nil {
+		return
+	}
+	for i, l := range leases {
+		if i < len(a.st.Bind) {
+			r.leases[a.st.Bind[i]] = l.Ref()
+		}
+	}
 }
 
 // stuck records that the deadlock guard stopped the scenario at st, with
@@ -451,13 +423,13 @@ func (r *runner) stuck(st *Step, label string) bool {
 func (r *runner) pending() []string {
 	var out []string
 	if a := r.current; a != nil && !isClosed(a.done) {
-		out = append(out, fmt.Sprintf("step %d %s: running (not returned)", a.c.st.Index, describe(a.c.st)))
+		out = append(out, fmt.Sprintf("step %d %s: running (not returned)", a.st.Index, describe(a.st)))
 	}
-	for _, a := range slices.SortedFunc(maps.Values(r.async), func(a, b *inflight) int { return a.c.st.Index - b.c.st.Index }) {
+	for _, a := range slices.SortedFunc(maps.Values(r.async), func(a, b *inflight) int { return a.st.Index - b.st.Index }) {
 		if a.awaited {
 			continue
 		}
-		st := a.c.st
+		st := a.st
 		state := "running (not returned)"
 		switch {
 		case a.barrier != nil && !a.missed && isClosed(a.barrier.Arrived()) && !a.resumed && !isClosed(a.done):
@@ -493,144 +465,45 @@ func (r *runner) drain() bool {
 	}
 }
 
-// noteOverlap counts the races a store operation of client starting now
-// takes part in: another client's operation held at a barrier.
-func (r *runner) noteOverlap(client string) {
-	var contended, committed bool
-	for _, a := range r.async {
-		if a.c.st.Client == client || a.barrier == nil || a.missed || a.resumed || !isClosed(a.barrier.Arrived()) {
-			continue
-		}
-		switch a.c.st.PauseAt {
-		case spec.BeforeCommit:
-			contended = true
-		case spec.AfterCommit:
-			committed = true
-		}
-	}
-	if contended {
-		r.res.Races[RaceContended]++
-	}
-	if committed {
-		r.res.Races[RaceCommittedNotReturned]++
-	}
-}
-
-// finish applies an operation's outcome to the runner's bookkeeping: leases
-// bound by a claim, expiries moved by a renewal, and the races observed.
-// a is the asynchronous operation, or nil.
-func (r *runner) finish(c *call, o Outcome, a *inflight) {
-	code := o.Code()
+// finalScan reads every row through the runner's own store, as an operation
+// of the history, and compares them with the file's final state.
+func (r *runner) finalScan(ctx context.Context) {
+	res, err := r.callers[readerClient].Do(ctx, model.Op{Req: spec.SnapshotRequest{}})
 	switch {
-	case code == spec.CodeLostLease && c.stale:
-		r.res.Races[RaceStaleWriteRefused]++
-	case a != nil && a.fault && a.c.st.PauseAt == spec.BeforeCommit && code == spec.CodeUnavailable:
-		r.res.Races[RaceFaultRolledBack]++
-	case a != nil && a.fault && a.c.st.PauseAt == spec.AfterCommit && code == spec.CodeUnknownOutcome:
-		r.res.Races[RaceUnknownOutcome]++
-	}
-	if code != "" || o.Untyped != nil {
-		return
-	}
-	switch c.st.Op {
-	case "claim":
-		for i, l := range o.Fields["leases"].([]map[string]any) {
-			id := l["run_id"].(string)
-			gen := l["generation"].(int64)
-			if prev, ok := c.leasedBefore[id]; ok && gen > prev {
-				r.res.Races[RaceLeaseReclaimed]++
-			}
-			r.maxGen[id] = max(r.maxGen[id], gen)
-			if i < len(c.st.Bind) {
-				r.leases[c.st.Bind[i]] = &boundLease{step: c.st.Index, lease: spec.Lease{
-					Tenant: r.sc.Tenant, RunID: id, Owner: l["owner"].(string), Generation: gen, ExpiresAt: l["expires_at"].(int64)}}
-			}
-		}
-	case "renew":
-		c.lease.lease.ExpiresAt = o.Fields["expires_at"].(int64)
-	}
-}
-
-// prepare builds a store operation from its step, resolving its lease.
-func (r *runner) prepare(ctx context.Context, st *Step) (*call, error) {
-	c := &call{st: st, kind: resultKinds[st.Op]}
-	var ref spec.LeaseRef
-	if st.Lease != "" {
-		bl := r.leases[st.Lease]
-		if bl == nil {
-			return nil, fmt.Errorf("lease %q was never bound: the claim that names it returned fewer leases", st.Lease)
-		}
-		c.lease = bl
-		ref = bl.lease.Ref()
-		c.stale = bl.lease.Generation < r.maxGen[bl.lease.RunID] || bl.lease.ExpiresAt <= r.clock.Now()
-	}
-	t := r.sc.Tenant
-	switch st.Op {
-	case "create":
-		req := spec.CreateRunRequest{Tenant: t, Operation: st.Operation, IdempotencyKey: st.Key, RunID: st.RunID,
-			Payload: st.Payload, MaxAttempts: st.MaxAttempts, TimeoutMs: st.TimeoutMs}
-		if req.Operation == "" {
-			req.Operation = "work"
-		}
-		c.run = func(ctx context.Context, s spec.Store) (any, error) { return s.CreateRun(ctx, req) }
-	case "claim":
-		snap, err := r.observer.Snapshot(ctx)
-		if err != nil {
-			return nil, fmt.Errorf("reading the jobs before the claim: %v", err)
-		}
-		c.leasedBefore = map[string]int64{}
-		for _, j := range snap.Jobs {
-			if j.Tenant == t && j.State == spec.JobLeased {
-				c.leasedBefore[j.RunID] = j.Generation
-			}
-		}
-		req := spec.ClaimRequest{Tenant: t, Worker: st.Worker, LeaseMs: st.LeaseMs, Limit: st.Limit}
-		c.run = func(ctx context.Context, s spec.Store) (any, error) { return s.Claim(ctx, req) }
-	case "renew":
-		req := spec.RenewRequest{Lease: ref, LeaseMs: st.LeaseMs}
-		c.run = func(ctx context.Context, s spec.Store) (any, error) { return s.Renew(ctx, req) }
-	case "complete":
-		req := spec.CompleteRequest{Lease: ref, Result: st.Result}
-		c.run = func(ctx context.Context, s spec.Store) (any, error) { return s.Complete(ctx, req) }
-	case "retry":
-		req := spec.RetryRequest{Lease: ref, ErrorCode: st.ErrorCode, RetryAfterMs: st.RetryAfterMs}
-		rnd := r.randoms[st.Client]
-		c.run = func(ctx context.Context, s spec.Store) (any, error) { rnd.Set(st.Jitter); return s.Retry(ctx, req) }
-	case "fail":
-		req := spec.FailRequest{Lease: ref, ErrorCode: st.ErrorCode}
-		c.run = func(ctx context.Context, s spec.Store) (any, error) { return s.Fail(ctx, req) }
-	case "release":
-		req := spec.ReleaseRequest{Lease: ref}
-		c.run = func(ctx context.Context, s spec.Store) (any, error) { return s.Release(ctx, req) }
-	case "cancel":
-		req := spec.CancelRequest{Tenant: t, RunID: st.Run, Reason: st.Reason}
-		c.run = func(ctx context.Context, s spec.Store) (any, error) { return s.Cancel(ctx, req) }
-	case "reserve_effect":
-		req := spec.ReserveEffectRequest{Lease: ref, Step: st.Effect, Key: st.Key}
-		c.run = func(ctx context.Context, s spec.Store) (any, error) { return s.ReserveEffect(ctx, req) }
-	case "record_effect", "reconcile_effect":
-		req := spec.RecordEffectRequest{Lease: ref, Step: st.Effect, Key: st.Key, State: spec.EffectState(st.State), ProviderRef: st.ProviderRef}
-		if st.Op == "record_effect" {
-			c.run = func(ctx context.Context, s spec.Store) (any, error) { return s.RecordEffect(ctx, req) }
-		} else {
-			c.run = func(ctx context.Context, s spec.Store) (any, error) { return s.ReconcileEffect(ctx, req) }
-		}
-	case "reap":
-		req := spec.ReapRequest{Tenant: t, Limit: st.Limit}
-		c.run = func(ctx context.Context, s spec.Store) (any, error) { return s.Reap(ctx, req) }
-	case "purge":
-		req := spec.PurgeRequest{Limit: st.Limit}
-		c.run = func(ctx context.Context, s spec.Store) (any, error) { return s.PurgeIdempotency(ctx, req) }
-	case "replay":
-		req := spec.ReplayRequest{Tenant: t, RunID: st.Run, NewRunID: st.NewRunID, Actor: st.Actor}
-		c.run = func(ctx context.Context, s spec.Store) (any, error) { return s.Replay(ctx, req) }
+	case err != nil:
+		r.mismatch(FinalStep, "snapshot: %v", err)
+	case res.Err != nil:
+		r.mismatch(FinalStep, "snapshot: %v", res.Err)
 	default:
-		return nil, fmt.Errorf("no store call for op %q", st.Op)
+		r.checkFinal(res.Value.(spec.Snapshot))
 	}
-	return c, nil
 }
 
-// describe labels a step for reports.
+// judge hands the history to the model: the same linearizability check and
+// accounting as the harness's concurrent runs (no drain, so no liveness),
+// then the vacuity guard on the races the scenario names.
+func (r *runner) judge() {
+	h := r.rec.History()
+	m := model.Model{Config: r.sc.Config}
+	v := harness.Judge(m, h, harness.Judgement{Timeout: judgeTimeout})
+	r.res.History, r.res.Verdict, r.res.Races = h, &v, v.Races
+	if v.Violations() > 0 {
+		v.Explain(m, h, judgeTimeout)
+		why := string(v.Linearizable)
+		if v.Culprit != nil {
+			why += "; " + v.Culprit.String()
+		}
+		r.mismatch(0, "model judge: the history is %s; accounting %q", why, v.Accounting)
+	}
+	for _, race := range r.sc.Races {
+		if v.Races[race] == 0 {
+			r.mismatch(0, "vacuity: the scenario names race %q but it never happened (%s)", race, race.Meaning())
+		}
+	}
+}
+
+// describe labels a step for reports: the client, the op and the fields it
+// writes, and how it runs.
 func describe(st *Step) string {
 	var b strings.Builder
 	if st.Client != "" {
@@ -638,39 +511,24 @@ func describe(st *Step) string {
 	}
 	b.WriteString(st.Op)
 	add := func(format string, args ...any) { fmt.Fprintf(&b, " "+format, args...) }
-	switch st.Op {
-	case "create":
-		add("%s key=%s", st.RunID, st.Key)
-	case "claim":
-		add("lease_ms=%d", st.LeaseMs)
-		if st.Limit != 1 {
-			add("limit=%d", st.Limit)
-		}
-		if st.Worker != st.Client {
-			add("worker=%s", st.Worker)
+	if st.Store() {
+		for _, f := range requestFields(st.row.Request) {
+			if raw, set := st.Fields[f.name]; set {
+				var s string
+				if json.Unmarshal(raw, &s) != nil {
+					s = compact(raw)
+				}
+				add("%s=%s", f.name, s)
+			}
 		}
 		if len(st.Bind) > 0 {
 			add("bind=%s", strings.Join(st.Bind, ","))
 		}
-	case "renew":
-		add("%s lease_ms=%d", st.Lease, st.LeaseMs)
-	case "complete", "release":
-		add("%s", st.Lease)
-	case "retry", "fail":
-		add("%s %s", st.Lease, st.ErrorCode)
-	case "cancel", "get_run", "get_job":
-		add("%s", st.Run)
-	case "reserve_effect":
-		add("%s %s/%s", st.Lease, st.Effect, st.Key)
-	case "record_effect", "reconcile_effect":
-		add("%s %s/%s %s", st.Lease, st.Effect, st.Key, st.State)
-	case "replay":
-		add("%s as %s", st.Run, st.NewRunID)
+	}
+	switch st.Op {
 	case "advance":
 		add("%d ms", st.Ms)
-	case "await_arrival", "await":
-		add("%s", st.Of)
-	case "resume":
+	case "await_arrival", "await", "resume":
 		add("%s", st.Of)
 		if st.Fault != "" {
 			add("fault=%s", st.Fault)
@@ -684,4 +542,12 @@ func describe(st *Step) string {
 		b.WriteString("]")
 	}
 	return b.String()
+}
+
+func compact(raw json.RawMessage) string {
+	v, err := decodeJSON(raw)
+	if err != nil {
+		return string(raw)
+	}
+	return show(v)
 }

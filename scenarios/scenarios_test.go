@@ -13,6 +13,7 @@ import (
 
 	"github.com/leasehold/leasehold/harness"
 	"github.com/leasehold/leasehold/impl/postgres/pgtest"
+	"github.com/leasehold/leasehold/impl/sqlite/sqlitetest"
 )
 
 func TestMain(m *testing.M) { pgtest.Main(m) }
@@ -27,17 +28,12 @@ var knownStoreIssues = map[string]string{}
 const knownIssueTimeout = 2 * time.Second
 
 // sqliteOpener opens the scenario's stores on a fresh SQLite file of t.
-func sqliteOpener(t testing.TB) Opener {
-	return SQLite(filepath.Join(t.TempDir(), "scenario.db"))
-}
+func sqliteOpener(t testing.TB) Opener { return FromFactory(t, sqlitetest.Factory) }
 
 // postgresOpener opens the scenario's stores on a fresh schema of the test
 // server (dropped when t ends). It skips loudly without PostgreSQL, and
 // fails instead under CI=true or LEASEHOLD_REQUIRE_PG=1.
-func postgresOpener(t testing.TB) Opener {
-	dsn, schema := pgtest.Schema(t)
-	return Postgres(dsn, schema)
-}
+func postgresOpener(t testing.TB) Opener { return FromFactory(t, pgtest.Factory) }
 
 // loadAll loads every scenario file; a file that does not load fails t.
 func loadAll(t testing.TB) []*Scenario {
@@ -97,6 +93,10 @@ func TestScenariosPostgres(t *testing.T) {
 	runAll(t, "postgres", postgresOpener)
 }
 
+// scenarioRaces are the races the corpus must exercise between them.
+var scenarioRaces = []harness.Race{harness.RaceContended, harness.RaceCommittedNotReturned, harness.RaceStaleWriteRefused,
+	harness.RaceLeaseReclaimed, harness.RaceFaultRolledBack, harness.RaceUnknownOutcome, harness.RaceCancelVsFinish}
+
 // TestScenarioCoverage holds the corpus to what it must contain: the named
 // races of the brief, each naming the races it exercises (so the vacuity
 // guard has something to check), and every race kind used somewhere.
@@ -109,7 +109,7 @@ func TestScenarioCoverage(t *testing.T) {
 		"shutdown_while_leased", "stale_worker_every_write", "unknown_outcome",
 	}
 	byName := map[string]*Scenario{}
-	used := map[Race]bool{}
+	used := map[harness.Race]bool{}
 	for _, sc := range loadAll(t) {
 		if filepath.Base(sc.File) != sc.Name+".json" {
 			t.Errorf("%s: the file should be named after the scenario, %s.json", sc.File, sc.Name)
@@ -127,7 +127,7 @@ func TestScenarioCoverage(t *testing.T) {
 			t.Errorf("scenario %s is missing from testdata/", name)
 		}
 	}
-	for _, r := range Races {
+	for _, r := range scenarioRaces {
 		if !used[r] {
 			t.Errorf("no scenario names race %s", r)
 		}
@@ -179,25 +179,25 @@ func TestRunnerReportsMismatches(t *testing.T) {
 	}{
 		{"sync error code", "pause_expire_reclaim_resume",
 			func(m map[string]any) { step(m, 7)["expect"] = map[string]any{"ok": true} },
-			7, []string{"A: complete a1", "expected ok, got error lost_lease"}},
+			7, []string{"A: complete lease=a1", "expected ok, got error lost_lease"}},
 		{"sync ok field", "companion_example",
-			func(m map[string]any) { step(m, 2)["expect"].(map[string]any)["replayed"] = false },
+			func(m map[string]any) { step(m, 2)["expect"].(map[string]any)["ok"].(map[string]any)["replayed"] = false },
 			2, []string{"replayed: expected false, got true"}},
 		{"claimed lease generation", "pause_expire_reclaim_resume",
 			func(m map[string]any) {
-				step(m, 5)["expect"].(map[string]any)["leases"].([]any)[0].(map[string]any)["generation"] = 3
+				step(m, 5)["expect"].(map[string]any)["ok"].([]any)[0].(map[string]any)["generation"] = 3
 			},
-			5, []string{"leases[0].generation: expected 3, got 2"}},
+			5, []string{"[0].generation: expected 3, got 2"}},
 		{"claimed lease count", "retry_budget_vs_reap_retry_first",
 			func(m map[string]any) {
-				step(m, 5)["expect"] = map[string]any{"ok": true, "leases": []any{map[string]any{"run_id": "r1"}}}
+				step(m, 5)["expect"] = map[string]any{"ok": []any{map[string]any{"run_id": "r1"}}}
 			},
-			5, []string{"leases: expected 1 lease(s)", "got 0"}},
+			5, []string{"result: expected 1 element(s)", "got []"}},
 		{"awaited loser's state", "cancel_vs_complete_complete_wins",
 			func(m map[string]any) { step(m, 10)["expect"].(map[string]any)["error_state"] = "cancelled" },
 			10, []string{"expected error already_terminal (state cancelled), got error already_terminal (state completed)"}},
 		{"result", "unknown_outcome",
-			func(m map[string]any) { step(m, 9)["expect"].(map[string]any)["result"] = map[string]any{"v": 2} },
+			func(m map[string]any) { step(m, 9)["expect"].(map[string]any)["ok"].(map[string]any)["result"] = map[string]any{"v": 2} },
 			9, []string{`result: expected {"v":2}, got {"v":1}`}},
 		{"final events", "cancel_vs_complete_cancel_wins",
 			func(m map[string]any) {
@@ -223,7 +223,7 @@ func TestRunnerReportsMismatches(t *testing.T) {
 			FinalStep, []string{`event 2 (run_failed) payload: expected {"error_code":"flaky_again","generation":2}, got {"error_code":"lease_expired","generation":2}`}},
 		{"a run the final state does not list", "duplicate_create_same_fingerprint",
 			func(m map[string]any) {
-				step(m, 3)["key"] = "order-8"
+				step(m, 3)["idempotency_key"] = "order-8"
 				step(m, 6)["expect"] = map[string]any{"ok": true}
 				m["final"].(map[string]any)["absent"] = []any{}
 			},
@@ -308,8 +308,8 @@ func TestDeadlockGuard(t *testing.T) {
 	}
 	msg := res.Mismatches[0].String()
 	for _, want := range []string{"step 8", "deadlock guard", "await api-cancel",
-		"step 4 A: complete a1 [async a-complete pause_at=before_commit] (async a-complete): held at before_commit, not resumed",
-		"step 7 api: cancel r1 [async api-cancel] (async api-cancel): running (not returned)"} {
+		`step 4 A: complete lease=a1 result={"done":true} [async a-complete pause_at=before_commit] (async a-complete): held at before_commit, not resumed`,
+		"step 7 api: cancel run_id=r1 reason=user_abort [async api-cancel] (async api-cancel): running (not returned)"} {
 		if !strings.Contains(msg, want) {
 			t.Errorf("the deadlock report should contain %q; got:\n%s", want, msg)
 		}
@@ -322,40 +322,40 @@ func TestParseRejects(t *testing.T) {
 		return `{"name":"x","description":"d","config":"default","tenant":"acme","start":0,"steps":[` + steps +
 			`],"final":{"runs":{"r1":{"state":"queued","job_state":"queued","generation":0,"attempts":0,"events":["run_queued"],"attempt_outcomes":[],"effects":[]}}}}`
 	}
-	create := `{"op":"create","client":"api","run_id":"r1","key":"k","expect":{"ok":true}}`
+	create := `{"op":"create_run","client":"api","run_id":"r1","idempotency_key":"k","expect":{"ok":true}}`
 	claim := `{"op":"claim","client":"A","lease_ms":10,"bind":["a1"],"expect":{"ok":true}}`
 	cases := []struct {
 		name, body, want string
 	}{
 		{"unknown top-level field", strings.Replace(base(create), `"start":0`, `"start":0,"seed":1`, 1), `unknown field "seed"`},
-		{"unknown step field", base(`{"op":"create","client":"api","run_id":"r1","key":"k","colour":1,"expect":{"ok":true}}`), `unknown field "colour"`},
-		{"field of another op", base(`{"op":"create","client":"api","run_id":"r1","key":"k","lease":"a1","expect":{"ok":true}}`), `create: field "lease" does not belong to this op`},
+		{"unknown step field", base(`{"op":"create_run","client":"api","run_id":"r1","idempotency_key":"k","colour":1,"expect":{"ok":true}}`), `does not belong to this op`},
+		{"field of another op", base(`{"op":"create_run","client":"api","run_id":"r1","idempotency_key":"k","lease":"a1","expect":{"ok":true}}`), `create_run: field "lease" does not belong to this op`},
 		{"unknown op", base(`{"op":"teleport"}`), `unknown op "teleport"`},
-		{"missing required field", base(`{"op":"create","client":"api","run_id":"r1","expect":{"ok":true}}`), `create: field "key" is required`},
-		{"missing expect", base(`{"op":"create","client":"api","run_id":"r1","key":"k"}`), "expect is required"},
-		{"missing client", base(`{"op":"create","run_id":"r1","key":"k","expect":{"ok":true}}`), "client"},
-		{"duplicate key", base(`{"op":"create","op":"claim","client":"api","run_id":"r1","key":"k","expect":{"ok":true}}`), `duplicate key "op"`},
+		{"missing required field", base(`{"op":"create_run","client":"api","run_id":"r1","expect":{"ok":true}}`), `create_run: field "idempotency_key" is required`},
+		{"missing expect", base(`{"op":"create_run","client":"api","run_id":"r1","idempotency_key":"k"}`), "expect is required"},
+		{"missing client", base(`{"op":"create_run","run_id":"r1","idempotency_key":"k","expect":{"ok":true}}`), "client"},
+		{"duplicate key", base(`{"op":"create_run","op":"claim","client":"api","run_id":"r1","idempotency_key":"k","expect":{"ok":true}}`), `duplicate key "op"`},
 		{"trailing data", base(create) + "{}", "trailing data"},
-		{"ok false", base(`{"op":"create","client":"api","run_id":"r1","key":"k","expect":{"ok":false}}`), `"ok" must be true`},
-		{"ok and error", base(`{"op":"create","client":"api","run_id":"r1","key":"k","expect":{"ok":true,"error":"not_found"}}`), "exactly one of"},
-		{"unknown error code", base(`{"op":"create","client":"api","run_id":"r1","key":"k","expect":{"error":"oops"}}`), `error "oops" is not a spec error code`},
-		{"field on an error", base(`{"op":"create","client":"api","run_id":"r1","key":"k","expect":{"error":"not_found","state":"queued"}}`), "an error expectation has only error and error_state"},
-		{"field not in the result", base(`{"op":"create","client":"api","run_id":"r1","key":"k","expect":{"ok":true,"generation":1}}`), `field "generation" is not part of a create result`},
-		{"wrong type", base(`{"op":"create","client":"api","run_id":"r1","key":"k","expect":{"ok":true,"version":"1"}}`), `field "version"`},
-		{"lease field", base(claim + `,{"op":"claim","client":"B","lease_ms":10,"expect":{"ok":true,"leases":[{"colour":1}]}}`), `leases[0]: field "colour" is not part of a lease`},
-		{"async with expect", base(`{"op":"create","client":"api","run_id":"r1","key":"k","async":"c","expect":{"ok":true}}`), "goes on its await step"},
-		{"pause without async", base(`{"op":"create","client":"api","run_id":"r1","key":"k","pause_at":"before_commit","expect":{"ok":true}}`), "pause_at needs async"},
-		{"bad pause point", base(`{"op":"create","client":"api","run_id":"r1","key":"k","async":"c","pause_at":"midway"},{"op":"await","of":"c","expect":{"ok":true}}`), "must be before_commit or after_commit"},
-		{"bad fault", base(`{"op":"create","client":"api","run_id":"r1","key":"k","async":"c","pause_at":"before_commit"},{"op":"await_arrival","of":"c"},{"op":"resume","of":"c","fault":"explode"},{"op":"await","of":"c","expect":{"ok":true}}`), `fault "explode" is unknown`},
-		{"never awaited", base(`{"op":"create","client":"api","run_id":"r1","key":"k","async":"c"}`), `"c" (step 1) is never awaited`},
-		{"await before resume", base(`{"op":"create","client":"api","run_id":"r1","key":"k","async":"c","pause_at":"before_commit"},{"op":"await_arrival","of":"c"},{"op":"await","of":"c","expect":{"ok":true}}`), "must be resumed before it is awaited"},
-		{"resume before arrival", base(`{"op":"create","client":"api","run_id":"r1","key":"k","async":"c","pause_at":"before_commit"},{"op":"resume","of":"c"},{"op":"await","of":"c","expect":{"ok":true}}`), "must be awaited at its barrier"},
-		{"two ops on one client", base(`{"op":"create","client":"api","run_id":"r1","key":"k","async":"c"},` + create + `,{"op":"await","of":"c","expect":{"ok":true}}`), "client api still has operation \"c\" in flight"},
+		{"ok false", base(`{"op":"create_run","client":"api","run_id":"r1","idempotency_key":"k","expect":{"ok":false}}`), `"ok" must be true or a pattern`},
+		{"ok and error", base(`{"op":"create_run","client":"api","run_id":"r1","idempotency_key":"k","expect":{"ok":true,"error":"not_found"}}`), "exactly one of"},
+		{"unknown error code", base(`{"op":"create_run","client":"api","run_id":"r1","idempotency_key":"k","expect":{"error":"oops"}}`), `error "oops" is not a spec error code`},
+		{"field on an error", base(`{"op":"create_run","client":"api","run_id":"r1","idempotency_key":"k","expect":{"error":"not_found","state":"queued"}}`), `field "state": an expectation has "ok"`},
+		{"field not in the result", base(`{"op":"create_run","client":"api","run_id":"r1","idempotency_key":"k","expect":{"ok":{"generation":1}}}`), `field "generation" is not part of a create_run result`},
+		{"wrong type", base(`{"op":"create_run","client":"api","run_id":"r1","idempotency_key":"k","expect":{"ok":{"run":{"version":"1"}}}}`), `create_run result.run.version is not a string`},
+		{"lease field", base(claim + `,{"op":"claim","client":"B","lease_ms":10,"expect":{"ok":[{"colour":1}]}}`), `field "colour" is not part of a claim result[0]`},
+		{"async with expect", base(`{"op":"create_run","client":"api","run_id":"r1","idempotency_key":"k","async":"c","expect":{"ok":true}}`), "goes on its await step"},
+		{"pause without async", base(`{"op":"create_run","client":"api","run_id":"r1","idempotency_key":"k","pause_at":"before_commit","expect":{"ok":true}}`), "pause_at needs async"},
+		{"bad pause point", base(`{"op":"create_run","client":"api","run_id":"r1","idempotency_key":"k","async":"c","pause_at":"midway"},{"op":"await","of":"c","expect":{"ok":true}}`), "must be before_commit or after_commit"},
+		{"bad fault", base(`{"op":"create_run","client":"api","run_id":"r1","idempotency_key":"k","async":"c","pause_at":"before_commit"},{"op":"await_arrival","of":"c"},{"op":"resume","of":"c","fault":"explode"},{"op":"await","of":"c","expect":{"ok":true}}`), `fault "explode" is unknown`},
+		{"never awaited", base(`{"op":"create_run","client":"api","run_id":"r1","idempotency_key":"k","async":"c"}`), `"c" (step 1) is never awaited`},
+		{"await before resume", base(`{"op":"create_run","client":"api","run_id":"r1","idempotency_key":"k","async":"c","pause_at":"before_commit"},{"op":"await_arrival","of":"c"},{"op":"await","of":"c","expect":{"ok":true}}`), "must be resumed before it is awaited"},
+		{"resume before arrival", base(`{"op":"create_run","client":"api","run_id":"r1","idempotency_key":"k","async":"c","pause_at":"before_commit"},{"op":"resume","of":"c"},{"op":"await","of":"c","expect":{"ok":true}}`), "must be awaited at its barrier"},
+		{"two ops on one client", base(`{"op":"create_run","client":"api","run_id":"r1","idempotency_key":"k","async":"c"},` + create + `,{"op":"await","of":"c","expect":{"ok":true}}`), "client api still has operation \"c\" in flight"},
 		{"unbound lease", base(`{"op":"complete","client":"A","lease":"a9","expect":{"ok":true}}`), `lease "a9" is not bound`},
 		{"lease bound by an async claim not yet awaited", base(`{"op":"claim","client":"A","lease_ms":10,"bind":["a1"],"async":"c"},{"op":"complete","client":"B","lease":"a1","expect":{"ok":true}},{"op":"await","of":"c","expect":{"ok":true}}`), `lease "a1" is not bound`},
 		{"lease bound twice", base(claim + `,{"op":"claim","client":"B","lease_ms":10,"bind":["a1"],"expect":{"ok":true}}`), `lease name "a1" is bound twice`},
 		{"await of an unknown op", base(`{"op":"await","of":"zz","expect":{"ok":true}}`), `no earlier async operation is named "zz"`},
-		{"await expectation of another kind", base(`{"op":"create","client":"api","run_id":"r1","key":"k","async":"c"},{"op":"await","of":"c","expect":{"ok":true,"leases":[]}}`), `field "leases" is not part of a create result`},
+		{"await expectation of another kind", base(`{"op":"create_run","client":"api","run_id":"r1","idempotency_key":"k","async":"c"},{"op":"await","of":"c","expect":{"ok":[]}}`), `create_run result is not a list`},
 		{"unknown race", strings.Replace(base(create), `"start":0`, `"start":0,"races":["gremlins"]`, 1), `unknown race "gremlins"`},
 		{"unknown named config", strings.Replace(base(create), `"config":"default"`, `"config":"fast"`, 1), `unknown named policy "fast"`},
 		{"invalid inline config", strings.Replace(base(create), `"config":"default"`, `"config":{"operations":{}}`, 1), "no operations configured"},
@@ -389,10 +389,10 @@ func TestInlineConfig(t *testing.T) {
 	"config":{"operations":{"work":{"schema_version":1,"default_max_attempts":2,"max_max_attempts":5,"default_timeout_ms":1000,"max_timeout_ms":5000}},
 	  "idempotency_retention_ms":1000,"max_lease_ms":500,"max_replays":1,"backoff":{"base_ms":10,"cap_ms":40,"jitter_ms":5,"retry_after_cap_ms":100}},
 	"steps":[
-	 {"op":"create","client":"api","run_id":"r1","key":"k","expect":{"ok":true,"deadline_at":1100}},
-	 {"op":"claim","client":"A","lease_ms":500,"bind":["a1"],"expect":{"ok":true,"leases":[{"max_attempts":2,"expires_at":600}]}},
+ {"op":"create_run","client":"api","run_id":"r1","idempotency_key":"k","expect":{"ok":{"run":{"deadline_at":1100}}}},
+	 {"op":"claim","client":"A","lease_ms":500,"bind":["a1"],"expect":{"ok":[{"max_attempts":2,"expires_at":600}]}},
 	 {"op":"claim","client":"B","lease_ms":501,"expect":{"error":"invalid_argument"}},
-	 {"op":"retry","client":"A","lease":"a1","error_code":"e","jitter":5,"expect":{"ok":true,"available_at":115}}],
+	 {"op":"retry","client":"A","lease":"a1","error_code":"e","jitter":5,"expect":{"ok":{"available_at":115}}}],
 	"final":{"runs":{"r1":{"state":"running","job_state":"queued","generation":1,"attempts":1,"events":["run_queued"],"attempt_outcomes":["retried"],"effects":[]}}}}`
 	sc, err := Parse([]byte(body))
 	if err != nil {

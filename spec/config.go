@@ -1,10 +1,7 @@
 package spec
 
 import (
-	"fmt"
 	"math"
-
-	"github.com/leasehold/leasehold/clock"
 )
 
 // Size limits. Inputs past them are CodeInvalidArgument.
@@ -30,33 +27,33 @@ const DefaultCancelReason = "cancelled"
 type OperationPolicy struct {
 	// SchemaVersion is part of the fingerprint: bump it when the meaning of
 	// the payload changes, so old keys cannot replay into new semantics.
-	SchemaVersion      int
-	DefaultMaxAttempts int
-	MaxMaxAttempts     int
-	DefaultTimeoutMs   int64
-	MaxTimeoutMs       int64
+	SchemaVersion      int   `json:"schema_version"`
+	DefaultMaxAttempts int   `json:"default_max_attempts"`
+	MaxMaxAttempts     int   `json:"max_max_attempts"`
+	DefaultTimeoutMs   int64 `json:"default_timeout_ms"`
+	MaxTimeoutMs       int64 `json:"max_timeout_ms"`
 }
 
 // Backoff computes the delay before a retried job is available again:
 // min(CapMs, BaseMs * 2^(attempt-1)) plus a jitter in [0, JitterMs], and
 // at least min(RetryAfterMs, RetryAfterCapMs).
 type Backoff struct {
-	BaseMs          int64
-	CapMs           int64
-	JitterMs        int64
-	RetryAfterCapMs int64
+	BaseMs          int64 `json:"base_ms"`
+	CapMs           int64 `json:"cap_ms"`
+	JitterMs        int64 `json:"jitter_ms"`
+	RetryAfterCapMs int64 `json:"retry_after_cap_ms"`
 }
 
 // Config is the policy a store (and the model) runs under. Stores and the
 // model must be given the same Config to agree.
 type Config struct {
-	Operations map[string]OperationPolicy
+	Operations map[string]OperationPolicy `json:"operations"`
 	// Tenants, when non-empty, is the allowlist of tenant names.
-	Tenants                []string
-	IdempotencyRetentionMs int64
-	MaxLeaseMs             int64
-	MaxReplays             int
-	Backoff                Backoff
+	Tenants                []string `json:"tenants"`
+	IdempotencyRetentionMs int64    `json:"idempotency_retention_ms"`
+	MaxLeaseMs             int64    `json:"max_lease_ms"`
+	MaxReplays             int      `json:"max_replays"`
+	Backoff                Backoff  `json:"backoff"`
 }
 
 // DefaultConfig is a small, valid configuration with one operation, "work".
@@ -129,11 +126,12 @@ func (b Backoff) Delay(attempt int, retryAfterMs, jitter int64) (int64, error) {
 	return delay, nil
 }
 
-// Deadline returns now + d, or CodeInvalidArgument naming what overflowed.
+// Deadline returns now + d, or CodeInvalidArgument naming what overflowed
+// (or was negative): times and durations are non-negative milliseconds, and
+// their sum must fit in an int64.
 func Deadline(now, d int64, what string) (int64, error) {
-	t, err := clock.Add(now, d)
-	if err != nil {
-		return 0, &Error{Code: CodeInvalidArgument, Message: fmt.Sprintf("%s: now %d + %d ms is not a valid time", what, now, d), Err: err}
+	if now < 0 || d < 0 || now > math.MaxInt64-d {
+		return 0, Errorf(CodeInvalidArgument, "%s: now %d + %d ms is not a valid time", what, now, d)
 	}
-	return t, nil
+	return now + d, nil
 }

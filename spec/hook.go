@@ -2,8 +2,9 @@ package spec
 
 import "context"
 
-// Op names a Store method. Stores pass it to Hooks; the model and the harness
-// use the same names for operations and reports.
+// Op names an operation of the contract: a Store method (or an optional
+// capability's). Stores pass it to Hooks; the operation table, the model,
+// the harness, scenario files and reports use the same names.
 type Op string
 
 const (
@@ -21,6 +22,14 @@ const (
 	OpReserveEffect   Op = "reserve_effect"
 	OpRecordEffect    Op = "record_effect"
 	OpReconcileEffect Op = "reconcile_effect"
+
+	// The reads: they read no clock, write nothing and call no hook.
+	OpGetRun   Op = "get_run"
+	OpGetJob   Op = "get_job"
+	OpEvents   Op = "events"
+	OpAttempts Op = "attempts"
+	OpEffects  Op = "effects"
+	OpSnapshot Op = "snapshot"
 )
 
 // HookPoint names a place inside a writing Store operation.

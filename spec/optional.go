@@ -1,6 +1,10 @@
 package spec
 
-import "context"
+import (
+	"context"
+	"encoding/json"
+	"errors"
+)
 
 // Optional capabilities. A store may implement these interfaces in addition
 // to Store; callers (the worker runtime in worker/) discover them with a type
@@ -37,6 +41,69 @@ type BatchCompleter interface {
 type BatchOutcome struct {
 	Run Run
 	Err error
+}
+
+// batchOutcomeJSON is BatchOutcome's JSON form: the error as an *Error.
+type batchOutcomeJSON struct {
+	Run Run    `json:"run"`
+	Err *Error `json:"error,omitempty"`
+}
+
+// MarshalJSON encodes the outcome with its error as an Error object; an
+// error that is not an *Error is encoded as CodeOf's code.
+func (o BatchOutcome) MarshalJSON() ([]byte, error) {
+	j := batchOutcomeJSON{Run: o.Run}
+	if o.Err != nil {
+		if !errors.As(o.Err, &j.Err) {
+			j.Err = &Error{Code: CodeOf(o.Err), Message: o.Err.Error()}
+		}
+	}
+	return json.Marshal(j)
+}
+
+// UnmarshalJSON decodes what MarshalJSON encodes.
+func (o *BatchOutcome) UnmarshalJSON(data []byte) error {
+	var j batchOutcomeJSON
+	if err := json.Unmarshal(data, &j); err != nil {
+		return err
+	}
+	o.Run, o.Err = j.Run, nil
+	if j.Err != nil {
+		o.Err = j.Err
+	}
+	return nil
+}
+
+// CompleteBatchRequest is the request of BatchCompleter.CompleteBatch in
+// the operation table: its members, in order.
+type CompleteBatchRequest struct {
+	Requests []CompleteRequest `json:"requests"`
+}
+
+// Op implements Request.
+func (CompleteBatchRequest) Op() Op { return OpCompleteBatch }
+
+// TenantScope implements Request: the members' tenant when they share one.
+func (r CompleteBatchRequest) TenantScope() (string, bool) {
+	if len(r.Requests) == 0 {
+		return "", false
+	}
+	t := r.Requests[0].Lease.Tenant
+	for _, m := range r.Requests[1:] {
+		if m.Lease.Tenant != t {
+			return "", false
+		}
+	}
+	return t, true
+}
+
+// Leases implements Request: every member's lease, in order.
+func (r CompleteBatchRequest) Leases() []LeaseRef {
+	out := make([]LeaseRef, len(r.Requests))
+	for i, m := range r.Requests {
+		out[i] = m.Lease
+	}
+	return out
 }
 
 // NotificationKind says what a Notification announces.

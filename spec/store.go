@@ -95,7 +95,7 @@ type Store interface {
 	// ReconcileEffect resolves a row that is unknown or reserved (by any
 	// generation) to succeeded or failed after the caller asked the external
 	// system; a succeeded or failed row is CodeEffectConflict.
-	ReconcileEffect(ctx context.Context, req RecordEffectRequest) (Effect, error)
+	ReconcileEffect(ctx context.Context, req ReconcileEffectRequest) (Effect, error)
 
 	// Snapshot returns every row in canonical order. It is for verification
 	// and audits, not for hot paths.
@@ -103,113 +103,4 @@ type Store interface {
 
 	// Close releases the store's connections.
 	Close() error
-}
-
-// CreateRunRequest asks for a run to be admitted.
-type CreateRunRequest struct {
-	Tenant         string
-	Operation      string
-	IdempotencyKey string
-	// RunID is proposed by the caller (for example a UUID). A replayed request
-	// returns the original run whatever id it proposes.
-	RunID   string
-	Payload []byte // JSON; canonicalized with RFC 8785 before storing and hashing
-	// MaxAttempts and TimeoutMs default to the operation's policy when zero.
-	MaxAttempts int
-	TimeoutMs   int64
-}
-
-// CreateRunResult is the admitted run; Replayed is true when an earlier
-// request with the same key and fingerprint created it.
-type CreateRunResult struct {
-	Run      Run
-	Replayed bool
-}
-
-// ClaimRequest asks for up to Limit jobs of one tenant.
-type ClaimRequest struct {
-	Tenant  string
-	Worker  string
-	LeaseMs int64
-	Limit   int // 1 for a single claim
-}
-
-// RenewRequest extends a lease.
-type RenewRequest struct {
-	Lease   LeaseRef
-	LeaseMs int64
-}
-
-// CompleteRequest completes a run with an optional JSON result.
-type CompleteRequest struct {
-	Lease  LeaseRef
-	Result []byte // JSON or empty
-}
-
-// RetryRequest reports a retryable failure.
-type RetryRequest struct {
-	Lease     LeaseRef
-	ErrorCode string
-	// RetryAfterMs is a delay the failing dependency asked for (0: none). It is
-	// honoured up to Backoff.RetryAfterCapMs.
-	RetryAfterMs int64
-}
-
-// FailRequest reports a terminal failure.
-type FailRequest struct {
-	Lease     LeaseRef
-	ErrorCode string
-}
-
-// CancelRequest cancels a run.
-type CancelRequest struct {
-	Tenant string
-	RunID  string
-	Reason string // an error-code-shaped reason; "" means "cancelled"
-}
-
-// ReleaseRequest gives a lease back.
-type ReleaseRequest struct {
-	Lease LeaseRef
-}
-
-// ReapRequest asks for expired, out-of-budget jobs of one tenant to be made dead.
-type ReapRequest struct {
-	Tenant string
-	Limit  int
-}
-
-// PurgeRequest asks for expired idempotency records to be deleted.
-type PurgeRequest struct {
-	Limit int
-}
-
-// ReplayRequest asks for a dead run to be run again under a new identity.
-type ReplayRequest struct {
-	Tenant   string
-	RunID    string // the failed run
-	NewRunID string
-	Actor    string // who asked, for the audit event
-}
-
-// ReserveEffectRequest reserves an effect key for the caller's lease.
-type ReserveEffectRequest struct {
-	Lease LeaseRef
-	Step  string
-	Key   string
-}
-
-// EffectReservation is the ledger row after ReserveEffect and what to do next.
-type EffectReservation struct {
-	Effect   Effect
-	Decision EffectDecision
-}
-
-// RecordEffectRequest records or reconciles an effect's outcome.
-type RecordEffectRequest struct {
-	Lease       LeaseRef
-	Step        string
-	Key         string
-	State       EffectState
-	ProviderRef string
 }

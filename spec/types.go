@@ -63,57 +63,57 @@ func (k EventKind) Terminal() bool {
 
 // Run is the run projection.
 type Run struct {
-	Tenant    string
-	ID        string
-	Operation string
-	State     RunState
+	Tenant    string   `json:"tenant"`
+	ID        string   `json:"run_id"`
+	Operation string   `json:"operation"`
+	State     RunState `json:"state"`
 	// Version rises by one on every change to the run row; cancel and complete
 	// are compare-and-set on it.
-	Version int64
+	Version int64 `json:"version"`
 	// LastSeq is the sequence of the run's last event.
-	LastSeq int64
+	LastSeq int64 `json:"last_seq"`
 	// Payload is the request payload in RFC 8785 canonical form.
-	Payload string
+	Payload string `json:"payload"`
 	// Fingerprint is the versioned request fingerprint (see Fingerprint).
-	Fingerprint string
-	MaxAttempts int
+	Fingerprint string `json:"fingerprint"`
+	MaxAttempts int    `json:"max_attempts"`
 	// ErrorCode is the failure code (failed) or the cancel reason (cancelled).
-	ErrorCode string
+	ErrorCode string `json:"error_code"`
 	// Result is the canonical JSON result of a completed run, else "".
-	Result     string
-	CreatedAt  int64
-	DeadlineAt int64 // no lease is renewed past this time
+	Result     string `json:"result"`
+	CreatedAt  int64  `json:"created_at"`
+	DeadlineAt int64  `json:"deadline_at"` // no lease is renewed past this time
 	// ReplayOf is the id of the dead run this run replays, else "".
-	ReplayOf    string
-	ReplayDepth int // 0 for an original run; ReplayOf's depth + 1 for a replay
+	ReplayOf    string `json:"replay_of"`
+	ReplayDepth int    `json:"replay_depth"` // 0 for an original run; ReplayOf's depth + 1 for a replay
 }
 
 // Event is one entry in a run's append-only event log.
 type Event struct {
-	Tenant  string
-	RunID   string
-	Seq     int64 // contiguous from 1
-	Kind    EventKind
-	At      int64
-	Payload string // small canonical JSON object
+	Tenant  string    `json:"tenant"`
+	RunID   string    `json:"run_id"`
+	Seq     int64     `json:"seq"` // contiguous from 1
+	Kind    EventKind `json:"kind"`
+	At      int64     `json:"at"`
+	Payload string    `json:"payload"` // small canonical JSON object
 }
 
 // Job is the claimable unit of work for a run.
 type Job struct {
-	Tenant      string
-	RunID       string
-	Operation   string
-	State       JobState
-	AvailableAt int64
+	Tenant      string   `json:"tenant"`
+	RunID       string   `json:"run_id"`
+	Operation   string   `json:"operation"`
+	State       JobState `json:"state"`
+	AvailableAt int64    `json:"available_at"`
 	// LeaseOwner and LeaseExpiresAt are set exactly when State is JobLeased
 	// ("" and 0 otherwise).
-	LeaseOwner     string
-	LeaseExpiresAt int64
+	LeaseOwner     string `json:"lease_owner"`
+	LeaseExpiresAt int64  `json:"lease_expires_at"`
 	// Generation is the fencing token: +1 on every claim, never lowered.
-	Generation    int64
-	Attempts      int
-	MaxAttempts   int
-	LastErrorCode string
+	Generation    int64  `json:"generation"`
+	Attempts      int    `json:"attempts"`
+	MaxAttempts   int    `json:"max_attempts"`
+	LastErrorCode string `json:"last_error_code"`
 }
 
 // AttemptOutcome says how an attempt ended.
@@ -141,30 +141,30 @@ const (
 
 // Attempt is the history row of one claim, keyed by (run, generation).
 type Attempt struct {
-	Tenant     string
-	RunID      string
-	Generation int64
-	Number     int // the job's attempts count right after this claim
-	Worker     string
-	ClaimedAt  int64
-	RenewedAt  int64 // last successful renewal, or ClaimedAt
-	FinishedAt int64 // 0 while running
-	Outcome    AttemptOutcome
-	ErrorCode  string
-	ErrorClass ErrorClass
-	RetryAt    int64 // for AttemptRetried: when the job becomes available again
+	Tenant     string         `json:"tenant"`
+	RunID      string         `json:"run_id"`
+	Generation int64          `json:"generation"`
+	Number     int            `json:"number"` // the job's attempts count right after this claim
+	Worker     string         `json:"worker"`
+	ClaimedAt  int64          `json:"claimed_at"`
+	RenewedAt  int64          `json:"renewed_at"`  // last successful renewal, or ClaimedAt
+	FinishedAt int64          `json:"finished_at"` // 0 while running
+	Outcome    AttemptOutcome `json:"outcome"`
+	ErrorCode  string         `json:"error_code"`
+	ErrorClass ErrorClass     `json:"error_class"`
+	RetryAt    int64          `json:"retry_at"` // for AttemptRetried: when the job becomes available again
 }
 
 // IdempotencyRecord binds (tenant, operation, key) to one run and the
 // fingerprint of the request that created it. It is live while now < ExpiresAt.
 type IdempotencyRecord struct {
-	Tenant      string
-	Operation   string
-	Key         string
-	Fingerprint string
-	RunID       string
-	CreatedAt   int64
-	ExpiresAt   int64
+	Tenant      string `json:"tenant"`
+	Operation   string `json:"operation"`
+	Key         string `json:"key"`
+	Fingerprint string `json:"fingerprint"`
+	RunID       string `json:"run_id"`
+	CreatedAt   int64  `json:"created_at"`
+	ExpiresAt   int64  `json:"expires_at"`
 }
 
 // EffectState is the state of an effect ledger row.
@@ -180,14 +180,14 @@ const (
 // Effect is one row of the effect ledger, keyed by (run, step, key): the key
 // is the idempotency key the caller passes to the external system.
 type Effect struct {
-	Tenant      string
-	RunID       string
-	Step        string
-	Key         string
-	State       EffectState
-	ProviderRef string
-	Generation  int64 // the generation that last reserved or resolved the row
-	UpdatedAt   int64
+	Tenant      string      `json:"tenant"`
+	RunID       string      `json:"run_id"`
+	Step        string      `json:"step"`
+	Key         string      `json:"key"`
+	State       EffectState `json:"state"`
+	ProviderRef string      `json:"provider_ref"`
+	Generation  int64       `json:"generation"` // the generation that last reserved or resolved the row
+	UpdatedAt   int64       `json:"updated_at"`
 }
 
 // EffectDecision tells the caller of ReserveEffect what to do next.
@@ -209,16 +209,16 @@ const (
 
 // Lease is what a claim hands to a worker.
 type Lease struct {
-	Tenant      string
-	RunID       string
-	Operation   string
-	Owner       string
-	Generation  int64
-	ExpiresAt   int64
-	Attempt     int // the job's attempts count after this claim
-	MaxAttempts int
-	Payload     string
-	DeadlineAt  int64
+	Tenant      string `json:"tenant"`
+	RunID       string `json:"run_id"`
+	Operation   string `json:"operation"`
+	Owner       string `json:"owner"`
+	Generation  int64  `json:"generation"`
+	ExpiresAt   int64  `json:"expires_at"`
+	Attempt     int    `json:"attempt"` // the job's attempts count after this claim
+	MaxAttempts int    `json:"max_attempts"`
+	Payload     string `json:"payload"`
+	DeadlineAt  int64  `json:"deadline_at"`
 }
 
 // Ref returns the identity that every guarded write presents.
@@ -229,10 +229,10 @@ func (l Lease) Ref() LeaseRef {
 // LeaseRef identifies one attempt: only the current, unexpired (owner,
 // generation) of the run's job may write through it.
 type LeaseRef struct {
-	Tenant     string
-	RunID      string
-	Owner      string
-	Generation int64
+	Tenant     string `json:"tenant"`
+	RunID      string `json:"run_id"`
+	Owner      string `json:"owner"`
+	Generation int64  `json:"generation"`
 }
 
 // Snapshot is every row of a store, in canonical order, for verification
@@ -241,10 +241,10 @@ type LeaseRef struct {
 // id, generation); idempotency by (tenant, operation, key); effects by (tenant,
 // run id, step, key).
 type Snapshot struct {
-	Runs        []Run
-	Events      []Event
-	Jobs        []Job
-	Attempts    []Attempt
-	Idempotency []IdempotencyRecord
-	Effects     []Effect
+	Runs        []Run               `json:"runs"`
+	Events      []Event             `json:"events"`
+	Jobs        []Job               `json:"jobs"`
+	Attempts    []Attempt           `json:"attempts"`
+	Idempotency []IdempotencyRecord `json:"idempotency"`
+	Effects     []Effect            `json:"effects"`
 }

@@ -349,6 +349,12 @@ func (c Config) CheckRecordEffect(req RecordEffectRequest, now int64, reconcile 
 	return nil
 }
 
+// CheckReconcileEffect validates ReconcileEffect: RecordEffect's checks, and
+// the outcome must be succeeded or failed.
+func (c Config) CheckReconcileEffect(req ReconcileEffectRequest, now int64) error {
+	return c.CheckRecordEffect(RecordEffectRequest(req), now, true)
+}
+
 func checkEffectKey(step, key string) error {
 	if err := checkName("effect step", step, MaxStepBytes, isIDByte); err != nil {
 		return err

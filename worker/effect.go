@@ -157,7 +157,7 @@ func (a *attempt) recordEffect(ctx context.Context, e Effect, state spec.EffectS
 	return a.storeCall(ctx, what, func(sctx context.Context) error {
 		var err error
 		if reconcile {
-			_, err = a.w.cfg.Store.ReconcileEffect(sctx, req)
+			_, err = a.w.cfg.Store.ReconcileEffect(sctx, spec.ReconcileEffectRequest(req))
 		} else {
 			_, err = a.w.cfg.Store.RecordEffect(sctx, req)
 		}

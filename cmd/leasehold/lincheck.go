@@ -22,8 +22,8 @@ func lincheck(out io.Writer, path string, timeout time.Duration) error {
 	if err != nil {
 		return fmt.Errorf("%s: %w", path, err)
 	}
-	v := harness.Judge(model.Model{Config: f.Config}, h, f.Partitioned, timeout)
-	fmt.Fprintf(out, "%s: %d operations from %s (seed %d): linearizability %s in %s; races %+v\n",
+	v := harness.Judge(model.Model{Config: f.Config}, h, harness.Judgement{Partition: f.Partitioned, Timeout: timeout, Drained: f.Drained})
+	fmt.Fprintf(out, "%s: %d operations from %s (seed %d): linearizability %s in %s; races %s\n",
 		path, len(h.Entries), f.Store, f.Seed, v.Linearizable, v.CheckTime.Round(time.Millisecond), v.Races)
 	v.Explain(model.Model{Config: f.Config}, h, timeout)
 	if v.Culprit != nil {

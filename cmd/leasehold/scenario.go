@@ -148,7 +148,7 @@ func freshSQLite(*scenarios.Scenario) (scenarios.Opener, func(), error) {
 	if err != nil {
 		return nil, nil, err
 	}
-	return scenarios.SQLite(filepath.Join(dir, "scenario.db")), func() { os.RemoveAll(dir) }, nil
+	return sqliteOpener(filepath.Join(dir, "scenario.db")), func() { os.RemoveAll(dir) }, nil
 }
 
 // freshPostgres gives each scenario a new schema (lh_scenario_<random>) in
@@ -175,6 +175,6 @@ func freshPostgres(ctx context.Context, dsn string) func(*scenarios.Scenario) (s
 				fmt.Fprintf(os.Stderr, "leasehold: drop schema %s: %v\n", schema, err)
 			}
 		}
-		return scenarios.Postgres(dsn, schema), cleanup, nil
+		return postgresOpener(dsn, schema), cleanup, nil
 	}
 }

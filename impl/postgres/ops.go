@@ -662,8 +662,8 @@ func (s *Store) RecordEffect(ctx context.Context, req spec.RecordEffectRequest) 
 }
 
 // ReconcileEffect implements spec.Store.
-func (s *Store) ReconcileEffect(ctx context.Context, req spec.RecordEffectRequest) (spec.Effect, error) {
-	return s.resolveEffect(ctx, spec.OpReconcileEffect, req, reconcileEffect)
+func (s *Store) ReconcileEffect(ctx context.Context, req spec.ReconcileEffectRequest) (spec.Effect, error) {
+	return s.resolveEffect(ctx, spec.OpReconcileEffect, spec.RecordEffectRequest(req), reconcileEffect)
 }
 
 func (s *Store) resolveEffect(ctx context.Context, op spec.Op, req spec.RecordEffectRequest, query string) (eff spec.Effect, err error) {

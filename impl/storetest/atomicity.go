@@ -153,7 +153,7 @@ func atomicCases() []atomicCase {
 			_, err = e.s.RecordEffect(e.ctx, spec.RecordEffectRequest{Lease: l.Ref(), Step: "charge", Key: "c-1", State: spec.EffectUnknown})
 			mustOK(e.t, "RecordEffect unknown", err)
 			return func() error {
-				_, err := e.s.ReconcileEffect(e.ctx, spec.RecordEffectRequest{Lease: l.Ref(), Step: "charge", Key: "c-1",
+				_, err := e.s.ReconcileEffect(e.ctx, spec.ReconcileEffectRequest{Lease: l.Ref(), Step: "charge", Key: "c-1",
 					State: spec.EffectSucceeded, ProviderRef: "p-1"})
 				return err
 			}

@@ -31,7 +31,7 @@ func record(e *env, l spec.Lease, key string, state spec.EffectState, ref string
 }
 
 func reconcile(e *env, l spec.Lease, key string, state spec.EffectState, ref string) (spec.Effect, error) {
-	return e.s.ReconcileEffect(e.ctx, spec.RecordEffectRequest{Lease: l.Ref(), Step: "charge", Key: key, State: state, ProviderRef: ref})
+	return e.s.ReconcileEffect(e.ctx, spec.ReconcileEffectRequest{Lease: l.Ref(), Step: "charge", Key: key, State: state, ProviderRef: ref})
 }
 
 func effect(key string, state spec.EffectState, ref string, gen, at int64) spec.Effect {

@@ -44,7 +44,7 @@ func guardedWrites(e *env, ref spec.LeaseRef) map[string]func() error {
 			return err
 		},
 		"ReconcileEffect": func() error {
-			_, err := e.s.ReconcileEffect(e.ctx, spec.RecordEffectRequest{Lease: ref, Step: "charge", Key: "c-1",
+			_, err := e.s.ReconcileEffect(e.ctx, spec.ReconcileEffectRequest{Lease: ref, Step: "charge", Key: "c-1",
 				State: spec.EffectSucceeded, ProviderRef: "stale"})
 			return err
 		},
@@ -348,6 +348,6 @@ func testGuardedWritesOnMissingRun(t *testing.T, f Factory) {
 	l := e.claimOne("acme", "r1", "w", 1000)
 	_, err := e.s.RecordEffect(e.ctx, spec.RecordEffectRequest{Lease: l.Ref(), Step: "s", Key: "nope", State: spec.EffectSucceeded})
 	mustCode(t, "RecordEffect of an unreserved key", err, spec.CodeNotFound)
-	_, err = e.s.ReconcileEffect(e.ctx, spec.RecordEffectRequest{Lease: l.Ref(), Step: "s", Key: "nope", State: spec.EffectFailed})
+	_, err = e.s.ReconcileEffect(e.ctx, spec.ReconcileEffectRequest{Lease: l.Ref(), Step: "s", Key: "nope", State: spec.EffectFailed})
 	mustCode(t, "ReconcileEffect of an unreserved key", err, spec.CodeNotFound)
 }

@@ -85,7 +85,7 @@ func testInvalidArgumentEverywhere(t *testing.T, f Factory) {
 			return err
 		})
 		add("ReconcileEffect "+n, func() error {
-			_, err := e.s.ReconcileEffect(e.ctx, spec.RecordEffectRequest{Lease: r, Step: "charge", Key: "c-1", State: spec.EffectSucceeded})
+			_, err := e.s.ReconcileEffect(e.ctx, spec.ReconcileEffectRequest{Lease: r, Step: "charge", Key: "c-1", State: spec.EffectSucceeded})
 			return err
 		})
 	}
@@ -265,7 +265,7 @@ func testInvalidArgumentEverywhere(t *testing.T, f Factory) {
 			return err
 		})
 		add(fmt.Sprintf("ReconcileEffect key %q", v), func() error {
-			_, err := e.s.ReconcileEffect(e.ctx, spec.RecordEffectRequest{Lease: l.Ref(), Step: "charge", Key: v, State: spec.EffectSucceeded})
+			_, err := e.s.ReconcileEffect(e.ctx, spec.ReconcileEffectRequest{Lease: l.Ref(), Step: "charge", Key: v, State: spec.EffectSucceeded})
 			return err
 		})
 	}
@@ -277,7 +277,7 @@ func testInvalidArgumentEverywhere(t *testing.T, f Factory) {
 	}
 	for _, st := range []spec.EffectState{"", spec.EffectReserved, spec.EffectUnknown} {
 		add(fmt.Sprintf("ReconcileEffect state %q", st), func() error {
-			_, err := e.s.ReconcileEffect(e.ctx, spec.RecordEffectRequest{Lease: l.Ref(), Step: "charge", Key: "c-1", State: st})
+			_, err := e.s.ReconcileEffect(e.ctx, spec.ReconcileEffectRequest{Lease: l.Ref(), Step: "charge", Key: "c-1", State: st})
 			return err
 		})
 	}
@@ -288,7 +288,7 @@ func testInvalidArgumentEverywhere(t *testing.T, f Factory) {
 			return err
 		})
 		add(fmt.Sprintf("ReconcileEffect provider ref %q", trunc(v)), func() error {
-			_, err := e.s.ReconcileEffect(e.ctx, spec.RecordEffectRequest{Lease: l.Ref(), Step: "charge", Key: "c-1",
+			_, err := e.s.ReconcileEffect(e.ctx, spec.ReconcileEffectRequest{Lease: l.Ref(), Step: "charge", Key: "c-1",
 				State: spec.EffectSucceeded, ProviderRef: v})
 			return err
 		})
@@ -604,7 +604,7 @@ func writes(e *env, l spec.Lease) []call {
 			return err
 		}},
 		{"ReconcileEffect", func() error {
-			_, err := e.s.ReconcileEffect(e.ctx, spec.RecordEffectRequest{Lease: l.Ref(), Step: "s", Key: "k", State: spec.EffectFailed})
+			_, err := e.s.ReconcileEffect(e.ctx, spec.ReconcileEffectRequest{Lease: l.Ref(), Step: "s", Key: "k", State: spec.EffectFailed})
 			return err
 		}},
 		{"Retry", func() error {

@@ -1,0 +1,275 @@
+package harness
+
+import (
+	"fmt"
+	"math"
+	"slices"
+	"strings"
+
+	"github.com/leasehold/leasehold/spec"
+)
+
+// Race names a race a recorded history can contain. Linearizability runs and
+// scenarios share this one vocabulary, and each race has one detector
+// (Races), so "the race happened" means the same wherever it is claimed.
+type Race string
+
+// The races.
+const (
+	// RaceStaleWriteRefused: a guarded write presented a lease that a claim
+	// which had already returned superseded, or whose expiry (as the last
+	// claim or renewal that had returned gave it) was not after the write's
+	// time, and was refused lost_lease.
+	RaceStaleWriteRefused Race = "stale_write_refused"
+	// RaceLeaseReclaimed: a lease expired and another claim took its job
+	// over (an attempt closed as expired in the final scan).
+	RaceLeaseReclaimed Race = "lease_reclaimed"
+	// RaceCancelVsFinish: a cancel and a complete, fail or retry of one run
+	// raced: the finishing write was refused cancelled, or the two
+	// overlapped in time and the cancel was told the finish had won.
+	RaceCancelVsFinish Race = "cancel_vs_finish"
+	// RaceUnknownOutcome: an operation's outcome was unknown (the reply to
+	// its commit was lost).
+	RaceUnknownOutcome Race = "unknown_outcome"
+	// RaceFaultRolledBack: an operation rolled back and returned
+	// unavailable.
+	RaceFaultRolledBack Race = "fault_rolled_back"
+	// RaceContended: a writing operation was called while another client's
+	// operation was held at before_commit, inside its open transaction.
+	RaceContended Race = "contended"
+	// RaceCommittedNotReturned: a writing operation was called while
+	// another client's operation was held at after_commit: committed, not
+	// returned.
+	RaceCommittedNotReturned Race = "committed_not_returned"
+)
+
+// raceDetectors is every race with its meaning and its detector, in the
+// order reports list them.
+var raceDetectors = []struct {
+	race    Race
+	meaning string
+	count   func(*History) int
+}{
+	{RaceStaleWriteRefused, "a write through a superseded or expired lease was refused lost_lease", staleRefused},
+	{RaceLeaseReclaimed, "a lease expired and another claim took its job over", leaseReclaimed},
+	{RaceCancelVsFinish, "a cancel raced a completion, failure or retry of the same run", cancelVsFinish},
+	{RaceUnknownOutcome, "an operation's outcome was unknown", func(h *History) int {
+		return count(h, func(e Entry) bool { return e.Out.Unknown })
+	}},
+	{RaceFaultRolledBack, "an operation rolled back and returned unavailable", func(h *History) int {
+		return count(h, func(e Entry) bool { return codeOf(e) == spec.CodeUnavailable })
+	}},
+	{RaceContended, "a write was called while another client's operation was held at before_commit", func(h *History) int {
+		return calledDuring(h, spec.BeforeCommit)
+	}},
+	{RaceCommittedNotReturned, "a write was called while another client's operation was held at after_commit", func(h *History) int {
+		return calledDuring(h, spec.AfterCommit)
+	}},
+}
+
+// AllRaces lists every race, in report order.
+func AllRaces() []Race {
+	out := make([]Race, len(raceDetectors))
+	for i, d := range raceDetectors {
+		out[i] = d.race
+	}
+	return out
+}
+
+// Meaning says what r counts ("" for a name that is not a race).
+func (r Race) Meaning() string {
+	for _, d := range raceDetectors {
+		if d.race == r {
+			return d.meaning
+		}
+	}
+	return ""
+}
+
+// Races counts how often each race happened in a history.
+type Races map[Race]int
+
+// Races runs every detector on h.
+func (h *History) Races() Races {
+	out := Races{}
+	for _, d := range raceDetectors {
+		out[d.race] = d.count(h)
+	}
+	return out
+}
+
+// Add adds o's counts to r.
+func (r Races) Add(o Races) {
+	for k, n := range o {
+		r[k] += n
+	}
+}
+
+// String lists the races seen, in report order: "stale_write_refused×3, …".
+func (r Races) String() string {
+	var parts []string
+	for _, race := range AllRaces() {
+		if n := r[race]; n > 0 {
+			parts = append(parts, fmt.Sprintf("%s×%d", race, n))
+		}
+	}
+	if len(parts) == 0 {
+		return "none"
+	}
+	return strings.Join(parts, ", ")
+}
+
+func count(h *History, f func(Entry) bool) int {
+	n := 0
+	for _, e := range h.Entries {
+		if f(e) {
+			n++
+		}
+	}
+	return n
+}
+
+func codeOf(e Entry) spec.Code {
+	if e.Out.Unknown || e.Out.Result.Err == nil {
+		return ""
+	}
+	return e.Out.Result.Err.Code
+}
+
+type runKey struct{ tenant, id string }
+
+// staleRefused counts guarded writes refused lost_lease whose lease, at the
+// write's call, a returned claim had superseded or whose last known expiry
+// was not after the write's time.
+func staleRefused(h *History) int {
+	type leaseKey struct {
+		run runKey
+		gen int64
+	}
+	type known struct {
+		ret, expires int64
+	}
+	type claimed struct {
+		ret, gen int64
+	}
+	leases := map[leaseKey][]known{} // every expiry a returned claim or renewal gave the lease
+	claims := map[runKey][]claimed{} // per run: every returned claim's generation
+	for _, e := range h.Entries {
+		if e.Out.Unknown || e.Out.Result.Err != nil {
+			continue
+		}
+		switch v := e.Out.Result.Value.(type) {
+		case []spec.Lease:
+			for _, l := range v {
+				k := leaseKey{runKey{l.Tenant, l.RunID}, l.Generation}
+				leases[k] = append(leases[k], known{e.Return, l.ExpiresAt})
+				claims[k.run] = append(claims[k.run], claimed{e.Return, l.Generation})
+			}
+		case spec.Lease:
+			k := leaseKey{runKey{v.Tenant, v.RunID}, v.Generation}
+			leases[k] = append(leases[k], known{e.Return, v.ExpiresAt})
+		}
+	}
+	n := 0
+	for _, e := range h.Entries {
+		if codeOf(e) != spec.CodeLostLease {
+			continue
+		}
+		for _, ref := range e.Op.Req.Leases() {
+			run := runKey{ref.Tenant, ref.RunID}
+			superseded := slices.ContainsFunc(claims[run], func(c claimed) bool { return c.ret < e.Call && c.gen > ref.Generation })
+			var expires int64 = -1
+			for _, k := range leases[leaseKey{run, ref.Generation}] {
+				if k.ret < e.Call {
+					expires = max(expires, k.expires)
+				}
+			}
+			if superseded || expires >= 0 && expires <= e.Op.Now {
+				n++
+				break
+			}
+		}
+	}
+	return n
+}
+
+// leaseReclaimed counts the attempts the final scan shows closed as
+// expired.
+func leaseReclaimed(h *History) int {
+	n := 0
+	for _, s := range finalScans(h) {
+		for _, a := range s.Attempts {
+			if a.Outcome == spec.AttemptExpired {
+				n++
+			}
+		}
+	}
+	return n
+}
+
+// finalScans returns the snapshots of the history's final scan: the
+// snapshot operations after the last other operation returned.
+func finalScans(h *History) []spec.Snapshot {
+	var last int64
+	for _, e := range h.Entries {
+		if _, isSnap := e.Op.Req.(spec.SnapshotRequest); !isSnap && e.Return != math.MaxInt64 && e.Return > last {
+			last = e.Return
+		}
+	}
+	var out []spec.Snapshot
+	for _, e := range h.Entries {
+		if s, isSnap := e.Out.Result.Value.(spec.Snapshot); isSnap && e.Call > last && !e.Out.Unknown {
+			out = append(out, s)
+		}
+	}
+	return out
+}
+
+// cancelVsFinish counts cancels that raced a complete, fail or retry of the
+// same run: the finishing write was refused cancelled (the worker was still
+// running when the cancel won), or the two overlapped in time and the cancel
+// was told the finish had won.
+func cancelVsFinish(h *History) int {
+	finishes := func(e Entry) bool {
+		switch e.Op.Req.(type) {
+		case spec.CompleteRequest, spec.FailRequest, spec.RetryRequest:
+			return !e.Out.Unknown
+		}
+		return false
+	}
+	n := count(h, func(e Entry) bool { return finishes(e) && codeOf(e) == spec.CodeCancelled })
+	for _, c := range h.Entries {
+		cancel, isCancel := c.Op.Req.(spec.CancelRequest)
+		if !isCancel || codeOf(c) != spec.CodeAlreadyTerminal {
+			continue
+		}
+		for _, f := range h.Entries {
+			if !finishes(f) || f.Out.Result.Err != nil {
+				continue
+			}
+			ref := f.Op.Req.Leases()[0]
+			if ref.Tenant == cancel.Tenant && ref.RunID == cancel.RunID && c.Call <= f.Return && f.Call <= c.Return {
+				n++
+			}
+		}
+	}
+	return n
+}
+
+// calledDuring counts writes called while another client's operation was
+// held at point.
+func calledDuring(h *History, point spec.HookPoint) int {
+	n := 0
+	for _, e := range h.Entries {
+		if !spec.OperationOf(e.Op.Req).Writes {
+			continue
+		}
+		for _, x := range h.Holds {
+			if x.Point == point && x.Actor != e.Actor && x.From < e.Call && e.Call < x.To {
+				n++
+				break
+			}
+		}
+	}
+	return n
+}
