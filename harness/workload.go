@@ -9,7 +9,6 @@ import (
 	"sync/atomic"
 	"testing"
 
-
 	"github.com/leasehold/leasehold/clock"
 	"github.com/leasehold/leasehold/impl/storetest"
 	"github.com/leasehold/leasehold/model"

@@ -83,9 +83,9 @@ func TestReap(t *testing.T) {
 	// r1, r2 and r3 use their whole budget; r2's last lease expires first.
 	w.at(0).claim("t1", "w1", 3) // r0, r1, r2 (run id order)
 	w.claim("t2", "w1", 1)
-	w.at(10).claim("t1", "w1", 4)                                                                // r3 (queued since 0), then r0-r2 (expired at 10); expire at 20
+	w.at(10).claim("t1", "w1", 4)                                                  // r3 (queued since 0), then r0-r2 (expired at 10); expire at 20
 	w.at(15).must(spec.RenewRequest{Lease: ref("t1", "r1", "w1", 2), LeaseMs: 20}) // r1 expires at 35
-	w.at(20).claim("t2", "w1", 1)                                                                // t2/r1 out of budget too, expires 30
+	w.at(20).claim("t2", "w1", 1)                                                  // t2/r1 out of budget too, expires 30
 
 	w.at(19).fails(spec.ReapRequest{Tenant: "t1", Limit: 0}, spec.CodeInvalidArgument, "")
 	got := w.must(spec.ReapRequest{Tenant: "t1", Limit: 5}).([]string)

@@ -71,7 +71,7 @@ func TestClaimEligibility(t *testing.T) {
 		{"earlier available_at first", func(w *world) {
 			w.create("t1", "k1", "r1", `{}`)
 			w.at(1).create("t1", "k0", "r0", `{}`)
-			w.at(2).claimOne("t1", "w1")                                                                       // takes r1 (available 0)
+			w.at(2).claimOne("t1", "w1")                                                         // takes r1 (available 0)
 			w.doJitter(spec.RetryRequest{Lease: ref("t1", "r1", "w1", 1), ErrorCode: "busy"}, 0) // r1 available at 12
 		}, 12, 2, []string{"r0", "r1"}},
 		{"an expired lease comes in the order of its expiry, not of its availability", func(w *world) {

@@ -181,7 +181,9 @@ func TestRunnerReportsMismatches(t *testing.T) {
 			func(m map[string]any) { step(m, 7)["expect"] = map[string]any{"ok": true} },
 			7, []string{"A: complete lease=a1", "expected ok, got error lost_lease"}},
 		{"sync ok field", "companion_example",
-			func(m map[string]any) { step(m, 2)["expect"].(map[string]any)["ok"].(map[string]any)["replayed"] = false },
+			func(m map[string]any) {
+				step(m, 2)["expect"].(map[string]any)["ok"].(map[string]any)["replayed"] = false
+			},
 			2, []string{"replayed: expected false, got true"}},
 		{"claimed lease generation", "pause_expire_reclaim_resume",
 			func(m map[string]any) {
@@ -197,7 +199,9 @@ func TestRunnerReportsMismatches(t *testing.T) {
 			func(m map[string]any) { step(m, 10)["expect"].(map[string]any)["error_state"] = "cancelled" },
 			10, []string{"expected error already_terminal (state cancelled), got error already_terminal (state completed)"}},
 		{"result", "unknown_outcome",
-			func(m map[string]any) { step(m, 9)["expect"].(map[string]any)["ok"].(map[string]any)["result"] = map[string]any{"v": 2} },
+			func(m map[string]any) {
+				step(m, 9)["expect"].(map[string]any)["ok"].(map[string]any)["result"] = map[string]any{"v": 2}
+			},
 			9, []string{`result: expected {"v":2}, got {"v":1}`}},
 		{"final events", "cancel_vs_complete_cancel_wins",
 			func(m map[string]any) {

@@ -108,15 +108,25 @@ var operations = []Operation{
 	row(Store.ReserveEffect, "ReserveEffect", true, GuardLease),
 	row(Store.RecordEffect, "RecordEffect", true, GuardLease),
 	row(Store.ReconcileEffect, "ReconcileEffect", true, GuardLease),
-	row(func(s Store, ctx context.Context, r GetRunRequest) (Run, error) { return s.GetRun(ctx, r.Tenant, r.RunID) },
+	row(func(s Store, ctx context.Context, r GetRunRequest) (Run, error) {
+		return s.GetRun(ctx, r.Tenant, r.RunID)
+	},
 		"GetRun", false, GuardNone),
-	row(func(s Store, ctx context.Context, r GetJobRequest) (Job, error) { return s.GetJob(ctx, r.Tenant, r.RunID) },
+	row(func(s Store, ctx context.Context, r GetJobRequest) (Job, error) {
+		return s.GetJob(ctx, r.Tenant, r.RunID)
+	},
 		"GetJob", false, GuardNone),
-	row(func(s Store, ctx context.Context, r EventsRequest) ([]Event, error) { return s.Events(ctx, r.Tenant, r.RunID) },
+	row(func(s Store, ctx context.Context, r EventsRequest) ([]Event, error) {
+		return s.Events(ctx, r.Tenant, r.RunID)
+	},
 		"Events", false, GuardNone),
-	row(func(s Store, ctx context.Context, r AttemptsRequest) ([]Attempt, error) { return s.Attempts(ctx, r.Tenant, r.RunID) },
+	row(func(s Store, ctx context.Context, r AttemptsRequest) ([]Attempt, error) {
+		return s.Attempts(ctx, r.Tenant, r.RunID)
+	},
 		"Attempts", false, GuardNone),
-	row(func(s Store, ctx context.Context, r EffectsRequest) ([]Effect, error) { return s.Effects(ctx, r.Tenant, r.RunID) },
+	row(func(s Store, ctx context.Context, r EffectsRequest) ([]Effect, error) {
+		return s.Effects(ctx, r.Tenant, r.RunID)
+	},
 		"Effects", false, GuardNone),
 	row(func(s Store, ctx context.Context, r SnapshotRequest) (Snapshot, error) {
 		snap, err := s.Snapshot(ctx)
