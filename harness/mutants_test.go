@@ -11,13 +11,13 @@ import (
 
 	"pgregory.net/rapid"
 
-	"github.com/leasehold/leasehold/impl/sqlite"
+	"github.com/leasehold/leasehold/impl/mutant"
 	"github.com/leasehold/leasehold/impl/sqlite/sqlitetest"
 	"github.com/leasehold/leasehold/model"
 )
 
 // TestMutants proves the property bites: each deliberately broken SQLite
-// store (impl/sqlite/mutants.go) must be caught by the rapid model-vs-store
+// store (package mutant) must be caught by the rapid model-vs-store
 // property within one rapid round (100 sequences). A mutant that survives
 // fails this test. The failing case is kept under reports/failfiles with a
 // replay command (expected to fail: it reproduces the mutant's bug).
@@ -27,9 +27,9 @@ func TestMutants(t *testing.T) {
 		flag.Set("rapid.shrinktime", "5s")
 		defer flag.Set("rapid.shrinktime", f.DefValue)
 	}
-	for _, name := range sqlite.Mutants {
+	for _, name := range mutant.Names {
 		t.Run(name, func(t *testing.T) {
-			restore := sqlite.SetMutant(name)
+			restore := mutant.Set(name)
 			defer restore()
 			p := &Property{Factory: sqlitetest.Factory, Config: TestConfig()}
 			capture := NewCaptureTB(t.Name())
@@ -60,7 +60,7 @@ func TestMutantReplay(t *testing.T) {
 	if name == "" {
 		t.Skip("set LEASEHOLD_MUTANT and -rapid.failfile to replay a kept mutant failfile (leasehold replay does both)")
 	}
-	defer sqlite.SetMutant(name)()
+	defer mutant.Set(name)()
 	p := &Property{Factory: sqlitetest.Factory, Config: TestConfig()}
 	rapid.Check(t, p.Check(t))
 }
@@ -92,9 +92,9 @@ func firstLines(s string, n int) string {
 // concurrent layer — the porcupine check or the accounting — within three
 // histories.
 func TestMutantsLinearizability(t *testing.T) {
-	for _, name := range sqlite.Mutants {
+	for _, name := range mutant.Names {
 		t.Run(name, func(t *testing.T) {
-			defer sqlite.SetMutant(name)()
+			defer mutant.Set(name)()
 			for seed := uint64(1); seed <= 3; seed++ {
 				w := Workload{Factory: sqlitetest.Factory, Config: TestConfig(), Seed: seed, Tenants: []string{"t1", "t2"},
 					Workers: 3, APIs: 2, Ops: 1500, MaxUnknown: 1}

@@ -9,9 +9,8 @@ import (
 	"time"
 
 	"github.com/leasehold/leasehold/harness"
-	"github.com/leasehold/leasehold/impl/postgres"
 	"github.com/leasehold/leasehold/impl/postgres/pgtest"
-	"github.com/leasehold/leasehold/impl/sqlite"
+	"github.com/leasehold/leasehold/impl/mutant"
 )
 
 // mutantTimeout is the deadlock guard per scenario under a mutant: a broken
@@ -21,11 +20,11 @@ const mutantTimeout = 5 * time.Second
 // catchMutants plays every scenario with each mutant switched on and fails
 // when a mutant survives all of them. It logs, per mutant, which scenarios
 // caught it and the first mismatch of each.
-func catchMutants(t *testing.T, store string, mutants []string, set func(string) func(), opener func(testing.TB) Opener) {
+func catchMutants(t *testing.T, store string, opener func(testing.TB) Opener) {
 	scenarios := loadAll(t)
-	for _, name := range mutants {
+	for _, name := range mutant.Names {
 		t.Run(name, func(t *testing.T) {
-			restore := set(name)
+			restore := mutant.Set(name)
 			defer restore()
 			var caught []string
 			var lines []string
@@ -52,17 +51,17 @@ func catchMutants(t *testing.T, store string, mutants []string, set func(string)
 	}
 }
 
-// TestMutantsScenarios: every deliberately broken SQLite store
-// (impl/sqlite/mutants.go) fails at least one scenario.
+// TestMutantsScenarios: every deliberately broken SQLite store (package
+// mutant) fails at least one scenario.
 func TestMutantsScenarios(t *testing.T) {
-	catchMutants(t, "sqlite", sqlite.Mutants, sqlite.SetMutant, sqliteOpener)
+	catchMutants(t, "sqlite", sqliteOpener)
 }
 
 // TestMutantsScenariosPostgres: the same for the PostgreSQL store's mutants
 // (impl/postgres/mutants.go, the same names).
 func TestMutantsScenariosPostgres(t *testing.T) {
 	pgtest.DSN(t)
-	catchMutants(t, "postgres", postgres.Mutants, postgres.SetMutant, postgresOpener)
+	catchMutants(t, "postgres", postgresOpener)
 }
 
 // TestModelJudgesBrokenExpectations: a scenario written to agree with a
@@ -87,14 +86,13 @@ func TestModelJudgesBrokenExpectations(t *testing.T) {
 	}
 	for _, store := range []struct {
 		name   string
-		set    func(string) func()
 		opener func(testing.TB) Opener
-	}{{"sqlite", sqlite.SetMutant, sqliteOpener}, {"postgres", postgres.SetMutant, postgresOpener}} {
+	}{{"sqlite", sqliteOpener}, {"postgres", postgresOpener}} {
 		t.Run(store.name, func(t *testing.T) {
 			if store.name == "postgres" {
 				pgtest.DSN(t)
 			}
-			defer store.set(sqlite.MutantCompleteIgnoresGeneration)()
+			defer mutant.Set(mutant.CompleteIgnoresGeneration)()
 			res := Run(context.Background(), sc, store.opener(t))
 			if res.OK() {
 				t.Fatalf("the model judge blessed a stale completion:\n%s", report(res))

@@ -12,6 +12,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgtype"
 
+	"github.com/leasehold/leasehold/impl/mutant"
 	"github.com/leasehold/leasehold/spec"
 )
 
@@ -73,7 +74,7 @@ func (s *Store) CompleteBatch(ctx context.Context, reqs []spec.CompleteRequest) 
 	lockList = slices.Compact(lockList)
 
 	err = s.write(ctx, spec.OpCompleteBatch, func(t *txn) error {
-		if activeMutant == MutantCompleteIgnoresGeneration {
+		if mutant.On(mutant.CompleteIgnoresGeneration) {
 			// The mutant lives in Complete's statements (finish): keep
 			// the batch on them so that it is broken the same way.
 			return s.mutantCompleteBatch(t, reqs, invalid, lockList, &outcomes)

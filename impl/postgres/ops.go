@@ -8,6 +8,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/leasehold/leasehold/impl/mutant"
 	"github.com/leasehold/leasehold/spec"
 )
 
@@ -76,7 +77,7 @@ func (s *Store) CreateRun(ctx context.Context, req spec.CreateRunRequest) (res s
 		err = t.QueryRow(ctx, selectIdempotency, scope).Scan(&fingerprint, &runID, &expiresAt)
 		switch {
 		case err == nil && expiresAt > now:
-			if fingerprint != n.Fingerprint && activeMutant != MutantIdempotencyIgnoresFingerprint {
+			if fingerprint != n.Fingerprint && !mutant.On(mutant.IdempotencyIgnoresFingerprint) {
 				return spec.Errorf(spec.CodeIdempotencyConflict,
 					"idempotency key #%s of operation %q is bound to a different request (fingerprint %s); use a new key for a new request",
 					spec.ShortHash(n.Key), n.Operation, spec.ShortHash(fingerprint))
@@ -137,7 +138,7 @@ func (s *Store) Claim(ctx context.Context, req spec.ClaimRequest) (leases []spec
 			return err
 		}
 		query := claimJobs(req.Limit)
-		if activeMutant == MutantClaimIgnoresExpired {
+		if mutant.On(mutant.ClaimIgnoresExpired) {
 			query = mutantClaimIgnoresExpired
 		}
 		rows, err := t.Query(ctx, query, args{"tenant": req.Tenant, "worker": req.Worker, "now": now, "expires_at": expiresAt, "limit": req.Limit})
@@ -265,7 +266,7 @@ var (
 // the run as updated.
 func (s *Store) finish(t *txn, op spec.Op, ref spec.LeaseRef, now int64, tm terminal) (spec.Run, error) {
 	query := finishStatement
-	if op == spec.OpComplete && activeMutant == MutantCompleteIgnoresGeneration {
+	if op == spec.OpComplete && mutant.On(mutant.CompleteIgnoresGeneration) {
 		query = mutantFinishJobIgnoresGeneration
 	}
 	run, err := scanRun(t.QueryRow(t.ctx, query, leaseArgs(ref, now).with(tm.args())))
@@ -343,7 +344,7 @@ func (s *Store) Retry(ctx context.Context, req spec.RetryRequest) (job spec.Job,
 			tm := terminal{job: spec.JobDead, run: spec.RunFailed,
 				payload: spec.FailedPayload(req.ErrorCode, ref.Generation), errorCode: req.ErrorCode,
 				errorClass: spec.ClassRetryable, outcome: spec.AttemptDead}
-			if activeMutant == MutantBudgetNotAtomic {
+			if mutant.On(mutant.BudgetNotAtomic) {
 				err = s.mutantFinishJobOnly(t, ref, now, tm)
 			} else {
 				_, err = s.finish(t, spec.OpRetry, ref, now, tm)
@@ -374,7 +375,7 @@ func (s *Store) requeue(t *txn, req spec.RetryRequest, attempts int, now int64) 
 	a := leaseArgs(req.Lease, now).with(args{"available_at": availableAt, "error_code": req.ErrorCode,
 		"outcome": string(spec.AttemptRetried), "error_class": string(spec.ClassRetryable)})
 	query := requeueJob
-	if activeMutant == MutantRetryResetsGeneration {
+	if mutant.On(mutant.RetryResetsGeneration) {
 		query = mutantRequeueResetsGeneration
 	}
 	n, err := t.exec(query, a)

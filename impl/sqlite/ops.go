@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/leasehold/leasehold/impl/mutant"
 	"github.com/leasehold/leasehold/spec"
 )
 
@@ -66,7 +67,7 @@ func (s *Store) CreateRun(ctx context.Context, req spec.CreateRunRequest) (res s
 		err = tx.QueryRowContext(ctx, selectIdempotency, scope.list()...).Scan(&fingerprint, &runID, &expiresAt)
 		switch {
 		case err == nil && expiresAt > now:
-			if fingerprint != n.Fingerprint && activeMutant != MutantIdempotencyIgnoresFingerprint {
+			if fingerprint != n.Fingerprint && !mutant.On(mutant.IdempotencyIgnoresFingerprint) {
 				return spec.Errorf(spec.CodeIdempotencyConflict,
 					"idempotency key #%s of operation %q is bound to a different request (fingerprint %s); use a new key for a new request",
 					spec.ShortHash(n.Key), n.Operation, spec.ShortHash(fingerprint))
@@ -114,7 +115,7 @@ func (s *Store) Claim(ctx context.Context, req spec.ClaimRequest) (leases []spec
 		}
 		a := args{"tenant": req.Tenant, "worker": req.Worker, "now": now, "expires_at": expiresAt, "limit": req.Limit}
 		query := claimCandidates
-		if activeMutant == MutantClaimIgnoresExpired {
+		if mutant.On(mutant.ClaimIgnoresExpired) {
 			query = mutantClaimIgnoresExpired
 		}
 		rows, err := tx.QueryContext(ctx, query, a.list()...)
@@ -255,7 +256,7 @@ type terminal struct {
 func (s *Store) finish(ctx context.Context, tx *sql.Tx, op spec.Op, ref spec.LeaseRef, now int64, t terminal) error {
 	a := leaseArgs(ref, now).with(args{"state": t.job, "error_code": nullable(t.errorCode)})
 	query := finishJob
-	if op == spec.OpComplete && activeMutant == MutantCompleteIgnoresGeneration {
+	if op == spec.OpComplete && mutant.On(mutant.CompleteIgnoresGeneration) {
 		query = mutantFinishJobIgnoresGeneration
 	}
 	n, err := exec(ctx, tx, query, a)
@@ -344,7 +345,7 @@ func (s *Store) Retry(ctx context.Context, req spec.RetryRequest) (job spec.Job,
 			t := terminal{job: spec.JobDead, run: spec.RunFailed, event: spec.EventRunFailed,
 				payload: spec.FailedPayload(req.ErrorCode, ref.Generation), errorCode: req.ErrorCode,
 				errorClass: spec.ClassRetryable, outcome: spec.AttemptDead}
-			if activeMutant == MutantBudgetNotAtomic {
+			if mutant.On(mutant.BudgetNotAtomic) {
 				err = s.mutantFinishJobOnly(ctx, tx, ref, now, t)
 			} else {
 				err = s.finish(ctx, tx, spec.OpRetry, ref, now, t)
@@ -374,7 +375,7 @@ func (s *Store) requeue(ctx context.Context, tx *sql.Tx, req spec.RetryRequest, 
 	}
 	a := leaseArgs(req.Lease, now).with(args{"available_at": availableAt, "error_code": req.ErrorCode})
 	query := requeueJob
-	if activeMutant == MutantRetryResetsGeneration {
+	if mutant.On(mutant.RetryResetsGeneration) {
 		query = mutantRequeueResetsGeneration
 	}
 	n, err := exec(ctx, tx, query, a)

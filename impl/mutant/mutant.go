@@ -1,0 +1,42 @@
+// Package mutant names the deliberately broken variants of leasehold's
+// stores, the same names for every store. They exist to prove that the
+// conformance suite, the model comparison, the linearizability checks and
+// the scenarios catch real bugs. A mutant can only be switched on in a binary
+// built with the leasehold_mutants tag (Set); in every other build On is
+// false for every name and the compiler drops the broken paths.
+package mutant
+
+import "strings"
+
+// The mutants.
+const (
+	// CompleteIgnoresGeneration completes with a guard on state only, as
+	// River does: a stale worker can complete a newer attempt.
+	CompleteIgnoresGeneration = "complete_ignores_generation"
+	// ClaimIgnoresExpired never reclaims expired leases.
+	ClaimIgnoresExpired = "claim_ignores_expired"
+	// BudgetNotAtomic marks the job dead at the budget but leaves the run
+	// and its terminal event to a second transaction that never happens.
+	BudgetNotAtomic = "budget_not_atomic"
+	// IdempotencyIgnoresFingerprint replays a key whatever the request.
+	IdempotencyIgnoresFingerprint = "idempotency_ignores_fingerprint"
+	// RetryResetsGeneration sets the generation back to 0 on retry (ABA).
+	RetryResetsGeneration = "retry_resets_generation"
+)
+
+// Names lists every mutant, in the order reports list them.
+var Names = []string{
+	CompleteIgnoresGeneration, ClaimIgnoresExpired, BudgetNotAtomic,
+	IdempotencyIgnoresFingerprint, RetryResetsGeneration,
+}
+
+// Derive returns a store's own statement with one part replaced, the way
+// every mutant statement is made, so that a mutant cannot drift from what it
+// breaks. It panics when old is not in stmt: the mutant would silently be
+// the real statement.
+func Derive(stmt, old, new string) string {
+	if !strings.Contains(stmt, old) {
+		panic("mutant: the statement no longer contains " + old)
+	}
+	return strings.Replace(stmt, old, new, 1)
+}

@@ -1,6 +1,0 @@
-//go:build !leasehold_mutants
-
-package postgres
-
-// activeMutant is always "" outside leasehold_mutants builds.
-const activeMutant = ""
