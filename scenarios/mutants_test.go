@@ -9,8 +9,8 @@ import (
 	"time"
 
 	"github.com/leasehold/leasehold/harness"
-	"github.com/leasehold/leasehold/impl/postgres/pgtest"
 	"github.com/leasehold/leasehold/impl/mutant"
+	"github.com/leasehold/leasehold/impl/postgres/pgtest"
 )
 
 // mutantTimeout is the deadlock guard per scenario under a mutant: a broken
