@@ -14,6 +14,7 @@ import (
 	"github.com/leasehold/leasehold/impl/postgres/pgtest"
 	"github.com/leasehold/leasehold/impl/sqlite/sqlitetest"
 	"github.com/leasehold/leasehold/impl/storetest"
+	"github.com/leasehold/leasehold/metrics"
 	"github.com/leasehold/leasehold/model"
 )
 
@@ -72,7 +73,7 @@ func runLinearizable(t *testing.T, store string, f storetest.Factory) {
 		}
 	}
 	t.Logf("%d histories, %d operations, first seed %d, races %s, %s", histories, ops, seed, total, time.Since(start).Round(time.Millisecond))
-	ReportMetrics(t, Metrics{Check: "linearizability", Store: store, Operations: ops, Histories: histories, Violations: violations,
+	metrics.Report(t, metrics.Line{Check: "linearizability", Store: store, Operations: ops, Histories: histories, Violations: violations,
 		Seed: strconv.FormatUint(seed, 10), Replay: replayLin(t, seed)})
 	// Vacuity: a run where the named races never happened proved nothing.
 	for _, race := range linRaces {

@@ -13,6 +13,7 @@ import (
 
 	"github.com/leasehold/leasehold/impl/mutant"
 	"github.com/leasehold/leasehold/impl/sqlite/sqlitetest"
+	"github.com/leasehold/leasehold/metrics"
 	"github.com/leasehold/leasehold/model"
 )
 
@@ -47,7 +48,7 @@ func TestMutants(t *testing.T) {
 				t.Fatalf("keep the mutant's failfile: %v", err)
 			}
 			t.Logf("%s\nkept failfile (seed %s), replays with: %s", reproduceLine(capture.Output()), k.Seed, k.Command)
-			ReportMetrics(t, Metrics{Check: "mutant/" + name, Store: "sqlite", Operations: int64(f.Operations)})
+			metrics.Report(t, metrics.Line{Check: "mutant/" + name, Store: "sqlite", Operations: int64(f.Operations)})
 		})
 	}
 }

@@ -11,6 +11,7 @@ import (
 	"github.com/leasehold/leasehold/impl/postgres/pgtest"
 	"github.com/leasehold/leasehold/impl/sqlite/sqlitetest"
 	"github.com/leasehold/leasehold/impl/storetest"
+	"github.com/leasehold/leasehold/metrics"
 )
 
 func TestPropertySQLite(t *testing.T) { runProperty(t, "sqlite", sqlitetest.Factory) }
@@ -53,7 +54,7 @@ func runProperty(t *testing.T, store string, f storetest.Factory) {
 	if p.Counters.StaleWrite == 0 || p.Counters.Refused == 0 || p.Counters.Operations == p.Counters.Refused {
 		t.Fatalf("vacuous run: %+v (want stale-generation writes, refusals and successes)", p.Counters)
 	}
-	ReportMetrics(t, Metrics{Check: "rapid", Store: store, Operations: int64(p.Counters.Operations)})
+	metrics.Report(t, metrics.Line{Check: "rapid", Store: store, Operations: int64(p.Counters.Operations)})
 }
 
 // seedPinned reports a replay of one seed or failfile: run one round only.

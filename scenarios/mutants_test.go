@@ -8,9 +8,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/leasehold/leasehold/harness"
 	"github.com/leasehold/leasehold/impl/mutant"
 	"github.com/leasehold/leasehold/impl/postgres/pgtest"
+	"github.com/leasehold/leasehold/metrics"
 )
 
 // mutantTimeout is the deadlock guard per scenario under a mutant: a broken
@@ -45,7 +45,7 @@ func catchMutants(t *testing.T, store string, opener func(testing.TB) Opener) {
 			if len(caught) == 0 {
 				t.Fatalf("mutant %s survived all %d scenarios on %s: no scenario detects it", name, len(scenarios), store)
 			}
-			harness.ReportMetrics(t, harness.Metrics{Check: "mutant-scenarios/" + name, Store: store, Operations: int64(len(scenarios))})
+			metrics.Report(t, metrics.Line{Check: "mutant-scenarios/" + name, Store: store, Operations: int64(len(scenarios))})
 			t.Logf("mutant %s on %s caught by %d scenario(s): %s\n%s", name, store, len(caught), strings.Join(caught, ", "), strings.Join(lines, "\n"))
 		})
 	}

@@ -14,6 +14,7 @@ import (
 	"github.com/leasehold/leasehold/harness"
 	"github.com/leasehold/leasehold/impl/postgres/pgtest"
 	"github.com/leasehold/leasehold/impl/sqlite/sqlitetest"
+	"github.com/leasehold/leasehold/metrics"
 )
 
 func TestMain(m *testing.M) { pgtest.Main(m) }
@@ -81,7 +82,7 @@ func runAll(t *testing.T, store string, opener func(testing.TB) Opener) {
 			t.Logf("%s\n%s", sc.Description, report(res))
 		})
 	}
-	harness.ReportMetrics(t, harness.Metrics{Check: "scenarios", Store: store, Operations: steps, Violations: failed})
+	metrics.Report(t, metrics.Line{Check: "scenarios", Store: store, Operations: steps, Violations: failed})
 }
 
 // TestScenariosSQLite plays every scenario file on the SQLite store.

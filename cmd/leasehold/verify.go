@@ -12,11 +12,13 @@ import (
 	"sort"
 	"strings"
 	"time"
+
+	"github.com/leasehold/leasehold/metrics"
 )
 
 // A check is one named verification on one store, run as `go test` with the
-// budget in the environment. Tests report their figures on lines starting
-// with metricsPrefix (see harness.ReportMetrics); verify sums them per check.
+// budget in the environment. Tests report their figures on a metrics line
+// (package metrics); verify sums them per check.
 type check struct {
 	Name    string
 	Store   string // "sqlite", "postgres" or "model"
@@ -29,8 +31,6 @@ type check struct {
 	// equal part of the check's budget (go test runs one -fuzz at a time).
 	Fuzz []string
 }
-
-const metricsPrefix = "LEASEHOLD_METRICS "
 
 var checks = []check{
 	{Name: "conformance", Store: "sqlite", Package: "./impl/sqlite", Run: "^TestConformance$", Share: 0.03},
@@ -74,16 +74,6 @@ type verifyReport struct {
 	DurationMs int64         `json:"duration_ms"`
 	Violations int64         `json:"violations"`
 	Checks     []checkResult `json:"checks"`
-}
-
-// metrics is what a test reports on a metricsPrefix line.
-type metrics struct {
-	Operations     int64  `json:"operations"`
-	Histories      int64  `json:"histories"`
-	StatesExplored int64  `json:"states_explored"`
-	Violations     int64  `json:"violations"`
-	Seed           string `json:"seed"`
-	Replay         string `json:"replay"`
 }
 
 type verifyOptions struct {
@@ -208,19 +198,16 @@ func runCheck(ctx context.Context, c check, budget time.Duration, o verifyOption
 		}
 		switch ev.Action {
 		case "output":
-			if i := strings.Index(ev.Output, metricsPrefix); i >= 0 {
-				var m metrics
-				if json.Unmarshal([]byte(strings.TrimSpace(ev.Output[i+len(metricsPrefix):])), &m) == nil {
-					res.Operations += m.Operations
-					res.Histories += m.Histories
-					res.StatesExplored += m.StatesExplored
-					res.Violations += m.Violations
-					if m.Seed != "" {
-						res.Seed = m.Seed
-					}
-					if m.Replay != "" {
-						res.Replay = m.Replay
-					}
+			if m, ok := metrics.Parse(ev.Output); ok {
+				res.Operations += m.Operations
+				res.Histories += m.Histories
+				res.StatesExplored += m.StatesExplored
+				res.Violations += m.Violations
+				if m.Seed != "" {
+					res.Seed = m.Seed
+				}
+				if m.Replay != "" {
+					res.Replay = m.Replay
 				}
 			}
 			if ev.Test != "" {
