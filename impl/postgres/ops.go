@@ -38,9 +38,14 @@ func (t *txn) exec(query string, a args) (int64, error) {
 func (t *txn) lockJob(tenant, runID string) (job spec.Job, found bool, err error) {
 	job, err = scanJob(t.QueryRow(t.ctx, lockJob, args{"tenant": tenant, "run_id": runID}))
 	if errors.Is(err, pgx.ErrNoRows) {
-		return spec.Job{}, false, nil
+		job, err = spec.Job{}, nil
+	} else {
+		found = err == nil
 	}
-	return job, err == nil, err
+	if err == nil {
+		t.locked = &lockedRow{key: jobKey{tenant, runID}, job: job, found: found}
+	}
+	return job, found, err
 }
 
 // lockedNow locks the job of (tenant, runID), then reads the operation's
@@ -162,9 +167,11 @@ func (s *Store) Claim(ctx context.Context, req spec.ClaimRequest) (leases []spec
 }
 
 // refused explains why a guarded statement matched no row, from the job row
-// as it is now (the transaction holds its lock).
+// as it is now: the row lockJob read under the lock the transaction still
+// holds, when the transaction has not written it (every caller refuses
+// before its first write to the row), else read again.
 func (s *Store) refused(t *txn, op spec.Op, ref spec.LeaseRef, now int64) error {
-	job, err := getJob(t.ctx, t, ref.Tenant, ref.RunID)
+	job, err := t.heldJob(ref.Tenant, ref.RunID)
 	if err != nil {
 		return err
 	}
@@ -175,6 +182,18 @@ func (s *Store) refused(t *txn, op spec.Op, ref spec.LeaseRef, now int64) error 
 	s.log.DebugContext(t.ctx, "guarded write refused", "op", op, "tenant", ref.Tenant, "run_id", ref.RunID,
 		"generation", ref.Generation, "code", e.Code)
 	return e
+}
+
+// heldJob returns the job row of (tenant, runID) as the transaction
+// locked it, or not_found; it reads the row only when lockJob did not.
+func (t *txn) heldJob(tenant, runID string) (spec.Job, error) {
+	if l := t.locked; l != nil && l.key == (jobKey{tenant, runID}) {
+		if !l.found {
+			return spec.Job{}, spec.Errorf(spec.CodeNotFound, "run %s not found for tenant %s", runID, tenant)
+		}
+		return l.job, nil
+	}
+	return getJob(t.ctx, t, tenant, runID)
 }
 
 // leaseOf reads the lease a job holds now, with its run's payload and deadline.
@@ -215,7 +234,7 @@ func (s *Store) Renew(ctx context.Context, req spec.RenewRequest) (lease spec.Le
 			// The update also refuses a current lease whose new expiry would
 			// pass the deadline: ask LeaseError first, and only then blame
 			// the deadline.
-			job, err := getJob(ctx, t, req.Lease.Tenant, req.Lease.RunID)
+			job, err := t.heldJob(req.Lease.Tenant, req.Lease.RunID)
 			if err != nil {
 				return err
 			}

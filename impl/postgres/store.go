@@ -331,6 +331,16 @@ type txn struct {
 	s     *Store
 	now   int64
 	timed bool
+	// locked is the job row lockJob locked and read, before the
+	// transaction wrote it; a refusal is explained from it.
+	locked *lockedRow
+}
+
+// lockedRow is the job row of one run as lockJob read it under its lock.
+type lockedRow struct {
+	key   jobKey
+	job   spec.Job
+	found bool
 }
 
 // clockMs is the database clock in integer milliseconds. clock_timestamp()
