@@ -53,9 +53,9 @@ func runLinearizable(t *testing.T, store string, f storetest.Factory) {
 		// far more than per tenant: it is kept shorter, and has no unknown
 		// outcomes. An operation pending to the end doubles the states the
 		// checker carries until its effect is overwritten, and in a whole
-		// history that was seen to take it past two minutes (an unknown
-		// claim, purge, effect reservation or record, about one whole history
-		// in a hundred on PostgreSQL). The seed alone decides, so that
+		// history that took it past its two-minute timeout now and then
+		// (an unknown claim, purge, effect reservation or record). The seed
+		// alone decides, so that
 		// replaying one seed replays its kind of history.
 		purge := (seed+uint64(i))%2 == 1
 		w := Workload{Factory: f, Config: TestConfig(), Seed: seed + uint64(i), Tenants: []string{"t1", "t2", "t3"},

@@ -276,14 +276,13 @@ var memberRunEnds = strings.NewReplacer("@result", "nullif("+member+" ->> 4, '')
 // statistics, which describe the job states of the last ANALYZE, and a
 // queue's states change faster than that: analyzed while every job was
 // queued, the planner expected one leased job, scanned jobs and compared
-// every leased job with every member, 0.4 s for a batch of 1,000 (the
-// benchmark, bench/findings.md §9).
+// every leased job with every member (bench/findings.md §9).
 var completeBatchSQL = returningRun(`UPDATE jobs SET state = 'completed', lease_owner = NULL, lease_expires_at = NULL,
 	` + memberRunEnds + `, ` + attemptEnds + `
 	WHERE ctid = ANY (@ctids::tid[]) AND ` + memberGuard)
 
 // mutantCompleteBatch is the per-member batch (Complete's statements, so
-// MutantCompleteIgnoresGeneration applies to it as to Complete).
+// mutant.CompleteIgnoresGeneration applies to it as to Complete).
 func (s *Store) mutantCompleteBatch(t *txn, reqs []spec.CompleteRequest, invalid []error, lockList []jobKey, outcomes *[]spec.BatchOutcome) error {
 	for _, k := range lockList {
 		if _, _, err := t.lockJob(k.tenant, k.runID); err != nil {

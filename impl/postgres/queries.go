@@ -36,8 +36,7 @@ const leaseGuard = `tenant = @tenant AND run_id = @run_id AND state = 'leased'
 // Each is a range scan that stops at the limit, so a claim costs the same at
 // any depth and however many leases expired at once. One index for both
 // (the SQLite shape of migration 1) made every claim step over every lease in
-// flight: the plan test measured 10,000 filtered rows and 10,089 buffers for
-// a one-job claim with 10,000 leases in flight, against a handful now.
+// flight; the plan test (TestPlansAtDepth) holds each branch to its index.
 type claimBranch struct {
 	pred string // the branch's predicate
 	at   string // the column that says since when its jobs are claimable
@@ -201,10 +200,10 @@ func claimStatement(lockLimit string, branches ...claimBranch) string {
 // tables' current sizes (pgx's unnamed statement), never with a cached
 // generic plan. CompleteBatch's two statements use it: the lock joins a list
 // of jobs to the jobs table in (tenant, run id) order, and a generic plan of
-// it made while jobs was small read the whole table for a batch of 20, even
-// with indexPlans (a full scan of the primary key gives that order: 1,629
-// pages once jobs had 80,000 rows, TestBatchPlansAfterGrowth). Planning
-// them costs about 0.15 and 0.26 ms a batch. Every other statement is
+// it made while jobs was small read the whole table as it grew, even with
+// indexPlans (a full scan of the primary key gives that order;
+// TestBatchPlansAfterGrowth; figures and the cost of planning in
+// bench/findings.md §9-10). Every other statement is
 // prepared and cached: the claim (see claimStatements) and the single-row
 // statements, whose plans indexPlans keeps on their indexes.
 const planEachTime = pgx.QueryExecModeCacheDescribe
@@ -217,10 +216,10 @@ const planEachTime = pgx.QueryExecModeCacheDescribe
 // executions, kept until the next ANALYZE) or from statistics that describe
 // the job states of the last ANALYZE read whole tables once they grew: a
 // cached claim plan sorted the due jobs found by a bitmap scan and joined
-// the picked rows to a scan of jobs by hash, 2,810 pages for 20 jobs
-// (TestBatchPlansAfterGrowth). JIT is off too: a plan that must scan a
-// table (Snapshot) carries the penalty of a disabled scan in its cost, which
-// then passes jit_above_cost, and compiling took 100 ms a statement.
+// the picked rows to a scan of jobs by hash (TestBatchPlansAfterGrowth).
+// JIT is off too: a plan that must scan a table (Snapshot) carries the
+// penalty of a disabled scan in its cost, which then passes jit_above_cost,
+// and JIT compiled every such statement (figures in bench/findings.md §10).
 var indexPlans = map[string]string{
 	"enable_seqscan": "off", "enable_bitmapscan": "off", "enable_hashjoin": "off", "enable_mergejoin": "off",
 	"jit": "off",
@@ -230,8 +229,8 @@ var indexPlans = map[string]string{
 // limits up to cachedClaimLimit: there the branch limit is a constant, the
 // claim's @limit itself. A constant limit is what lets PostgreSQL cache the
 // claim's plan: with LIMIT @limit a generic plan must assume a tenth of the
-// table, so it chose to plan every claim again, 0.36 ms a claim and about a
-// tenth of the server's time in the benchmark (bench/findings.md §9).
+// table, so it chose to plan every claim again, a measurable part of the
+// server's time in the benchmark (bench/findings.md §9).
 // Larger claims, rarer, run the statement with LIMIT @limit, planned each
 // time. Each limit used is one prepared statement per connection.
 var (
