@@ -26,4 +26,44 @@
 // Time is not part of a State: every Op carries the clock reading the store
 // used (Op.Now), exactly as SPEC.md says every writing operation reads the
 // clock once. The explorer owns the clock and advances it as an action.
+//
+// Every row of the operation table (spec.Operations) has a step here
+// (Model.Step's table; TestStepsCoverTheTable), reads and BatchCompleter's
+// CompleteBatch included; docs/MAPPING.md names, for each, the statements
+// that carry it in each store.
+//
+// # What is not modeled
+//
+// The model judges what a store promises through spec.Store. Outside that,
+// and so outside what a passing model check proves:
+//
+//   - The shared pure functions. The model calls spec's validation
+//     (Config.Check*, NormalizeCreate), canonical JSON and fingerprint,
+//     LeaseError, Backoff.Delay and the event payloads, as the stores do, so
+//     a bug in one of them is the same in both and no comparison finds it.
+//     spec's own tests hold them: the RFC 8785 vectors byte for byte, fuzzing,
+//     table tests of every code.
+//   - Time itself. An Op carries the one clock reading its store made; the
+//     model takes it as given. That a store reads the clock once, after its
+//     lock, and that the database clock is monotonic and no worker's decides
+//     expiry, are checked by the harness (clock recorders) and the stores'
+//     tests, not here.
+//   - Notifications (spec.Notifier): hints that may be lost, late or never
+//     sent; nothing may depend on them, so the model has none.
+//   - The caller's own writes in an in-transaction completion
+//     (postgres.Store.CompleteTx): the model sees a Complete; that the
+//     application's rows commit with it or not at all is the PostgreSQL
+//     store's test.
+//   - External systems. The model has the effect ledger; what a provider
+//     does with a call (deduplicate, fence, neither) is the harness's
+//     simulated provider and the worker's documentation.
+//   - Liveness and fairness. The model accepts an empty claim in any state
+//     and any eligible subset (SKIP LOCKED, trap 1 and 2 of SPEC.md); that
+//     every acknowledged run ends is the harness's drain accounting, and
+//     fairness is measured, not assumed.
+//   - Durability. A committed operation is assumed to stay committed; what
+//     fsync, a power loss or a replica failover do to that is the database's
+//     promise, tested only where a fault test restarts a server.
+//   - Physical layout: schemas, migrations, indexes and plans (the stores'
+//     migration and plan tests).
 package model
