@@ -2,36 +2,6 @@ package spec
 
 import "context"
 
-// Op names an operation of the contract: a Store method (or an optional
-// capability's). Stores pass it to Hooks; the operation table, the model,
-// the harness, scenario files and reports use the same names.
-type Op string
-
-const (
-	OpCreateRun       Op = "create_run"
-	OpClaim           Op = "claim"
-	OpRenew           Op = "renew"
-	OpComplete        Op = "complete"
-	OpRetry           Op = "retry"
-	OpFail            Op = "fail"
-	OpCancel          Op = "cancel"
-	OpRelease         Op = "release"
-	OpReap            Op = "reap"
-	OpPurge           Op = "purge_idempotency"
-	OpReplay          Op = "replay"
-	OpReserveEffect   Op = "reserve_effect"
-	OpRecordEffect    Op = "record_effect"
-	OpReconcileEffect Op = "reconcile_effect"
-
-	// The reads: they read no clock, write nothing and call no hook.
-	OpGetRun   Op = "get_run"
-	OpGetJob   Op = "get_job"
-	OpEvents   Op = "events"
-	OpAttempts Op = "attempts"
-	OpEffects  Op = "effects"
-	OpSnapshot Op = "snapshot"
-)
-
 // HookPoint names a place inside a writing Store operation.
 type HookPoint string
 
@@ -46,7 +16,8 @@ const (
 	AfterCommit HookPoint = "after_commit"
 )
 
-// Hook is called by a store at each HookPoint of every writing operation. It
+// Hook is called by a store at each HookPoint of every writing operation,
+// with the operation's name. It
 // may block (a barrier) until its context is done. Production stores run with
 // no hook.
 type Hook func(ctx context.Context, op Op, point HookPoint) error

@@ -1,5 +1,35 @@
 package spec
 
+// Op names an operation of the contract: a Store method (or an optional
+// capability's). Stores pass it to Hooks; the operation table, the model,
+// the harness, scenario files and reports use the same names.
+type Op string
+
+const (
+	OpCreateRun       Op = "create_run"
+	OpClaim           Op = "claim"
+	OpRenew           Op = "renew"
+	OpComplete        Op = "complete"
+	OpRetry           Op = "retry"
+	OpFail            Op = "fail"
+	OpCancel          Op = "cancel"
+	OpRelease         Op = "release"
+	OpReap            Op = "reap"
+	OpPurge           Op = "purge_idempotency"
+	OpReplay          Op = "replay"
+	OpReserveEffect   Op = "reserve_effect"
+	OpRecordEffect    Op = "record_effect"
+	OpReconcileEffect Op = "reconcile_effect"
+
+	// The reads: they read no clock, write nothing and call no hook.
+	OpGetRun   Op = "get_run"
+	OpGetJob   Op = "get_job"
+	OpEvents   Op = "events"
+	OpAttempts Op = "attempts"
+	OpEffects  Op = "effects"
+	OpSnapshot Op = "snapshot"
+)
+
 // Request is the request of one operation of the contract. Each request type
 // names its operation, so that the type alone says which Store method it is
 // for; the operation table (Operations) is keyed by that name. The JSON
