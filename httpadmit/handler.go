@@ -370,18 +370,18 @@ func createProblem(err error) Problem {
 	case spec.CodeIdempotencyConflict:
 		return Problem{Type: TypeKeyReused, Title: "Idempotency-Key is already used", Status: http.StatusUnprocessableEntity,
 			Detail: "this Idempotency-Key was used for a request with another payload; a new request needs a new key",
-			Field: KeyHeader, Code: string(code)}
+			Field:  KeyHeader, Code: string(code)}
 	case spec.CodeAlreadyExists:
 		return Problem{Type: TypeRunIDTaken, Title: "Run id already taken", Status: http.StatusConflict,
 			Detail: "the run id proposed for this request names another run; send the request again with a new Idempotency-Key",
-			Code: string(code)}
+			Code:   string(code)}
 	case spec.CodeUnavailable:
 		return Problem{Type: TypeUnavailable, Title: "Store unavailable", Status: http.StatusServiceUnavailable,
 			Detail: "nothing was admitted; retry with the same Idempotency-Key and body after Retry-After", Code: string(code)}
 	case spec.CodeUnknownOutcome:
 		return Problem{Type: TypeUnknownOutcome, Title: "Admission outcome unknown", Status: http.StatusServiceUnavailable,
 			Detail: "the request may or may not have been admitted; retry with the same Idempotency-Key and body after Retry-After: if it was admitted you get the original response",
-			Code: string(code)}
+			Code:   string(code)}
 	default:
 		return internalProblem(code)
 	}
