@@ -488,7 +488,11 @@ func TestAdmission(t *testing.T) {
 			})
 			firstc := make(chan response, 1)
 			go func() { firstc <- e.do(post(quotedKey, order)) }()
-			<-reached
+			select {
+			case <-reached:
+			case r := <-firstc:
+				t.Fatalf("the first request never reached the store: %d %s", r.status, r.body)
+			}
 			wantProblem(t, e.do(post(quotedKey, order)), http.StatusConflict, httpadmit.TypeKeyInFlight, httpadmit.KeyHeader, httpadmit.CodeKeyInFlight)
 			close(release)
 			first := <-firstc
