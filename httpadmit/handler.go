@@ -211,10 +211,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		h.reject(w, r, tenant, key, createProblem(err), err)
 		return
 	}
-	body, err := json.Marshal(admittedView(res.Run))
-	if err != nil { // RunView holds strings and numbers only
-		panic(err)
-	}
+	body := encode(admittedView(res.Run))
 	hd := w.Header()
 	hd.Set("Content-Type", "application/json")
 	hd.Set("Location", h.cfg.Location(r, res.Run.ID))
@@ -223,7 +220,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		hd.Set(ReplayedHeader, "true")
 	}
 	w.WriteHeader(http.StatusCreated)
-	_, _ = w.Write(append(body, '\n'))
+	_, _ = w.Write(body)
 	h.log.Debug("httpadmit: admitted", "tenant", tenant, "operation", h.cfg.Operation, "key", spec.ShortHash(key),
 		"run_id", res.Run.ID, "replayed", res.Replayed, "status", http.StatusCreated)
 }
@@ -261,14 +258,11 @@ func (h *Handler) Status(name string) http.Handler {
 			h.reject(w, r, tenant, "", internalProblem(code), err)
 			return
 		}
-		body, err := json.Marshal(currentView(run))
-		if err != nil {
-			panic(err)
-		}
+		body := encode(currentView(run))
 		w.Header().Set("Content-Type", "application/json")
 		w.Header().Set("Cache-Control", "no-store")
 		w.WriteHeader(http.StatusOK)
-		_, _ = w.Write(append(body, '\n'))
+		_, _ = w.Write(body)
 	})
 }
 

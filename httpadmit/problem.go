@@ -1,6 +1,7 @@
 package httpadmit
 
 import (
+	"bytes"
 	"encoding/json"
 	"net/http"
 	"strconv"
@@ -103,10 +104,20 @@ func writeProblem(w http.ResponseWriter, p Problem, retryAfter time.Duration) {
 	if p.Status == http.StatusServiceUnavailable || p.Type == TypeKeyInFlight {
 		h.Set("Retry-After", strconv.FormatInt(int64((retryAfter+time.Second-1)/time.Second), 10))
 	}
-	b, err := json.Marshal(p)
-	if err != nil { // a struct of strings and an int always marshals
+	w.WriteHeader(p.Status)
+	_, _ = w.Write(encode(p))
+}
+
+// encode returns v as one line of JSON, without the HTML escapes
+// json.Marshal adds (a detail reads "<API key>", not "\u003cAPI key\u003e").
+// It is deterministic, which a replayed body relies on. v is a Problem or a
+// RunView, which always encode.
+func encode(v any) []byte {
+	var b bytes.Buffer
+	enc := json.NewEncoder(&b)
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(v); err != nil {
 		panic(err)
 	}
-	w.WriteHeader(p.Status)
-	_, _ = w.Write(append(b, '\n'))
+	return b.Bytes()
 }
