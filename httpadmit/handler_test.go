@@ -381,7 +381,7 @@ func TestAdmission(t *testing.T) {
 		}},
 		{"400 malformed keys", nil, func(t *testing.T, e *env) {
 			for _, k := range []string{`"` + secret + `-unterminated`, `"` + secret + `\n"`, `"` + secret + ` space"`, `""`, "",
-				`"` + secret + strings.Repeat("k", 250) + `"`, `"` + secret + `";p=1`, secret + `"x`} {
+				`"` + secret + strings.Repeat("k", 250) + `"`, `"` + secret + `";p=1`, secret + `"x`, `"-` + secret + `"`, `"\"` + secret + `"`} {
 				wantProblem(t, e.do(post(k, order)), http.StatusBadRequest, httpadmit.TypeKeyMalformed, httpadmit.KeyHeader, string(spec.CodeInvalidArgument))
 			}
 		}},

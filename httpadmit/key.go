@@ -18,7 +18,8 @@ const (
 	// KeyMissing: the request has no Idempotency-Key field.
 	KeyMissing KeyErrorReason = iota + 1
 	// KeyMalformed: the field value is not one key in either accepted form,
-	// or the key breaks the store's limits (1-255 bytes of 0x21-0x7E).
+	// or the key breaks the store's limits (1-255 bytes of 0x21-0x7E, the
+	// first a letter or digit).
 	KeyMalformed
 	// KeyDuplicate: more than one key: two field lines, or a comma-separated
 	// list in one (which is what two lines become when a proxy combines them).
@@ -68,8 +69,8 @@ func ParseKey(h http.Header) (string, error) {
 //     is how two values look once combined into one line.
 //
 // "k-1" and k-1 are the same key. Either way the key itself must be what the
-// store accepts: 1 to 255 bytes of 0x21-0x7E, so a quoted key may not
-// contain a space. Every failure is a *KeyError whose Detail names the
+// store accepts: 1 to 255 bytes of 0x21-0x7E, the first a letter or digit,
+// so a quoted key may not contain a space. Every failure is a *KeyError whose Detail names the
 // offending byte's offset, never the key.
 func ParseKeyValue(v string) (string, error) {
 	s := strings.Trim(v, " \t")
@@ -117,7 +118,14 @@ func ParseKeyValue(v string) (string, error) {
 	if i := strings.IndexByte(key, ' '); i >= 0 {
 		return "", keyErrorf(KeyMalformed, "the key has a space at offset %d of its unescaped value; keys are printable ASCII without spaces", i)
 	}
+	if !isAlnum(key[0]) {
+		return "", keyErrorf(KeyMalformed, "the key starts with byte 0x%02x; keys start with a letter or digit", key[0])
+	}
 	return key, nil
+}
+
+func isAlnum(c byte) bool {
+	return c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9'
 }
 
 // parseString parses the sf-string at the start of s (RFC 9651 §4.2.5) and
@@ -149,11 +157,15 @@ func parseString(s string) (value, rest string, err error) {
 
 // FormatKey returns key as the draft's Idempotency-Key field value: an
 // sf-string, quoted, with '"' and '\' escaped. A key the store would refuse
-// (not 1-255 bytes of 0x21-0x7E) is a *KeyError. ParseKeyValue(FormatKey(k))
+// (not 1-255 bytes of 0x21-0x7E starting with a letter or digit) is a
+// *KeyError. ParseKeyValue(FormatKey(k))
 // returns k.
 func FormatKey(key string) (string, error) {
 	if key == "" || len(key) > spec.MaxKeyBytes {
 		return "", keyErrorf(KeyMalformed, "the key is %d bytes; want 1 to %d", len(key), spec.MaxKeyBytes)
+	}
+	if !isAlnum(key[0]) {
+		return "", keyErrorf(KeyMalformed, "the key starts with byte 0x%02x; keys start with a letter or digit", key[0])
 	}
 	var b strings.Builder
 	b.Grow(len(key) + 2)

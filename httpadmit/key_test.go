@@ -6,6 +6,8 @@ import (
 	"regexp"
 	"strings"
 	"testing"
+
+	"github.com/leasehold/leasehold/spec"
 )
 
 func TestParseKeyValue(t *testing.T) {
@@ -19,7 +21,7 @@ func TestParseKeyValue(t *testing.T) {
 		{"bare uuid", `8e03978e-40d5-43e8-bc93-6894a57f9324`, "8e03978e-40d5-43e8-bc93-6894a57f9324", 0},
 		{"escaped quote", `"a\"b"`, `a"b`, 0},
 		{"escaped backslash", `"a\\b"`, `a\b`, 0},
-		{"escapes only", `"\\\""`, `\"`, 0},
+		{"escapes at the end", `"k\\\""`, `k\"`, 0},
 		{"comma inside quotes", `"a,b"`, "a,b", 0},
 		{"semicolon inside quotes", `"a;b=1"`, "a;b=1", 0},
 		{"spaces around", " \t\"k-1\" \t", "k-1", 0},
@@ -28,6 +30,9 @@ func TestParseKeyValue(t *testing.T) {
 		{"255 bytes", `"` + long + `"`, long, 0},
 		{"255 bytes bare", long, long, 0},
 
+		{"starts with punctuation", `"-k"`, "", KeyMalformed},
+		{"starts with an escaped quote", `"\"k"`, "", KeyMalformed},
+		{"bare, starts with punctuation", `_k`, "", KeyMalformed},
 		{"empty", "", "", KeyMalformed},
 		{"only spaces", "   ", "", KeyMalformed},
 		{"empty quoted", `""`, "", KeyMalformed},
@@ -120,7 +125,7 @@ func TestFormatKey(t *testing.T) {
 			t.Errorf("ParseKeyValue(FormatKey(%q)) = %q, %v", tt.key, back, err)
 		}
 	}
-	for _, bad := range []string{"", "a b", strings.Repeat("k", 256), "a\x00"} {
+	for _, bad := range []string{"", "a b", strings.Repeat("k", 256), "a\x00", "-a"} {
 		if got, err := FormatKey(bad); err == nil {
 			t.Errorf("FormatKey(%q) = %q, nil; want an error", bad, got)
 		}
@@ -160,6 +165,12 @@ func FuzzParseKeyValue(f *testing.F) {
 					t.Fatalf("ParseKeyValue(%q) = %q: byte 0x%02x at %d", in, key, key[i], i)
 				}
 			}
+			// The store must accept every key the parser does: a key it
+			// refuses would be a 500, not the client's 400.
+			req := spec.CreateRunRequest{Tenant: "acme", Operation: "work", IdempotencyKey: key, RunID: "r1", Payload: []byte(`{}`)}
+			if _, err := spec.DefaultConfig().NormalizeCreate(req, 0); err != nil {
+				t.Fatalf("ParseKeyValue(%q) = %q, which the store refuses: %v", in, key, err)
+			}
 			formatted, ferr := FormatKey(key)
 			if ferr != nil {
 				t.Fatalf("FormatKey(%q) of an accepted key: %v", key, ferr)
@@ -174,7 +185,7 @@ func FuzzParseKeyValue(f *testing.F) {
 			if m != nil {
 				want = unescape.ReplaceAllString(m[1], "$1")
 			}
-			valid := m != nil && want != "" && len(want) <= 255 && !strings.Contains(want, " ")
+			valid := m != nil && want != "" && len(want) <= 255 && !strings.Contains(want, " ") && isAlnum(want[0])
 			if valid != (err == nil) || (valid && key != want) {
 				t.Fatalf("ParseKeyValue(%q) = %q, %v; the sf-string grammar says valid=%v, key %q", in, key, err, valid, want)
 			}

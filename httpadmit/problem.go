@@ -52,8 +52,8 @@ const (
 	TypeKeyMissing = typeBase + "TypeKeyMissing"
 	// TypeKeyMalformed (400, invalid_argument): the Idempotency-Key is not
 	// one quoted sf-string or bare key, or breaks the limits (1-255 bytes of
-	// printable ASCII, no spaces). The detail says which byte. See
-	// ParseKeyValue.
+	// printable ASCII, no spaces, the first a letter or digit). The detail
+	// says which byte. See ParseKeyValue.
 	TypeKeyMalformed = typeBase + "TypeKeyMalformed"
 	// TypeKeyDuplicate (400, invalid_argument): the request carries more
 	// than one Idempotency-Key (two header lines or a list). Send one.
