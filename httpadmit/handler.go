@@ -168,8 +168,10 @@ func currentView(run spec.Run) RunView {
 // past MaxBodyBytes) and turned into the payload (400). Then CreateRun:
 // a new run is 201 with Location and the run as admitted; a replay is the
 // same 201 and body, plus "Idempotent-Replayed: true"; the key with another
-// payload is 422; unavailable and unknown_outcome are 503 with Retry-After.
-// Every error is an application/problem+json Problem.
+// payload is 422; a proposed run id that is taken is 409 (already_exists);
+// unavailable and unknown_outcome are 503 with Retry-After; anything else
+// the store returns is 500. Every error is an application/problem+json
+// Problem.
 func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	tenant, ok := h.authenticate(w, r)
 	if !ok {
