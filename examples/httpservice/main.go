@@ -1,17 +1,29 @@
 // Command httpservice is a small HTTP service on leasehold: it accepts
 // orders idempotently and charges them with a worker.
 //
-//	go run ./examples/httpservice -addr :8080
-//	curl -i -X POST localhost:8080/orders -H 'Idempotency-Key: order-1' -d '{"amount":1200,"currency":"EUR"}'
-//	curl -i localhost:8080/orders/<run_id>
+//	HTTPSERVICE_API_KEYS='sk_test_shop_0123456789=shop' go run ./examples/httpservice -addr localhost:8080
+//	curl -i -X POST localhost:8080/orders -H 'Authorization: Bearer sk_test_shop_0123456789' \
+//	     -H 'Idempotency-Key: "order-1"' -d '{"amount":1200,"currency":"EUR"}'
+//	curl -i localhost:8080/orders/<run_id> -H 'Authorization: Bearer sk_test_shop_0123456789'
 //
-// POST /orders admits the order as a run (Store.CreateRun): the same
-// Idempotency-Key with the same body returns the original run (200, replayed
-// true) however often the client retries; the same key with another body is
-// 409 idempotency_conflict. A worker (package worker) runs each order once
-// per attempt and charges it through the effect ledger (Job.Effect), so a
-// crash, a lost lease or a retry never charges twice. SIGINT or SIGTERM
-// shuts the server and the worker down gracefully.
+// The HTTP edge is package httpadmit. POST /orders admits the order as a run
+// (Store.CreateRun) for the tenant of the caller's API key: 201 with
+// Location; the same Idempotency-Key with the same order returns the
+// original 201 and body again, marked "Idempotent-Replayed: true", however
+// often the client retries; the same key with another order is 422; a retry
+// while the first request is still being admitted is 409; errors are
+// application/problem+json naming the field at fault. GET /orders/{id}
+// shows the run as it is now, to its own tenant only (another tenant's run
+// is 404). The key is the draft's quoted form ("order-1") or bare (order-1).
+//
+// API keys come from -api-keys or, when that is empty, HTTPSERVICE_API_KEYS:
+// comma-separated key=tenant pairs (keys of at least 16 characters); the
+// worker serves every tenant named there.
+//
+// A worker (package worker) runs each order once per attempt and charges it
+// through the effect ledger (Job.Effect), so a crash, a lost lease or a
+// retry never charges twice. SIGINT or SIGTERM shuts the server and the
+// worker down gracefully.
 //
 // The store is SQLite (a file; -db); the same code runs on PostgreSQL with
 // postgres.Open, where the worker also wakes on LISTEN/NOTIFY.
@@ -25,24 +37,23 @@ import (
 	"errors"
 	"flag"
 	"fmt"
-	"io"
 	"log/slog"
+	"maps"
 	"net/http"
 	"os"
 	"os/signal"
 	"path/filepath"
+	"slices"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
 
+	"github.com/leasehold/leasehold/httpadmit"
 	"github.com/leasehold/leasehold/impl/sqlite"
 	"github.com/leasehold/leasehold/spec"
 	"github.com/leasehold/leasehold/worker"
 )
-
-// tenant is this example's only tenant; a real service takes it from the
-// authenticated caller, so that keys never cross tenants.
-const tenant = "shop"
 
 // operation is the run operation of an order.
 const operation = "charge_order"
@@ -56,103 +67,66 @@ func Config() spec.Config {
 	return cfg
 }
 
-// Service is the HTTP edge.
+// Service is the HTTP edge: httpadmit's handlers for charge_order.
 type Service struct {
 	Store spec.Store
+	// Auth decides each request's tenant (httpadmit.NewAPIKeys in main).
+	Auth   httpadmit.Authenticator
+	Logger *slog.Logger
 }
 
-// Routes returns the service's handler.
-func (s *Service) Routes() http.Handler {
-	mux := http.NewServeMux()
-	mux.HandleFunc("POST /orders", s.createOrder)
-	mux.HandleFunc("GET /orders/{id}", s.getOrder)
-	return mux
-}
-
-// orderView is what the API shows of a run. It never echoes the idempotency key.
-type orderView struct {
-	RunID     string          `json:"run_id"`
-	State     spec.RunState   `json:"state"`
-	Replayed  bool            `json:"replayed,omitempty"`
-	Result    json.RawMessage `json:"result,omitempty"`
-	ErrorCode string          `json:"error_code,omitempty"`
-}
-
-func view(run spec.Run) orderView {
-	v := orderView{RunID: run.ID, State: run.State, ErrorCode: run.ErrorCode}
-	if run.Result != "" {
-		v.Result = json.RawMessage(run.Result)
-	}
-	return v
-}
-
-func (s *Service) createOrder(w http.ResponseWriter, r *http.Request) {
-	key := r.Header.Get("Idempotency-Key")
-	if key == "" {
-		writeError(w, http.StatusBadRequest, "missing_idempotency_key", "send an Idempotency-Key header; retry with the same key")
-		return
-	}
-	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, spec.MaxPayloadBytes))
+// Routes returns the service's handler: POST /orders admits an order, GET
+// /orders/{id} shows one.
+func (s *Service) Routes() (http.Handler, error) {
+	h, err := httpadmit.New(httpadmit.Config{Store: s.Store, Operation: operation, Auth: s.Auth,
+		Payload: orderPayload, RunID: newRunID, Logger: s.Logger})
 	if err != nil {
-		writeError(w, http.StatusRequestEntityTooLarge, "payload_too_large", "the order is over 64 KiB")
-		return
+		return nil, err
 	}
-	// A fresh id per request: a replayed request returns the original run
-	// whatever id it proposes.
-	res, err := s.Store.CreateRun(r.Context(), spec.CreateRunRequest{Tenant: tenant, Operation: operation,
-		IdempotencyKey: key, RunID: newRunID(), Payload: body})
-	switch spec.CodeOf(err) {
-	case "":
-	case spec.CodeIdempotencyConflict:
-		writeError(w, http.StatusConflict, string(spec.CodeIdempotencyConflict), "this Idempotency-Key was used for a different order; use a new key")
-		return
-	case spec.CodeInvalidArgument:
-		writeError(w, http.StatusBadRequest, string(spec.CodeInvalidArgument), "the order or the key is not valid")
-		return
-	case spec.CodeUnavailable, spec.CodeUnknownOutcome:
-		w.Header().Set("Retry-After", "1")
-		writeError(w, http.StatusServiceUnavailable, string(spec.CodeOf(err)), "retry with the same Idempotency-Key")
-		return
-	default:
-		writeError(w, http.StatusInternalServerError, string(spec.CodeOf(err)), "")
-		return
-	}
-	v := view(res.Run)
-	v.Replayed = res.Replayed
-	w.Header().Set("Location", "/orders/"+res.Run.ID)
-	status := http.StatusAccepted
-	if res.Replayed {
-		status = http.StatusOK
-	}
-	writeJSON(w, status, v)
+	mux := http.NewServeMux()
+	mux.Handle("POST /orders", h)
+	mux.Handle("GET /orders/{id}", h.Status("id"))
+	return mux, nil
 }
 
-func (s *Service) getOrder(w http.ResponseWriter, r *http.Request) {
-	run, err := s.Store.GetRun(r.Context(), tenant, r.PathValue("id"))
-	switch spec.CodeOf(err) {
-	case "":
-		writeJSON(w, http.StatusOK, view(run))
-	case spec.CodeNotFound, spec.CodeInvalidArgument:
-		writeError(w, http.StatusNotFound, string(spec.CodeNotFound), "no such order")
-	default:
-		writeError(w, http.StatusServiceUnavailable, string(spec.CodeOf(err)), "")
+// orderPayload refuses an order the worker could never charge, naming the
+// field, before it becomes a run.
+func orderPayload(_ *http.Request, body []byte) ([]byte, error) {
+	var o order
+	if err := json.Unmarshal(body, &o); err != nil {
+		return nil, &httpadmit.FieldError{Field: "body", Detail: "send a JSON object {\"amount\": <cents>, \"currency\": \"EUR\"}"}
 	}
+	if o.Amount <= 0 {
+		return nil, &httpadmit.FieldError{Field: "/amount", Detail: "amount must be a positive number of cents"}
+	}
+	if len(o.Currency) != 3 {
+		return nil, &httpadmit.FieldError{Field: "/currency", Detail: "currency must be a 3-letter ISO 4217 code"}
+	}
+	return body, nil
 }
 
-func writeJSON(w http.ResponseWriter, status int, v any) {
-	w.Header().Set("Content-Type", "application/json")
-	w.WriteHeader(status)
-	_ = json.NewEncoder(w).Encode(v)
-}
-
-func writeError(w http.ResponseWriter, status int, code, msg string) {
-	writeJSON(w, status, map[string]string{"error": code, "message": msg})
-}
-
-func newRunID() string {
+func newRunID(*http.Request) (string, error) {
 	var b [12]byte
-	_, _ = rand.Read(b[:])
-	return "ord_" + hex.EncodeToString(b[:])
+	if _, err := rand.Read(b[:]); err != nil {
+		return "", err
+	}
+	return "ord_" + hex.EncodeToString(b[:]), nil
+}
+
+// parseAPIKeys reads comma-separated key=tenant pairs.
+func parseAPIKeys(s string) (map[string]string, error) {
+	keys := map[string]string{}
+	for pair := range strings.SplitSeq(s, ",") {
+		key, tenant, ok := strings.Cut(strings.TrimSpace(pair), "=")
+		if !ok || key == "" || tenant == "" {
+			return nil, errors.New("API keys: want comma-separated key=tenant pairs, e.g. HTTPSERVICE_API_KEYS='sk_test_shop_0123456789=shop'")
+		}
+		if _, dup := keys[key]; dup {
+			return nil, fmt.Errorf("API keys: a key of tenant %q is listed twice", tenant)
+		}
+		keys[key] = tenant
+	}
+	return keys, nil
 }
 
 // order is the payload of a charge_order run.
@@ -223,15 +197,26 @@ func ChargeHandler(p *Payments) worker.Handler {
 func main() {
 	addr := flag.String("addr", "localhost:8080", "listen address")
 	db := flag.String("db", filepath.Join(os.TempDir(), "leasehold-httpservice.db"), "SQLite database file")
+	apiKeys := flag.String("api-keys", os.Getenv("HTTPSERVICE_API_KEYS"), "comma-separated key=tenant pairs (default $HTTPSERVICE_API_KEYS)")
 	flag.Parse()
 	log := slog.New(slog.NewTextHandler(os.Stderr, nil))
-	if err := run(*addr, *db, log); err != nil {
+	if err := run(*addr, *db, *apiKeys, log); err != nil {
 		log.Error("httpservice", "err", err)
 		os.Exit(1)
 	}
 }
 
-func run(addr, db string, log *slog.Logger) error {
+func run(addr, db, apiKeys string, log *slog.Logger) error {
+	keys, err := parseAPIKeys(apiKeys)
+	if err != nil {
+		return err
+	}
+	auth, err := httpadmit.NewAPIKeys(keys)
+	if err != nil {
+		return err
+	}
+	tenants := slices.Sorted(maps.Values(keys))
+	tenants = slices.Compact(tenants)
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	store, err := sqlite.Open(ctx, db, sqlite.Options{Config: Config()})
@@ -239,12 +224,16 @@ func run(addr, db string, log *slog.Logger) error {
 		return err
 	}
 	defer store.Close()
-	w, err := worker.New(worker.Config{Store: store, Tenants: []string{tenant}, Handler: ChargeHandler(&Payments{}),
+	w, err := worker.New(worker.Config{Store: store, Tenants: tenants, Handler: ChargeHandler(&Payments{}),
 		Concurrency: 4, Batch: worker.BatchPolicy{Size: 16}, Idle: 200 * time.Millisecond, Logger: log})
 	if err != nil {
 		return err
 	}
-	srv := &http.Server{Addr: addr, Handler: (&Service{Store: store}).Routes(), ReadHeaderTimeout: 5 * time.Second}
+	routes, err := (&Service{Store: store, Auth: auth, Logger: log}).Routes()
+	if err != nil {
+		return err
+	}
+	srv := &http.Server{Addr: addr, Handler: routes, ReadHeaderTimeout: 5 * time.Second}
 	done := make(chan error, 1)
 	go func() { done <- w.Run(ctx) }()
 	go func() {
@@ -253,7 +242,7 @@ func run(addr, db string, log *slog.Logger) error {
 		defer cancel()
 		_ = srv.Shutdown(shutdownCtx)
 	}()
-	log.Info("listening", "addr", addr, "db", db)
+	log.Info("listening", "addr", addr, "db", db, "tenants", tenants)
 	if err := srv.ListenAndServe(); err != nil && !errors.Is(err, http.ErrServerClosed) {
 		stop()
 		<-done
