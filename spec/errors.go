@@ -20,7 +20,8 @@ const (
 	// tenant, or the dead run was already replayed.
 	CodeAlreadyExists Code = "already_exists"
 	// CodeIdempotencyConflict: the idempotency key is live and bound to a
-	// different request fingerprint (HTTP 409 at an HTTP edge).
+	// different request fingerprint (HTTP 422 at an HTTP edge, as the IETF
+	// Idempotency-Key draft says; 409 is for a request still in flight).
 	CodeIdempotencyConflict Code = "idempotency_conflict"
 	// CodeLostLease: the caller's lease (owner, generation) is not the current,
 	// unexpired lease of the job. The caller must stop publishing.
