@@ -23,6 +23,7 @@ import (
 // fails this test. The failing case is kept under reports/failfiles with a
 // replay command (expected to fail: it reproduces the mutant's bug).
 func TestMutants(t *testing.T) {
+	longerSequences()
 	// Shrinking only shortens the report; cap it so five mutants stay quick.
 	if f := flag.Lookup("rapid.shrinktime"); f != nil && f.Value.String() == f.DefValue {
 		flag.Set("rapid.shrinktime", "5s")
@@ -62,6 +63,7 @@ func TestMutantReplay(t *testing.T) {
 		t.Skip("set LEASEHOLD_MUTANT and -rapid.failfile to replay a kept mutant failfile (leasehold replay does both)")
 	}
 	defer mutant.Set(name)()
+	longerSequences()
 	p := &Property{Factory: sqlitetest.Factory, Config: TestConfig()}
 	rapid.Check(t, p.Check(t))
 }

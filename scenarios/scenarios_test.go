@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"os"
+	"path"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -14,19 +15,9 @@ import (
 	"github.com/leasehold/leasehold/harness"
 	"github.com/leasehold/leasehold/impl/postgres/pgtest"
 	"github.com/leasehold/leasehold/impl/sqlite/sqlitetest"
-	"github.com/leasehold/leasehold/metrics"
 )
 
 func TestMain(m *testing.M) { pgtest.Main(m) }
-
-// knownStoreIssues lists scenarios a store is known to fail, keyed
-// "store/scenario", with the reason. They are expected to fail (and fail
-// quickly, under a short deadlock guard); when one passes, the test fails
-// so that the entry is removed. Each is reported to the store's owner.
-var knownStoreIssues = map[string]string{}
-
-// knownIssueTimeout is the deadlock guard for a scenario expected to hang.
-const knownIssueTimeout = 2 * time.Second
 
 // sqliteOpener opens the scenario's stores on a fresh SQLite file of t.
 func sqliteOpener(t testing.TB) Opener { return FromFactory(t, sqlitetest.Factory) }
@@ -36,22 +27,14 @@ func sqliteOpener(t testing.TB) Opener { return FromFactory(t, sqlitetest.Factor
 // fails instead under CI=true or LEASEHOLD_REQUIRE_PG=1.
 func postgresOpener(t testing.TB) Opener { return FromFactory(t, pgtest.Factory) }
 
-// loadAll loads every scenario file; a file that does not load fails t.
+// loadAll returns the corpus; a file that does not load fails t.
 func loadAll(t testing.TB) []*Scenario {
 	t.Helper()
-	paths, err := filepath.Glob(filepath.Join("testdata", "*.json"))
-	if err != nil || len(paths) == 0 {
-		t.Fatalf("no scenario files under testdata/ (%v)", err)
+	corpus, err := Corpus()
+	if err != nil {
+		t.Fatal(err)
 	}
-	var out []*Scenario
-	for _, p := range paths {
-		sc, err := Load(p)
-		if err != nil {
-			t.Fatalf("load: %v", err)
-		}
-		out = append(out, sc)
-	}
-	return out
+	return corpus
 }
 
 func report(res *Result) string {
@@ -60,38 +43,13 @@ func report(res *Result) string {
 	return b.String()
 }
 
-func runAll(t *testing.T, store string, opener func(testing.TB) Opener) {
-	var steps, failed int64
-	for _, sc := range loadAll(t) {
-		t.Run(sc.Name, func(t *testing.T) {
-			if why, known := knownStoreIssues[store+"/"+sc.Name]; known {
-				res := RunTimeout(context.Background(), sc, opener(t), knownIssueTimeout)
-				if res.OK() {
-					t.Fatalf("%s/%s passes now; remove it from knownStoreIssues (%s)", store, sc.Name, why)
-				}
-				t.Logf("KNOWN STORE ISSUE, expected to fail: %s\n%s", why, report(res))
-				return
-			}
-			res := Run(context.Background(), sc, opener(t))
-			steps += int64(len(res.Steps))
-			if !res.OK() {
-				failed++
-				t.Errorf("scenario %s (%s) does not pass on %s:\n%s", sc.Name, sc.File, store, report(res))
-				return
-			}
-			t.Logf("%s\n%s", sc.Description, report(res))
-		})
-	}
-	metrics.Report(t, metrics.Line{Check: "scenarios", Store: store, Operations: steps, Violations: failed})
-}
-
 // TestScenariosSQLite plays every scenario file on the SQLite store.
-func TestScenariosSQLite(t *testing.T) { runAll(t, "sqlite", sqliteOpener) }
+func TestScenariosSQLite(t *testing.T) { RunCorpus(t, "sqlite", sqliteOpener) }
 
 // TestScenariosPostgres plays every scenario file on the PostgreSQL store.
 func TestScenariosPostgres(t *testing.T) {
 	pgtest.DSN(t) // skip (or fail under CI) once, loudly, before the subtests
-	runAll(t, "postgres", postgresOpener)
+	RunCorpus(t, "postgres", postgresOpener)
 }
 
 // scenarioRaces are the races the corpus must exercise between them.
@@ -112,7 +70,7 @@ func TestScenarioCoverage(t *testing.T) {
 	byName := map[string]*Scenario{}
 	used := map[harness.Race]bool{}
 	for _, sc := range loadAll(t) {
-		if filepath.Base(sc.File) != sc.Name+".json" {
+		if path.Base(sc.File) != sc.Name+".json" {
 			t.Errorf("%s: the file should be named after the scenario, %s.json", sc.File, sc.Name)
 		}
 		byName[sc.Name] = sc
