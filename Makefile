@@ -2,20 +2,24 @@
 # PostgreSQL suites use LEASEHOLD_PG_DSN (or DATABASE_URL), else testcontainers
 # when Docker answers; `make verify` and CI=true make a missing database a failure.
 
+SHELL     := /bin/bash
 GO        ?= go
 PKGS      ?= ./...
 BUDGET    ?= 5m
 FUZZTIME  ?= 10s
-REPORTS   ?= reports
+# Runs write to reports/latest (not committed); `make evidence` rewrites the
+# committed reports/verify.{json,md}.
+REPORTS   ?= reports/latest
 TESTFLAGS ?=
 
-.PHONY: all test test-race verify replay demo fmt lint fuzz bench clean
+.PHONY: all test test-race verify evidence replay demo fmt lint fuzz bench clean
 
 all: test
 
-## test: every unit, conformance, model and property test (short budgets)
+## test: every unit, conformance, model and property test (short budgets);
+## ends with passed / failed / skipped per store (leasehold testsum)
 test:
-	$(GO) test -count=1 $(TESTFLAGS) $(PKGS)
+	set -o pipefail; $(GO) test -json -count=1 $(TESTFLAGS) $(PKGS) | $(GO) run ./cmd/leasehold testsum
 
 ## test-race: the same under the race detector
 test-race:
@@ -25,9 +29,13 @@ test-race:
 verify:
 	LEASEHOLD_REQUIRE_PG=1 $(GO) run ./cmd/leasehold verify --budget $(BUDGET) --reports $(REPORTS)
 
-## replay: replay every kept failing seed under $(REPORTS)/failfiles (or FILE=path)
+## evidence: verify, writing the committed reports/verify.{json,md}
+evidence:
+	LEASEHOLD_REQUIRE_PG=1 $(GO) run ./cmd/leasehold verify --budget $(BUDGET) --reports reports
+
+## replay: replay every kept failing seed under reports/failfiles (or FILE=path)
 replay:
-	$(GO) run ./cmd/leasehold replay --reports $(REPORTS) $(FILE)
+	$(GO) run ./cmd/leasehold replay $(FILE)
 
 ## demo: the companion example on a fresh SQLite file
 demo:
@@ -51,11 +59,12 @@ lint:
 	$(GO) vet ./...
 	$(GO) vet -tags leasehold_mutants ./...
 
-## bench: leasehold against River and the database's ceiling (reports/bench.*);
-## BENCHFLAGS=--quick for the under-3-minutes run (PostgreSQL: LEASEHOLD_PG_DSN)
+## bench: leasehold against River and the database's ceiling ($(REPORTS)/bench.*;
+## REPORTS=reports for the committed evidence); BENCHFLAGS=--quick for the
+## under-3-minutes run (PostgreSQL: LEASEHOLD_PG_DSN)
 BENCHFLAGS ?=
 bench:
 	$(GO) run ./cmd/leasehold bench --reports $(REPORTS) $(BENCHFLAGS)
 
 clean:
-	rm -rf $(REPORTS)/tmp
+	rm -rf reports/latest reports/tmp

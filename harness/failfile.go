@@ -21,9 +21,10 @@ import (
 
 // Kept describes one kept failfile; it is the sidecar's content.
 type Kept struct {
-	File    string            `json:"file"`    // path relative to the repository root
-	Package string            `json:"package"` // for go test, e.g. ./harness
-	Test    string            `json:"test"`    // top-level test name
+	File    string            `json:"file"`            // path relative to the repository root
+	Package string            `json:"package"`         // for go test, e.g. ./harness
+	Test    string            `json:"test"`            // top-level test name
+	Store   string            `json:"store,omitempty"` // the store it ran on: a postgres failfile needs a server to replay
 	Tags    string            `json:"tags,omitempty"`
 	Env     map[string]string `json:"env,omitempty"`
 	Seed    string            `json:"seed"`
@@ -53,7 +54,9 @@ func RepoRoot() (string, error) {
 	}
 }
 
-// ReportsDir is LEASEHOLD_REPORTS, else <repo>/reports.
+// ReportsDir is where a run writes what it found (a failing history's
+// report): LEASEHOLD_REPORTS (leasehold verify sets it), else
+// <repo>/reports/latest, which is not committed.
 func ReportsDir() (string, error) {
 	if d := os.Getenv("LEASEHOLD_REPORTS"); d != "" {
 		return d, nil
@@ -62,7 +65,18 @@ func ReportsDir() (string, error) {
 	if err != nil {
 		return "", err
 	}
-	return filepath.Join(root, "reports"), nil
+	return filepath.Join(root, "reports", "latest"), nil
+}
+
+// FailfilesDir is where failing seeds are kept: <repo>/reports/failfiles,
+// committed with the rest of the evidence, so that every clone replays them
+// (make replay).
+func FailfilesDir() (string, error) {
+	root, err := RepoRoot()
+	if err != nil {
+		return "", err
+	}
+	return filepath.Join(root, "reports", "failfiles"), nil
 }
 
 // KeepFailfile finds the newest failfile rapid wrote for testName since
@@ -96,11 +110,11 @@ func KeepFailfile(testName string, since time.Time, k Kept) (Kept, error) {
 	if err != nil {
 		return k, err
 	}
-	reports, err := ReportsDir()
+	failfiles, err := FailfilesDir()
 	if err != nil {
 		return k, err
 	}
-	dir := filepath.Join(reports, "failfiles", safe)
+	dir := filepath.Join(failfiles, safe)
 	if move {
 		os.Remove(newest)
 		os.Remove(filepath.Dir(newest)) // only if empty

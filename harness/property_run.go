@@ -30,7 +30,7 @@ func RunProperty(t *testing.T, store string, f storetest.Factory) {
 		if !t.Failed() {
 			return
 		}
-		k, err := KeepFailfile(t.Name(), start, Kept{Test: t.Name(), Expect: "pass"})
+		k, err := KeepFailfile(t.Name(), start, Kept{Test: t.Name(), Store: store, Expect: "pass"})
 		if err != nil {
 			t.Logf("could not keep the failfile: %v", err)
 			return

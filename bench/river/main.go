@@ -16,14 +16,12 @@ package main
 
 import (
 	"context"
-	"flag"
 	"fmt"
 	"log/slog"
 	"os"
 	"os/signal"
 	"runtime/debug"
 	"strconv"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -47,49 +45,12 @@ func main() {
 }
 
 func run(ctx context.Context, args []string) error {
-	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
-	var o bench.Options
-	reports := fs.String("reports", "reports", "directory for bench.json and bench.md")
-	defaultDSN := os.Getenv("LEASEHOLD_PG_DSN")
-	if defaultDSN == "" {
-		defaultDSN = os.Getenv("DATABASE_URL")
-	}
-	if defaultDSN == "" {
-		defaultDSN = "postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable"
-	}
-	fs.StringVar(&o.DSN, "dsn", defaultDSN, "PostgreSQL server (the benchmark creates and drops its databases "+bench.DBLeasehold+" and "+bench.DBPeer+" there)")
-	fs.BoolVar(&o.Quick, "quick", false, "quick mode: under 3 minutes on 2 cores, every ratio measured")
-	fs.IntVar(&o.N, "n", 0, "jobs per throughput run (default: quick 5000, full 100000)")
-	fs.IntVar(&o.Workers, "workers", 0, "W: handler goroutines (leasehold workers, River MaxWorkers) (default 100)")
-	fs.IntVar(&o.Conns, "conns", 0, "C: connections per client (default 16)")
-	fs.IntVar(&o.ClaimBatch, "claim-batch", 0, "most jobs per batch claim (default 100)")
-	fs.IntVar(&o.Producers, "producers", 0, "goroutines making batch claims (default 1, River's one producer per queue)")
-	fs.IntVar(&o.CompleteBatch, "complete-batch", 0, "most completions per CompleteBatch (default 1000)")
-	fs.IntVar(&o.Completers, "completers", 0, "goroutines sending batched completions (default 1, River's one batch completer)")
-	depths := fs.String("depths", "", "comma-separated queue depths (default 1000,100000,1000000)")
-	fs.IntVar(&o.DepthSamples, "samples", 0, "timed claims per depth phase (default: quick 300, full 2000)")
-	fs.StringVar(&o.ProfileDir, "profile", "", "write a CPU profile of each leasehold drain to this directory")
-	fs.BoolVar(&o.SkipSQLite, "no-sqlite", false, "leave the SQLite store out")
-	variants := fs.String("variants", "", "only these PostgreSQL drains (comma-separated keys: single,single_batchcomplete,batch,batch_batchcomplete)")
-	fs.BoolVar(&o.SkipDepth, "no-depth", false, "leave the depth measurement out")
-	noPeer := fs.Bool("no-peer", false, "leave River out (its ratios stay empty)")
-	fs.StringVar(&o.RepoDir, "repo", "../..", "the leasehold repository, for the commit in the report")
-	if err := fs.Parse(args); err != nil {
+	c := bench.NewCommandLine("reports")
+	if err := c.Parse(args); err != nil {
 		return err
 	}
-	if *depths != "" {
-		for _, f := range strings.Split(*depths, ",") {
-			n, err := strconv.Atoi(strings.TrimSpace(f))
-			if err != nil || n < 100 {
-				return fmt.Errorf("--depths: %q is not a depth of at least 100", f)
-			}
-			o.Depths = append(o.Depths, n)
-		}
-	}
-	if *variants != "" {
-		o.Variants = strings.Split(*variants, ",")
-	}
-	if !*noPeer {
+	o := c.Options
+	if !c.NoPeer {
 		o.Peer = &riverPeer{}
 	}
 	o.Log = os.Stderr
@@ -97,10 +58,10 @@ func run(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
-	if err := r.Write(*reports); err != nil {
+	if err := r.Write(c.Reports); err != nil {
 		return err
 	}
-	fmt.Fprintf(os.Stderr, "bench: wrote %s/bench.json and %s/bench.md in %.0f s\n", *reports, *reports, r.ElapsedSec)
+	fmt.Fprintf(os.Stderr, "bench: wrote %s/bench.json and %s/bench.md in %.0f s\n", c.Reports, c.Reports, r.ElapsedSec)
 	for _, x := range r.Ratios {
 		fmt.Printf("%-70s %s\n", x.Name, ratioText(x))
 	}

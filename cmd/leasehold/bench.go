@@ -3,17 +3,50 @@ package main
 import (
 	"context"
 	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
+
+	"github.com/leasehold/leasehold/bench"
 )
 
 // benchModule is the benchmark program's directory, relative to the
 // repository root.
 const benchModule = "bench/river"
+
+var benchCommand = &command{
+	name:    "bench",
+	summary: "leasehold against River and the database's commit ceiling (PostgreSQL)",
+	usage:   "bench [--quick] [flags]",
+	help: `Measures leasehold against River and against the database's own commit ceiling, and writes
+bench.json and bench.md (package bench documents what is measured). The benchmark program is the
+separate module bench/river (it imports River); flags are checked here first, so a usage error or
+-h needs neither River nor a database.`,
+	env: pgEnv,
+	flags: func(fs *flag.FlagSet, o *streams) func(context.Context, []string) error {
+		c := bench.NewCommandLine(filepath.Join("reports", "latest"))
+		c.Flags.VisitAll(func(f *flag.Flag) { fs.Var(f.Value, f.Name, f.Usage) })
+		return func(ctx context.Context, args []string) error {
+			if err := noArgs(args); err != nil {
+				return err
+			}
+			if err := c.Parse(nil); err != nil { // the derived options (depths, variants)
+				return usagef("%v", err)
+			}
+			var pass []string
+			fs.Visit(func(f *flag.Flag) { pass = append(pass, "--"+f.Name+"="+f.Value.String()) })
+			if !slices.ContainsFunc(pass, func(a string) bool { return strings.HasPrefix(a, "--reports=") }) {
+				pass = append(pass, "--reports="+c.Reports)
+			}
+			return benchCmd(ctx, o.out, o.err, pass)
+		}
+	},
+}
 
 // benchCmd runs `leasehold bench`: leasehold against River and against the
 // database's own commit ceiling, writing reports/bench.json and

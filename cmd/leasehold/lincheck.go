@@ -1,6 +1,8 @@
 package main
 
 import (
+	"context"
+	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -9,6 +11,25 @@ import (
 	"github.com/leasehold/leasehold/harness"
 	"github.com/leasehold/leasehold/model"
 )
+
+var lincheckCommand = &command{
+	name:    "lincheck",
+	summary: "re-check a recorded history (history.json of a report) with the linearizability and accounting checks",
+	usage:   "lincheck [--timeout D] history.json",
+	help: `Re-checks a history file as the harness wrote it (reports/latest/lin/<run>/history.json; the
+format is harness.HistoryFile, documented in docs/PORTING.md): porcupine against the model, then the
+accounting. A file that is not a history, has an unknown field or operation, an incomplete entry or
+no entries at all is an error, never Ok. Exit status 1 on any violation.`,
+	flags: func(fs *flag.FlagSet, o *streams) func(context.Context, []string) error {
+		timeout := fs.Duration("timeout", 5*time.Minute, "checker time limit (a timeout is a failure)")
+		return func(_ context.Context, args []string) error {
+			if len(args) != 1 {
+				return usagef("give exactly one history file")
+			}
+			return lincheck(o.out, args[0], *timeout)
+		}
+	},
+}
 
 // lincheck re-checks a recorded history (history.json from a report) with the
 // same layered checks the harness ran: linearizability against the model,

@@ -1,85 +1,202 @@
 // Command leasehold runs leasehold's demo, checks and tools.
 //
-//	leasehold demo [--dir DIR]     the companion example on a fresh SQLite file
-//	leasehold verify [--budget D]  every check on SQLite (and PostgreSQL when configured)
-//	leasehold replay [FILE...]     replay kept failing seeds (reports/failfiles)
-//	leasehold lincheck FILE        re-check a recorded history (reports/lin/.../history.json)
-//	leasehold scenario run FILE... play race scenarios against a store
-//	leasehold bench [--quick]      leasehold vs River vs the commit ceiling
+//	leasehold verify [--store S] [--budget D]  every check (the main job)
+//	leasehold demo [--dir DIR]                 the companion example on a fresh SQLite file
+//	leasehold replay [FILE...]                 replay kept failing seeds (reports/failfiles)
+//	leasehold lincheck FILE                    re-check a recorded history
+//	leasehold scenario run FILE|DIR...         play race scenarios against a store
+//	leasehold bench [--quick]                  leasehold vs River vs the commit ceiling
+//	leasehold testsum                          summarize `go test -json` (make test)
+//	leasehold help [COMMAND]                   this help, or a command's
+//
+// Exit status: 0 on success, 1 when the command ran and failed (or could not
+// complete), 2 on a usage error. -h prints a command's help and exits 0.
 package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"os"
 	"os/signal"
-	"time"
+	"strings"
 )
 
-const usage = `usage: leasehold <command> [flags]
+// command is one subcommand.
+type command struct {
+	name    string
+	summary string
+	// usage is the synopsis line after "usage: leasehold ".
+	usage string
+	// help says what the command does, after the synopsis.
+	help string
+	// env lists the environment variables it reads, each with its meaning.
+	env []string
+	// flags defines the command's flags on fs and returns the function that
+	// runs it with the positional arguments.
+	flags func(fs *flag.FlagSet, o *streams) func(ctx context.Context, args []string) error
+}
 
-commands:
-  demo      run the durable-job example on a fresh SQLite file
-  verify    run every check (conformance, model exploration, property, linearizability,
-            scenarios, mutants) on SQLite, and on PostgreSQL when LEASEHOLD_PG_DSN is set;
-            writes reports/verify.json and reports/verify.md
-  replay    replay every kept failfile under reports/failfiles (or the files given)
-  lincheck  re-check a recorded history.json with the linearizability and accounting checks
-  scenario  run FILE... --store sqlite|postgres: play race scenarios (scenarios/testdata)
-  bench     [--quick] leasehold against River and the database's commit ceiling (needs PostgreSQL:
-            LEASEHOLD_PG_DSN or --dsn); writes reports/bench.json and reports/bench.md
-`
+// streams is where a command writes.
+type streams struct {
+	out, err io.Writer
+}
+
+// usageError is a command line the command cannot run: exit status 2.
+type usageError struct{ msg string }
+
+func (e usageError) Error() string { return e.msg }
+
+func usagef(format string, args ...any) error { return usageError{fmt.Sprintf(format, args...)} }
+
+var pgEnv = []string{
+	"LEASEHOLD_PG_DSN   the PostgreSQL server, e.g. postgres://postgres@127.0.0.1:5432/test?sslmode=disable",
+	"DATABASE_URL       used when LEASEHOLD_PG_DSN is unset",
+}
+
+// commands is every subcommand, in help order.
+var commands []*command
+
+func init() {
+	commands = []*command{verifyCommand, demoCommand, replayCommand, lincheckCommand, scenarioCommand, benchCommand, testsumCommand}
+}
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 	defer stop()
-	if len(os.Args) < 2 {
-		fmt.Fprint(os.Stderr, usage)
-		os.Exit(2)
+	os.Exit(run(ctx, os.Args[1:], os.Stdout, os.Stderr))
+}
+
+// run runs one command line and returns the exit status.
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	if len(args) == 0 {
+		writeHelp(stderr)
+		return 2
 	}
-	var err error
-	switch cmd, args := os.Args[1], os.Args[2:]; cmd {
-	case "demo":
-		fs := flag.NewFlagSet("demo", flag.ExitOnError)
-		dir := fs.String("dir", "", "directory for demo.db (default: a temporary directory, removed afterwards)")
-		fs.Parse(args)
-		err = demo(ctx, os.Stdout, *dir)
-	case "verify":
-		fs := flag.NewFlagSet("verify", flag.ExitOnError)
-		budget := fs.Duration("budget", 5*time.Minute, "total time budget, shared among the checks (deeper runs: 30m)")
-		reports := fs.String("reports", "reports", "directory for verify.json and verify.md")
-		only := fs.String("only", "", "run only the checks whose name/store contains this")
-		fs.Parse(args)
-		err = verify(ctx, verifyOptions{budget: *budget, reports: *reports, only: *only,
-			requirePG: os.Getenv("LEASEHOLD_REQUIRE_PG") == "1" || os.Getenv("CI") == "true", out: os.Stdout})
-	case "lincheck":
-		fs := flag.NewFlagSet("lincheck", flag.ExitOnError)
-		timeout := fs.Duration("timeout", 5*time.Minute, "checker time limit (a timeout is a failure)")
-		fs.Parse(args)
-		if fs.NArg() != 1 {
-			fmt.Fprintln(os.Stderr, "usage: leasehold lincheck [--timeout D] history.json")
-			os.Exit(2)
+	name, rest := args[0], args[1:]
+	switch name {
+	case "help", "-h", "-help", "--help":
+		if len(rest) == 0 {
+			writeHelp(stdout)
+			return 0
 		}
-		err = lincheck(os.Stdout, fs.Arg(0), *timeout)
-	case "replay":
-		fs := flag.NewFlagSet("replay", flag.ExitOnError)
-		reports := fs.String("reports", "reports", "directory holding failfiles/")
-		fs.Parse(args)
-		err = replay(ctx, os.Stdout, *reports, fs.Args())
-	case "scenario":
-		err = scenarioCmd(ctx, os.Stdout, args)
-	case "bench":
-		err = benchCmd(ctx, os.Stdout, os.Stderr, args)
-	case "help", "-h", "--help":
-		fmt.Print(usage)
-		return
+		if c := find(rest[0]); c != nil {
+			writeCommandHelp(stdout, c, nil)
+			return 0
+		}
+		fmt.Fprintf(stderr, "leasehold help: unknown command %q (commands: %s)\n", rest[0], names())
+		return 2
+	}
+	c := find(name)
+	if c == nil {
+		fmt.Fprintf(stderr, "leasehold: unknown command %q (commands: %s); run leasehold help\n", name, names())
+		return 2
+	}
+	fs := flag.NewFlagSet(c.name, flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	runFn := c.flags(fs, &streams{out: stdout, err: stderr})
+	fs.Usage = func() {} // run prints the error and where to find the help
+	err := fs.Parse(rest)
+	switch {
+	case errors.Is(err, flag.ErrHelp):
+		writeCommandHelp(stdout, c, fs)
+		return 0
+	case err != nil:
+		fmt.Fprintf(stderr, "leasehold %s: %v\nrun leasehold help %s\n", c.name, err, c.name)
+		return 2
+	}
+	err = runFn(ctx, fs.Args())
+	var ue usageError
+	switch {
+	case err == nil:
+		return 0
+	case errors.As(err, &ue):
+		fmt.Fprintf(stderr, "leasehold %s: %v\nrun leasehold help %s\n", c.name, ue.msg, c.name)
+		return 2
 	default:
-		fmt.Fprintf(os.Stderr, "leasehold: unknown command %q\n\n%s", cmd, usage)
-		os.Exit(2)
+		fmt.Fprintf(stderr, "leasehold %s: %v\n", c.name, err)
+		return 1
 	}
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "leasehold:", err)
-		os.Exit(1)
+}
+
+func find(name string) *command {
+	for _, c := range commands {
+		if c.name == name {
+			return c
+		}
 	}
+	return nil
+}
+
+func names() string {
+	var n []string
+	for _, c := range commands {
+		n = append(n, c.name)
+	}
+	return strings.Join(n, ", ")
+}
+
+func writeHelp(w io.Writer) {
+	fmt.Fprint(w, "usage: leasehold <command> [flags] [arguments]\n\ncommands:\n")
+	for _, c := range commands {
+		fmt.Fprintf(w, "  %-9s %s\n", c.name, c.summary)
+	}
+	fmt.Fprint(w, "\nenvironment:\n")
+	for _, e := range pgEnv {
+		fmt.Fprintf(w, "  %s\n", e)
+	}
+	fmt.Fprint(w, "\nleasehold help COMMAND (or leasehold COMMAND -h) lists a command's flags and environment.\n"+
+		"Exit status: 0 success, 1 the command failed, 2 a usage error.\n")
+}
+
+// writeCommandHelp prints a command's synopsis, help, flags and
+// environment. fs is nil when the flags are not defined yet.
+func writeCommandHelp(w io.Writer, c *command, fs *flag.FlagSet) {
+	if fs == nil {
+		fs = flag.NewFlagSet(c.name, flag.ContinueOnError)
+		c.flags(fs, &streams{out: io.Discard, err: io.Discard})
+	}
+	fmt.Fprintf(w, "usage: leasehold %s\n\n%s\n", c.usage, strings.TrimSpace(c.help))
+	var any bool
+	fs.VisitAll(func(*flag.Flag) { any = true })
+	if any {
+		fmt.Fprint(w, "\nflags:\n")
+		fs.SetOutput(w)
+		fs.PrintDefaults()
+		fs.SetOutput(io.Discard)
+	}
+	if len(c.env) > 0 {
+		fmt.Fprint(w, "\nenvironment:\n")
+		for _, e := range c.env {
+			fmt.Fprintf(w, "  %s\n", e)
+		}
+	}
+}
+
+// noArgs refuses positional arguments for a command that takes none.
+func noArgs(args []string) error {
+	if len(args) > 0 {
+		return usagef("unexpected arguments %q", args)
+	}
+	return nil
+}
+
+var demoCommand = &command{
+	name:    "demo",
+	summary: "run the durable-job example on a fresh SQLite file",
+	usage:   "demo [--dir DIR]",
+	help: `Reproduces the seed's companion example: one request sent twice with different proposed run
+ids resolves to one run, which a worker claims at generation 1 and completes. It ends with
+"created + replayed; generation=1; status=completed; events=2".`,
+	flags: func(fs *flag.FlagSet, o *streams) func(context.Context, []string) error {
+		dir := fs.String("dir", "", "directory for demo.db (default: a temporary directory, removed afterwards)")
+		return func(ctx context.Context, args []string) error {
+			if err := noArgs(args); err != nil {
+				return err
+			}
+			return demo(ctx, o.out, *dir)
+		}
+	},
 }

@@ -3,18 +3,35 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 
 	"github.com/leasehold/leasehold/harness"
 )
 
+var replayCommand = &command{
+	name:    "replay",
+	summary: "replay every kept failing seed under reports/failfiles (or the files given)",
+	usage:   "replay [--reports DIR] [FILE.fail | FILE.fail.json ...]",
+	help: `Re-runs kept rapid failfiles. A regression ("expect": "pass") must pass; a mutant's failfile
+("expect": "fail") must still fail, proving it still reproduces the bug. A failfile of a
+PostgreSQL test cannot be replayed without a PostgreSQL server: it is reported as skipped and the
+run is incomplete (exit status 1), never ok.`,
+	env: pgEnv,
+	flags: func(fs *flag.FlagSet, o *streams) func(context.Context, []string) error {
+		reports := fs.String("reports", "reports", "directory holding failfiles/")
+		return func(ctx context.Context, args []string) error { return replay(ctx, o.out, *reports, args) }
+	},
+}
+
 // replay re-runs kept failfiles: every one under reports/failfiles, or the
-// one given. A regression ("expect": "pass") must pass; a mutant's failfile
-// ("expect": "fail") must still fail, proving it still reproduces the bug.
+// ones given (a failfile or its sidecar).
 func replay(ctx context.Context, out io.Writer, reports string, files []string) error {
 	var kept []harness.Kept
 	if len(files) == 0 {
@@ -28,6 +45,7 @@ func replay(ctx context.Context, out io.Writer, reports string, files []string) 
 		}
 	}
 	for _, f := range files {
+		f = strings.TrimSuffix(f, ".json")
 		body, err := os.ReadFile(f + ".json")
 		if err != nil {
 			return fmt.Errorf("%s has no sidecar %s.json saying how to replay it: %w", f, f, err)
@@ -38,8 +56,19 @@ func replay(ctx context.Context, out io.Writer, reports string, files []string) 
 		}
 		kept = append(kept, k)
 	}
-	bad := 0
+	bad, skipped := 0, 0
+	pgProblem := ""
+	if dsn := pgDSN(); dsn == "" {
+		pgProblem = "no PostgreSQL configured (set LEASEHOLD_PG_DSN)"
+	} else if err := probePostgres(ctx, dsn); err != nil {
+		pgProblem = fmt.Sprintf("PostgreSQL does not answer at %s: %v", redactDSN(dsn), err)
+	}
 	for _, k := range kept {
+		if (k.Store == "postgres" || strings.Contains(k.Test, "Postgres")) && pgProblem != "" {
+			skipped++
+			fmt.Fprintf(out, "%-32s seed %-20s expect %-4s -> SKIPPED: %s\n    %s\n", filepath.Base(k.File), k.Seed, k.Expect, pgProblem, k.Command)
+			continue
+		}
 		abs, err := filepath.Abs(k.File)
 		if err != nil {
 			return err
@@ -50,7 +79,8 @@ func replay(ctx context.Context, out io.Writer, reports string, files []string) 
 		}
 		args = append(args, k.Package, "-count=1", "-run", "^"+k.Test+"$", "-rapid.failfile="+abs)
 		cmd := exec.CommandContext(ctx, "go", args...)
-		cmd.Env = os.Environ()
+		// A PostgreSQL test must fail, not skip, when its server is missing.
+		cmd.Env = append(os.Environ(), "LEASEHOLD_REQUIRE_PG=1")
 		for name, v := range k.Env {
 			cmd.Env = append(cmd.Env, name+"="+v)
 		}
@@ -75,6 +105,10 @@ func replay(ctx context.Context, out io.Writer, reports string, files []string) 
 	}
 	if bad > 0 {
 		return fmt.Errorf("%d of %d kept failfiles did not replay as expected", bad, len(kept))
+	}
+	if skipped > 0 {
+		fmt.Fprintf(out, "INCOMPLETE: %d kept failfiles replayed as expected, %d skipped\n", len(kept)-skipped, skipped)
+		return errors.New("INCOMPLETE: some kept failfiles could not be replayed")
 	}
 	fmt.Fprintf(out, "%d kept failfiles replayed as expected\n", len(kept))
 	return nil

@@ -4,7 +4,6 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -18,57 +17,59 @@ import (
 	"github.com/leasehold/leasehold/scenarios"
 )
 
-const scenarioUsage = `usage: leasehold scenario run FILE|DIR... [--store sqlite|postgres] [--dsn DSN] [--timeout D]
-
-Plays each scenario file (a directory: every *.json in it) on a fresh database:
+var scenarioCommand = &command{
+	name:    "scenario",
+	summary: "play race scenario files (scenarios/testdata) against a store",
+	usage:   "scenario run FILE|DIR... [--store sqlite|postgres] [--dsn DSN] [--timeout D]",
+	help: `Plays each scenario file (a directory: every *.json in it) on a fresh database:
   sqlite    a new temporary database file, removed afterwards (the default)
-  postgres  a new schema in the database at --dsn (else LEASEHOLD_PG_DSN, else
-            DATABASE_URL), dropped afterwards
-Prints every step's outcome and a PASS or FAIL line per scenario, and exits
-non-zero if any scenario does not run as its file says. scenarios/FORMAT.md
-describes the files.
-`
+  postgres  a new schema in the database at --dsn, dropped afterwards
+Prints every step's outcome, the model's verdict on the run's history and a PASS or FAIL line per
+scenario; exits 1 if any scenario does not run as its file says or the model rejects it.
+scenarios/FORMAT.md describes the files. Flags may come before, between or after the files.`,
+	env: pgEnv,
+	flags: func(fs *flag.FlagSet, o *streams) func(context.Context, []string) error {
+		store := fs.String("store", "sqlite", "the store to play the scenarios on: sqlite or postgres")
+		dsn := fs.String("dsn", "", "PostgreSQL connection string (default: LEASEHOLD_PG_DSN, else DATABASE_URL)")
+		timeout := fs.Duration("timeout", 10*time.Second, "deadlock guard per scenario")
+		return func(ctx context.Context, args []string) error {
+			if len(args) == 0 || args[0] != "run" {
+				return usagef("the only subcommand is run: leasehold scenario run FILE|DIR...")
+			}
+			var paths []string
+			for rest := args[1:]; ; {
+				if err := fs.Parse(rest); err != nil {
+					return usagef("%v", err)
+				}
+				if rest = fs.Args(); len(rest) == 0 {
+					break
+				}
+				paths, rest = append(paths, rest[0]), rest[1:]
+			}
+			if len(paths) == 0 {
+				return usagef("give at least one scenario file or directory")
+			}
+			return scenarioRun(ctx, o.out, paths, *store, *dsn, *timeout)
+		}
+	},
+}
 
-// scenarioCmd implements `leasehold scenario run`.
-func scenarioCmd(ctx context.Context, out io.Writer, args []string) error {
-	if len(args) == 0 || args[0] != "run" {
-		fmt.Fprint(os.Stderr, scenarioUsage)
-		return errors.New("scenario: the only subcommand is run")
-	}
-	fs := flag.NewFlagSet("scenario run", flag.ContinueOnError)
-	fs.Usage = func() { fmt.Fprint(fs.Output(), scenarioUsage) }
-	store := fs.String("store", "sqlite", "the store to play the scenarios on: sqlite or postgres")
-	dsn := fs.String("dsn", "", "PostgreSQL connection string (default: LEASEHOLD_PG_DSN, else DATABASE_URL)")
-	timeout := fs.Duration("timeout", 10*time.Second, "deadlock guard per scenario")
-	// Flags may come before, between or after the files.
-	var paths []string
-	for rest := args[1:]; ; {
-		if err := fs.Parse(rest); err != nil {
-			return err
-		}
-		if rest = fs.Args(); len(rest) == 0 {
-			break
-		}
-		paths, rest = append(paths, rest[0]), rest[1:]
-	}
-	if len(paths) == 0 {
-		fmt.Fprint(os.Stderr, scenarioUsage)
-		return errors.New("scenario run: give at least one scenario file or directory")
-	}
+// scenarioRun implements leasehold scenario run.
+func scenarioRun(ctx context.Context, out io.Writer, paths []string, store, dsn string, timeout time.Duration) error {
 	var fresh func(sc *scenarios.Scenario) (scenarios.Opener, func(), error)
-	switch *store {
+	switch store {
 	case "sqlite":
 		fresh = freshSQLite
 	case "postgres":
-		if *dsn == "" {
-			*dsn = cmpOr(os.Getenv("LEASEHOLD_PG_DSN"), os.Getenv("DATABASE_URL"))
+		if dsn == "" {
+			dsn = pgDSN()
 		}
-		if *dsn == "" {
-			return errors.New("scenario run --store postgres: give --dsn or set LEASEHOLD_PG_DSN (e.g. postgres://postgres@127.0.0.1:5432/test?sslmode=disable)")
+		if dsn == "" {
+			return usagef("--store postgres: give --dsn or set LEASEHOLD_PG_DSN (e.g. postgres://postgres@127.0.0.1:5432/test?sslmode=disable)")
 		}
-		fresh = freshPostgres(ctx, *dsn)
+		fresh = freshPostgres(ctx, dsn)
 	default:
-		return fmt.Errorf("scenario run: --store %q: want sqlite or postgres", *store)
+		return usagef("--store %q: want sqlite or postgres", store)
 	}
 	files, err := scenarioFiles(paths)
 	if err != nil {
@@ -86,12 +87,12 @@ func scenarioCmd(ctx context.Context, out io.Writer, args []string) error {
 	}
 	var failed []string
 	for _, sc := range list {
-		fmt.Fprintf(out, "scenario %s (%s) on %s\n  %s\n", sc.Name, sc.File, *store, sc.Description)
+		fmt.Fprintf(out, "scenario %s (%s) on %s\n  %s\n", sc.Name, sc.File, store, sc.Description)
 		open, cleanup, err := fresh(sc)
 		if err != nil {
-			return fmt.Errorf("scenario %s: a fresh %s database: %w", sc.Name, *store, err)
+			return fmt.Errorf("scenario %s: a fresh %s database: %w", sc.Name, store, err)
 		}
-		res := scenarios.RunTimeout(ctx, sc, open, *timeout)
+		res := scenarios.RunTimeout(ctx, sc, open, timeout)
 		cleanup()
 		res.Report(out)
 		fmt.Fprintln(out)
@@ -103,10 +104,10 @@ func scenarioCmd(ctx context.Context, out io.Writer, args []string) error {
 		}
 	}
 	if len(failed) > 0 {
-		fmt.Fprintf(out, "FAIL: %d of %d scenarios on %s: %s\n", len(failed), len(list), *store, strings.Join(failed, ", "))
+		fmt.Fprintf(out, "FAIL: %d of %d scenarios on %s: %s\n", len(failed), len(list), store, strings.Join(failed, ", "))
 		return fmt.Errorf("%d scenario(s) did not run as their files say", len(failed))
 	}
-	fmt.Fprintf(out, "PASS: %d scenarios on %s\n", len(list), *store)
+	fmt.Fprintf(out, "PASS: %d scenarios on %s\n", len(list), store)
 	return nil
 }
 

@@ -4,26 +4,34 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
+	"errors"
+	"flag"
 	"fmt"
-	"io"
+	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
+	"slices"
 	"sort"
 	"strings"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+
 	"github.com/leasehold/leasehold/metrics"
 )
 
-// A check is one named verification on one store, run as `go test` with the
-// budget in the environment. Tests report their figures on a metrics line
-// (package metrics); verify sums them per check.
+// A check is one named verification on one store, run as `go test` of the
+// test functions it lists, with its share of the budget in the environment.
+// Tests report their figures on a metrics line (package metrics); verify sums
+// them per check. A listed test that does not exist fails the check: a check
+// can never silently run nothing.
 type check struct {
 	Name    string
-	Store   string // "sqlite", "postgres" or "model"
+	Store   string // "sqlite", "postgres", "sqlite+postgres", or "any" for store-independent checks
 	Package string
-	Run     string // -run pattern
+	Tests   []string
 	Tags    string
 	NeedsPG bool
 	Share   float64 // share of the budget
@@ -32,28 +40,57 @@ type check struct {
 	Fuzz []string
 }
 
-var checks = []check{
-	{Name: "conformance", Store: "sqlite", Package: "./impl/sqlite", Run: "^TestConformance$", Share: 0.03},
-	{Name: "conformance", Store: "postgres", Package: "./impl/postgres", Run: "^TestConformance$", NeedsPG: true, Share: 0.05},
-	{Name: "postgres-concurrency", Store: "postgres", Package: "./impl/postgres", Run: "^Test(SkipLocked|Claim|Plan|Fault)", NeedsPG: true, Share: 0.05},
-	{Name: "fuzz", Store: "spec", Package: "./spec", Fuzz: []string{"FuzzCanonicalize", "FuzzNormalizeCreate", "FuzzLeaseChecks"}, Share: 0.06},
-	{Name: "explore", Store: "model", Package: "./model", Run: "^TestExplore", Share: 0.12},
-	{Name: "rapid", Store: "sqlite", Package: "./harness", Run: "^TestPropertySQLite$", Share: 0.15},
-	{Name: "rapid", Store: "postgres", Package: "./harness", Run: "^TestPropertyPostgres$", NeedsPG: true, Share: 0.15},
-	{Name: "linearizability", Store: "sqlite", Package: "./harness", Run: "^TestLinearizableSQLite$", Share: 0.1},
-	{Name: "linearizability", Store: "postgres", Package: "./harness", Run: "^TestLinearizablePostgres$", NeedsPG: true, Share: 0.1},
-	{Name: "scenarios", Store: "sqlite", Package: "./scenarios", Run: "^TestScenariosSQLite$", Share: 0.02},
-	{Name: "scenarios", Store: "postgres", Package: "./scenarios", Run: "^TestScenariosPostgres$", NeedsPG: true, Share: 0.02},
-	{Name: "mutants", Store: "sqlite", Package: "./harness", Run: "^TestMutants", Tags: "leasehold_mutants", Share: 0.1},
-	{Name: "mutants-scenarios", Store: "sqlite+postgres", Package: "./scenarios", Run: "^(TestMutantsScenarios|TestModelJudgesBrokenExpectations)", Tags: "leasehold_mutants", NeedsPG: true, Share: 0.03},
+// postgresTests are the PostgreSQL store's own tests beside its conformance
+// run: concurrency (SKIP LOCKED, two pools, many claimers, admission),
+// faults, the in-transaction completion, notifications, migrations and
+// plans. TestVerifyCoversStoreTests holds the list to the package's tests.
+var postgresTests = []string{
+	"TestClassifyCommit", "TestTypedBeforeCommit", "TestCommitFailedWithoutResolution", "TestArgsRefuseMissingParameter",
+	"TestClaimStatementShowsThePredicate", "TestDatabaseClock", "TestClockReadAfterTheLock", "TestLockedRowIsSkippedNotWaitedFor",
+	"TestClaimRolledBackAfterLocking", "TestTwoPoolsSplitTheQueue", "TestManyClaimersManyJobs", "TestConcurrentAdmission",
+	"TestPurgeWaitsForAnAbortedAdmission", "TestBackendKilledBeforeCommit", "TestCommitAnswerLost", "TestLockWaitCutShort",
+	"TestDeadlockIsUnavailable", "TestCompleteTx", "TestListenDeliversCommittedChanges", "TestChannelNames", "TestDisableNotify",
+	"TestMigrateConcurrentlyAndAgain", "TestMigrateRefusesAnEditedMigration", "TestSchemasAreIsolated", "TestOpenRejectsBadOptions",
+	"TestMigrationMovesRunStateToJobRows", "TestPlansAtDepth", "TestBatchPlansAfterGrowth", "TestSweepStaleSchemas",
 }
+
+var checks = []check{
+	{Name: "conformance", Store: "sqlite", Package: "./impl/sqlite", Tests: []string{"TestConformance", "TestClaimPlanUsesIndex"}, Share: 0.03},
+	{Name: "conformance", Store: "postgres", Package: "./impl/postgres", Tests: []string{"TestConformance"}, NeedsPG: true, Share: 0.05},
+	{Name: "postgres-store", Store: "postgres", Package: "./impl/postgres", Tests: postgresTests, NeedsPG: true, Share: 0.06},
+	{Name: "fuzz", Store: "any", Package: "./spec", Fuzz: []string{"FuzzCanonicalize", "FuzzNormalizeCreate", "FuzzLeaseChecks"}, Share: 0.06},
+	{Name: "explore", Store: "any", Package: "./model", Tests: []string{"TestExplore", "TestExploreCatchesBrokenVariants"}, Share: 0.11},
+	{Name: "rapid", Store: "sqlite", Package: "./harness", Tests: []string{"TestPropertySQLite"}, Share: 0.15},
+	{Name: "rapid", Store: "postgres", Package: "./harness", Tests: []string{"TestPropertyPostgres"}, NeedsPG: true, Share: 0.15},
+	{Name: "linearizability", Store: "sqlite", Package: "./harness", Tests: []string{"TestLinearizableSQLite"}, Share: 0.1},
+	{Name: "linearizability", Store: "postgres", Package: "./harness", Tests: []string{"TestLinearizablePostgres"}, NeedsPG: true, Share: 0.1},
+	{Name: "scenarios", Store: "sqlite", Package: "./scenarios", Tests: []string{"TestScenariosSQLite"}, Share: 0.02},
+	{Name: "scenarios", Store: "postgres", Package: "./scenarios", Tests: []string{"TestScenariosPostgres"}, NeedsPG: true, Share: 0.02},
+	{Name: "mutants", Store: "sqlite", Package: "./harness", Tests: []string{"TestMutants", "TestMutantsLinearizability"}, Tags: "leasehold_mutants", Share: 0.1},
+	{Name: "mutants-scenarios", Store: "sqlite+postgres", Package: "./scenarios",
+		Tests: []string{"TestMutantsScenarios", "TestMutantsScenariosPostgres", "TestModelJudgesBrokenExpectations"},
+		Tags:  "leasehold_mutants", NeedsPG: true, Share: 0.03},
+}
+
+// The status of a check.
+const (
+	statusPass = "pass" // every listed test ran and passed
+	statusFail = "fail" // a test failed, or the check could not find or run its tests
+	// statusSkipped: the check did not run: its store was not selected or
+	// its database is missing (when not required). Never a pass.
+	statusSkipped = "skipped"
+	// statusIncomplete: it ran, nothing failed, but some of its tests
+	// skipped. Never a pass.
+	statusIncomplete = "incomplete"
+)
 
 // checkResult is one row of verify.json.
 type checkResult struct {
 	Name           string   `json:"name"`
 	Store          string   `json:"store"`
-	Status         string   `json:"status"` // pass, fail, skip
+	Status         string   `json:"status"`
 	Tests          int      `json:"tests"`
+	Passed         int      `json:"passed"`
 	Operations     int64    `json:"operations"`
 	Histories      int64    `json:"histories"`
 	StatesExplored int64    `json:"states_explored"`
@@ -66,10 +103,16 @@ type checkResult struct {
 	Note           string   `json:"note,omitempty"`
 }
 
+// verifyReport is verify.json.
 type verifyReport struct {
+	// Verdict is PASS (every selected check passed), FAIL (one failed or
+	// could not run although required) or INCOMPLETE (nothing failed, but a
+	// check was skipped or skipped tests).
+	Verdict    string        `json:"verdict"`
 	Commit     string        `json:"commit"`
 	Started    string        `json:"started"`
 	Budget     string        `json:"budget"`
+	Stores     []string      `json:"stores"`
 	PostgreSQL string        `json:"postgresql"`
 	DurationMs int64         `json:"duration_ms"`
 	Violations int64         `json:"violations"`
@@ -79,90 +122,261 @@ type verifyReport struct {
 type verifyOptions struct {
 	budget    time.Duration
 	reports   string
-	only      string // substring filter on "name/store"
+	only      string // exact "name/store" or name
+	stores    []string
 	requirePG bool
-	out       io.Writer
+	out       *streams
+}
+
+var verifyCommand = &command{
+	name:    "verify",
+	summary: "run every check (conformance, model exploration, property, linearizability, scenarios, mutants): the main job",
+	usage:   "verify [--store all|sqlite|postgres] [--budget D] [--only CHECK] [--reports DIR]",
+	help: `Runs every check on the selected stores and writes verify.json and verify.md. The verdict is
+PASS only when every selected check ran completely and passed; a check that was skipped (its
+database missing) or skipped some of its tests makes the run INCOMPLETE, never PASS; any failure
+makes it FAIL. Store-independent checks (the model's exploration, fuzzing) always run.
+Runs write to reports/latest (not committed); reports/ holds the committed evidence, which only
+an explicit --reports reports (make evidence) rewrites. The exit status is 0 for PASS only.`,
+	env: append([]string{
+		"LEASEHOLD_REQUIRE_PG=1  (or CI=true) a PostgreSQL that is not configured or does not answer fails the run",
+	}, pgEnv...),
+	flags: func(fs *flag.FlagSet, o *streams) func(context.Context, []string) error {
+		budget := fs.Duration("budget", 5*time.Minute, "total time budget, shared among the checks (deeper runs: 30m)")
+		reports := fs.String("reports", filepath.Join("reports", "latest"), "directory for verify.json, verify.md and failing histories")
+		only := fs.String("only", "", "run only this check: a name (rapid) or name/store (rapid/sqlite); see the report for the names")
+		store := fs.String("store", "all", "the stores to verify: all, sqlite or postgres")
+		return func(ctx context.Context, args []string) error {
+			if err := noArgs(args); err != nil {
+				return err
+			}
+			stores, err := parseStores(*store)
+			if err != nil {
+				return err
+			}
+			if *only != "" && len(selectChecks(*only, stores)) == 0 {
+				return usagef("--only %q names no check of --store %s (checks: %s)", *only, *store, checkNames())
+			}
+			if *budget <= 0 {
+				return usagef("--budget %s: want a positive duration such as 5m", *budget)
+			}
+			return verify(ctx, verifyOptions{budget: *budget, reports: *reports, only: *only, stores: stores,
+				requirePG: os.Getenv("LEASEHOLD_REQUIRE_PG") == "1" || os.Getenv("CI") == "true", out: o})
+		}
+	},
+}
+
+func parseStores(s string) ([]string, error) {
+	switch s {
+	case "all":
+		return []string{"sqlite", "postgres"}, nil
+	case "sqlite", "postgres":
+		return []string{s}, nil
+	}
+	return nil, usagef("--store %q: want all, sqlite or postgres", s)
+}
+
+// selectChecks returns the checks of the stores (store-independent ones
+// always), filtered by only.
+func selectChecks(only string, stores []string) []check {
+	var out []check
+	for _, c := range checks {
+		if only != "" && only != c.Name && only != c.Name+"/"+c.Store {
+			continue
+		}
+		if c.Store == "any" || slices.ContainsFunc(stores, func(s string) bool { return strings.Contains(c.Store, s) }) {
+			out = append(out, c)
+		}
+	}
+	return out
+}
+
+func checkNames() string {
+	var n []string
+	for _, c := range checks {
+		n = append(n, c.Name+"/"+c.Store)
+	}
+	return strings.Join(n, ", ")
 }
 
 func verify(ctx context.Context, o verifyOptions) error {
 	start := time.Now()
-	dsn := os.Getenv("LEASEHOLD_PG_DSN")
-	if dsn == "" {
-		dsn = os.Getenv("DATABASE_URL")
-	}
-	pg := "configured"
-	if dsn == "" {
-		pg = "not configured: PostgreSQL checks skipped (set LEASEHOLD_PG_DSN)"
-		if o.requirePG {
-			pg = "not configured, but required: the PostgreSQL tests provision one or fail"
+	out := o.out.out
+	rep := verifyReport{Commit: gitCommit(), Started: start.UTC().Format(time.RFC3339), Budget: o.budget.String(), Stores: o.stores}
+	pgProblem := ""
+	if slices.Contains(o.stores, "postgres") {
+		dsn := pgDSN()
+		switch {
+		case dsn == "":
+			pgProblem = "not configured: set LEASEHOLD_PG_DSN (e.g. postgres://postgres@127.0.0.1:5432/test?sslmode=disable), or run leasehold verify --store sqlite"
+		default:
+			if err := probePostgres(ctx, dsn); err != nil {
+				pgProblem = fmt.Sprintf("does not answer at %s: %v. Start it (for example pg_ctlcluster 15 main start) or fix LEASEHOLD_PG_DSN", redactDSN(dsn), err)
+			}
 		}
-	}
-	rep := verifyReport{Commit: gitCommit(), Started: start.UTC().Format(time.RFC3339), Budget: o.budget.String(), PostgreSQL: pg}
-	var selected []check
-	for _, c := range checks {
-		if o.only == "" || strings.Contains(c.Name+"/"+c.Store, o.only) {
-			selected = append(selected, c)
+		rep.PostgreSQL = "reachable at " + redactDSN(dsn)
+		if pgProblem != "" {
+			rep.PostgreSQL = pgProblem
 		}
+	} else {
+		rep.PostgreSQL = "not selected (--store " + strings.Join(o.stores, ",") + ")"
 	}
-	fmt.Fprintf(o.out, "leasehold verify: %d checks, budget %s, PostgreSQL %s\n", len(selected), o.budget, pg)
+	selected := selectChecks(o.only, o.stores)
+	fmt.Fprintf(out, "leasehold verify: %d checks on %s, budget %s; PostgreSQL %s\n", len(selected), strings.Join(o.stores, "+"), o.budget, rep.PostgreSQL)
 	for i, c := range selected {
 		label := fmt.Sprintf("[%d/%d] %s/%s", i+1, len(selected), c.Name, c.Store)
-		if c.NeedsPG && dsn == "" && !o.requirePG {
-			fmt.Fprintf(o.out, "%s: skipped (no PostgreSQL configured)\n", label)
-			rep.Checks = append(rep.Checks, checkResult{Name: c.Name, Store: c.Store, Status: "skip", Note: "no PostgreSQL configured"})
+		if c.NeedsPG && pgProblem != "" {
+			r := checkResult{Name: c.Name, Store: c.Store, Status: statusSkipped, Note: "PostgreSQL " + pgProblem}
+			if o.requirePG {
+				r.Status = statusFail
+			}
+			fmt.Fprintf(out, "%s: %s: PostgreSQL %s\n", label, r.Status, pgProblem)
+			rep.Checks = append(rep.Checks, r)
 			continue
 		}
 		share := time.Duration(float64(o.budget) * c.Share)
-		fmt.Fprintf(o.out, "%s: running (budget %s)\n", label, share.Round(time.Second))
+		fmt.Fprintf(out, "%s: running (budget %s)\n", label, share.Round(time.Second))
 		var r checkResult
 		if len(c.Fuzz) == 0 {
 			r = runCheck(ctx, c, share, o)
 		} else {
-			r = checkResult{Name: c.Name, Store: c.Store, Status: "pass"}
-		}
-		for _, target := range c.Fuzz {
-			fc := c
-			fc.Run, fc.Fuzz = "^$", []string{target}
-			fr := runCheck(ctx, fc, share/time.Duration(len(c.Fuzz)), o)
-			r.merge(fr)
+			r = checkResult{Name: c.Name, Store: c.Store, Status: statusPass}
+			for _, target := range c.Fuzz {
+				fc := c
+				fc.Tests, fc.Fuzz = nil, []string{target}
+				r.merge(runCheck(ctx, fc, share/time.Duration(len(c.Fuzz)), o))
+			}
 		}
 		rep.Checks = append(rep.Checks, r)
 		rep.Violations += r.Violations
-		fmt.Fprintf(o.out, "%s: %s — %d tests, %d operations, %d histories, %d states, %d violations, %.1fs\n",
-			label, r.Status, r.Tests, r.Operations, r.Histories, r.StatesExplored, r.Violations, float64(r.DurationMs)/1000)
+		fmt.Fprintf(out, "%s: %s — %d tests (%d passed), %d operations, %d histories, %d states, %d violations, %.1fs\n",
+			label, r.Status, r.Tests, r.Passed, r.Operations, r.Histories, r.StatesExplored, r.Violations, float64(r.DurationMs)/1000)
 		for _, f := range r.Failures {
-			fmt.Fprintf(o.out, "    FAIL %s\n", f)
+			fmt.Fprintf(out, "    FAIL %s\n", f)
+		}
+		for _, s := range r.Skipped {
+			fmt.Fprintf(out, "    SKIPPED %s\n", s)
+		}
+		if r.Note != "" {
+			fmt.Fprintf(out, "    note: %s\n", r.Note)
 		}
 		if r.Replay != "" {
-			fmt.Fprintf(o.out, "    replay: %s\n", r.Replay)
+			fmt.Fprintf(out, "    replay: %s\n", r.Replay)
 		}
 		if ctx.Err() != nil {
 			break
 		}
 	}
+	rep.Verdict = verdictOf(rep.Checks, len(selected))
 	rep.DurationMs = time.Since(start).Milliseconds()
 	if err := writeVerifyReports(o.reports, rep); err != nil {
 		return err
 	}
-	fmt.Fprintf(o.out, "leasehold verify: %d violations in %.1fs; reports in %s/verify.{json,md}\n",
-		rep.Violations, time.Since(start).Seconds(), o.reports)
-	if rep.Violations > 0 {
-		return fmt.Errorf("verify found %d violations", rep.Violations)
+	fmt.Fprintf(out, "leasehold verify: %s — %s; %d violations in %.1fs; reports in %s/verify.{json,md}\n",
+		rep.Verdict, summarize(rep.Checks), rep.Violations, time.Since(start).Seconds(), o.reports)
+	switch rep.Verdict {
+	case "PASS":
+		return nil
+	case "INCOMPLETE":
+		return errors.New("INCOMPLETE: some checks did not run completely (see above); nothing is proven for what did not run")
 	}
-	return nil
+	cannot := 0
+	for _, r := range rep.Checks {
+		if r.Status == statusFail && r.Violations == 0 {
+			cannot++
+		}
+	}
+	if cannot > 0 {
+		return fmt.Errorf("FAIL: %d violations, and %d required checks could not run (see above)", rep.Violations, cannot)
+	}
+	return fmt.Errorf("FAIL: %d violations", rep.Violations)
+}
+
+// verdictOf is PASS only when every selected check passed.
+func verdictOf(results []checkResult, selected int) string {
+	verdict := "PASS"
+	if len(results) < selected {
+		verdict = "INCOMPLETE" // interrupted
+	}
+	for _, r := range results {
+		switch r.Status {
+		case statusFail:
+			return "FAIL"
+		case statusSkipped, statusIncomplete:
+			verdict = "INCOMPLETE"
+		}
+	}
+	return verdict
+}
+
+// summarize counts the checks by status: "11 passed, 0 failed, 2 skipped, 0 incomplete".
+func summarize(results []checkResult) string {
+	n := map[string]int{}
+	for _, r := range results {
+		n[r.Status]++
+	}
+	return fmt.Sprintf("%d passed, %d failed, %d skipped, %d incomplete", n[statusPass], n[statusFail], n[statusSkipped], n[statusIncomplete])
+}
+
+// pgDSN is the configured PostgreSQL server.
+func pgDSN() string { return cmpOr(os.Getenv("LEASEHOLD_PG_DSN"), os.Getenv("DATABASE_URL")) }
+
+// probePostgres connects once, so that a missing server is reported as
+// such instead of as every PostgreSQL test failing.
+func probePostgres(ctx context.Context, dsn string) error {
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	conn, err := pgx.Connect(ctx, dsn)
+	if err != nil {
+		return err
+	}
+	defer conn.Close(ctx)
+	return conn.Ping(ctx)
+}
+
+var keywordPassword = regexp.MustCompile(`(?i)(password\s*=\s*)('[^']*'|\S+)`)
+
+// redactDSN hides the password of a connection string, URL or keyword form.
+func redactDSN(dsn string) string {
+	if u, err := url.Parse(dsn); err == nil && u.Scheme != "" {
+		if _, has := u.User.Password(); has {
+			u.User = url.UserPassword(u.User.Username(), "xxxxx")
+		}
+		q := u.Query()
+		if q.Has("password") {
+			q.Set("password", "xxxxx")
+			u.RawQuery = q.Encode()
+		}
+		return u.String()
+	}
+	return keywordPassword.ReplaceAllString(dsn, "${1}xxxxx")
 }
 
 // runCheck runs one check's tests with go test -json and folds the events
 // into a result. A failing test counts as at least one violation.
-func runCheck(ctx context.Context, c check, budget time.Duration, o verifyOptions) checkResult {
-	res := checkResult{Name: c.Name, Store: c.Store}
+func runCheck(ctx context.Context, c check, budget time.Duration, o verifyOptions) (res checkResult) {
+	res = checkResult{Name: c.Name, Store: c.Store}
 	start := time.Now()
-	run := c.Run
-	if run == "" {
-		run = "^$"
+	defer func() { res.DurationMs = time.Since(start).Milliseconds() }()
+	fail := func(note string) checkResult {
+		res.Status, res.Note = statusFail, note
+		if res.Violations == 0 {
+			res.Violations = 1
+		}
+		return res
 	}
-	args := []string{"test", "-json", "-count=1", "-run", run, "-timeout", (budget*3 + 5*time.Minute).String()}
-	if len(c.Fuzz) == 1 && c.Run == "^$" {
+	run := "^$"
+	if len(c.Tests) > 0 {
+		if missing, err := missingTests(ctx, c); err != nil {
+			return fail(fmt.Sprintf("cannot list the tests of %s: %v", c.Package, err))
+		} else if len(missing) > 0 {
+			return fail(fmt.Sprintf("no test %s in %s: the check would run nothing for it (renamed? update the check)", strings.Join(missing, ", "), c.Package))
+		}
+		run = "^(" + strings.Join(c.Tests, "|") + ")$"
+	}
+	// A test that hangs fails its check after this, not the whole run.
+	args := []string{"test", "-json", "-count=1", "-run", run, "-timeout", (2*budget + 3*time.Minute).String()}
+	if len(c.Fuzz) == 1 {
 		args = append(args, "-fuzz", "^"+c.Fuzz[0]+"$", "-fuzztime", budget.Round(time.Second).String())
 	}
 	if c.Tags != "" {
@@ -176,16 +390,15 @@ func runCheck(ctx context.Context, c check, budget time.Duration, o verifyOption
 	}
 	stdout, err := cmd.StdoutPipe()
 	if err != nil {
-		res.Status, res.Violations, res.Note = "fail", 1, err.Error()
-		return res
+		return fail(err.Error())
 	}
 	var stderr strings.Builder
 	cmd.Stderr = &stderr
 	if err := cmd.Start(); err != nil {
-		res.Status, res.Violations, res.Note = "fail", 1, err.Error()
-		return res
+		return fail(err.Error())
 	}
 	failedOutput := map[string][]string{}
+	pkgFailed := false
 	sc := bufio.NewScanner(stdout)
 	sc.Buffer(make([]byte, 1<<20), 1<<24)
 	for sc.Scan() {
@@ -211,49 +424,38 @@ func runCheck(ctx context.Context, c check, budget time.Duration, o verifyOption
 				}
 			}
 			if ev.Test != "" {
-				lines := failedOutput[ev.Test]
-				if len(lines) < 40 {
+				if lines := failedOutput[ev.Test]; len(lines) < 40 {
 					failedOutput[ev.Test] = append(lines, strings.TrimRight(ev.Output, "\n"))
 				}
 			}
 		case "pass", "fail", "skip":
 			if ev.Test == "" {
-				if ev.Action == "fail" && res.Status == "" {
-					res.Status = "fail"
-				}
+				pkgFailed = pkgFailed || ev.Action == "fail"
 				continue
 			}
-			res.Tests++ // subtests too: the conformance suite is one test of 50 subtests
-			if strings.Contains(ev.Test, "/") {
-				if ev.Action == "fail" {
-					res.Failures = append(res.Failures, ev.Test)
-				}
-				continue
-			}
+			res.Tests++ // subtests too: the conformance suite is one test of its subtests
 			switch ev.Action {
+			case "pass":
+				res.Passed++
 			case "fail":
 				res.Failures = append(res.Failures, ev.Test)
-				fmt.Fprintf(o.out, "    --- FAIL %s (%.1fs)\n", ev.Test, ev.Elapsed)
-				for _, l := range failedOutput[ev.Test] {
-					fmt.Fprintf(o.out, "      %s\n", l)
+				if !strings.Contains(ev.Test, "/") {
+					fmt.Fprintf(o.out.out, "    --- FAIL %s (%.1fs)\n", ev.Test, ev.Elapsed)
+					for _, l := range failedOutput[ev.Test] {
+						fmt.Fprintf(o.out.out, "      %s\n", l)
+					}
 				}
 			case "skip":
-				res.Skipped = append(res.Skipped, ev.Test)
-				fmt.Fprintf(o.out, "    --- SKIP %s\n", ev.Test)
-			default:
-				fmt.Fprintf(o.out, "    ok %s (%.1fs)\n", ev.Test, ev.Elapsed)
+				res.Skipped = append(res.Skipped, ev.Test+": "+skipReason(failedOutput[ev.Test]))
 			}
 			delete(failedOutput, ev.Test)
 		}
 	}
 	waitErr := cmd.Wait()
-	res.DurationMs = time.Since(start).Milliseconds()
 	switch {
-	case len(res.Failures) > 0 || res.Status == "fail" || waitErr != nil:
-		res.Status = "fail"
-		if int64(len(res.Failures)) > res.Violations {
-			res.Violations = int64(len(res.Failures))
-		}
+	case len(res.Failures) > 0 || pkgFailed || waitErr != nil:
+		res.Status = statusFail
+		res.Violations = max(res.Violations, int64(len(res.Failures)))
 		if res.Violations == 0 {
 			res.Violations = 1
 			res.Note = strings.TrimSpace(lastLines(stderr.String(), 10))
@@ -262,23 +464,72 @@ func runCheck(ctx context.Context, c check, budget time.Duration, o verifyOption
 			}
 		}
 	case res.Tests == 0 && len(c.Fuzz) == 0:
-		res.Status, res.Violations, res.Note = "fail", 1, "no test matched "+c.Run+" in "+c.Package+": the check ran nothing"
-	case res.Tests > 0 && len(res.Skipped) == res.Tests:
-		res.Status, res.Violations, res.Note = "fail", 1, "every test skipped: the check proved nothing"
+		return fail("the check ran no test")
+	case len(res.Skipped) > 0:
+		res.Status = statusIncomplete
 	default:
-		res.Status = "pass"
+		res.Status = statusPass
 	}
 	return res
+}
+
+// skipReason is the last line of a skipped test's output (its t.Skip text).
+func skipReason(lines []string) string {
+	for i := len(lines) - 1; i >= 0; i-- {
+		if l := strings.TrimSpace(lines[i]); l != "" && !strings.HasPrefix(l, "---") && !strings.HasPrefix(l, "=== ") {
+			return l
+		}
+	}
+	return "no reason given"
+}
+
+// missingTests returns the check's tests that its package does not have.
+func missingTests(ctx context.Context, c check) ([]string, error) {
+	have, err := listTests(ctx, c.Package, c.Tags)
+	if err != nil {
+		return nil, err
+	}
+	var missing []string
+	for _, t := range c.Tests {
+		if !slices.Contains(have, t) {
+			missing = append(missing, t)
+		}
+	}
+	return missing, nil
+}
+
+// listTests returns the test, fuzz and example functions of a package.
+func listTests(ctx context.Context, pkg, tags string) ([]string, error) {
+	args := []string{"test", "-list", ".", "-count=1"}
+	if tags != "" {
+		args = append(args, "-tags", tags)
+	}
+	out, err := exec.CommandContext(ctx, "go", append(args, pkg)...).Output()
+	if err != nil {
+		var exit *exec.ExitError
+		if errors.As(err, &exit) {
+			return nil, fmt.Errorf("%v: %s", err, lastLines(string(exit.Stderr), 5))
+		}
+		return nil, err
+	}
+	var names []string
+	for _, l := range strings.Split(string(out), "\n") {
+		if strings.HasPrefix(l, "Test") || strings.HasPrefix(l, "Fuzz") || strings.HasPrefix(l, "Example") {
+			names = append(names, strings.TrimSpace(l))
+		}
+	}
+	return names, nil
 }
 
 // merge folds the result of one of a check's fuzz runs into the check's.
 func (r *checkResult) merge(o checkResult) {
 	r.Tests += o.Tests
+	r.Passed += o.Passed
 	r.Violations += o.Violations
 	r.DurationMs += o.DurationMs
 	r.Failures = append(r.Failures, o.Failures...)
-	if o.Status == "fail" {
-		r.Status = "fail"
+	if o.Status == statusFail {
+		r.Status = statusFail
 		if o.Note != "" {
 			r.Note = o.Note
 		}
@@ -297,21 +548,25 @@ func writeVerifyReports(dir string, rep verifyReport) error {
 		return err
 	}
 	var b strings.Builder
-	verdict := "**PASS**: no violations"
-	if rep.Violations > 0 {
-		verdict = fmt.Sprintf("**FAIL**: %d violations", rep.Violations)
-	}
-	fmt.Fprintf(&b, "# leasehold verify\n\n%s. Commit `%s`, started %s, budget %s, %.1f s. PostgreSQL: %s.\n\n",
-		verdict, rep.Commit, rep.Started, rep.Budget, float64(rep.DurationMs)/1000, rep.PostgreSQL)
-	b.WriteString("| check | store | status | tests | operations | histories | states explored | violations | seconds |\n|---|---|---|---:|---:|---:|---:|---:|---:|\n")
+	verdict := map[string]string{
+		"PASS":       "**PASS**: every selected check ran completely and passed",
+		"FAIL":       fmt.Sprintf("**FAIL**: %d violations", rep.Violations),
+		"INCOMPLETE": "**INCOMPLETE**: nothing failed, but not every check ran completely; what did not run proves nothing",
+	}[rep.Verdict]
+	fmt.Fprintf(&b, "# leasehold verify\n\n%s (%s). Commit `%s`, started %s, budget %s, %.1f s. Stores: %s. PostgreSQL: %s.\n\n",
+		verdict, summarize(rep.Checks), rep.Commit, rep.Started, rep.Budget, float64(rep.DurationMs)/1000, strings.Join(rep.Stores, ", "), rep.PostgreSQL)
+	b.WriteString("| check | store | status | tests (passed) | operations | histories | states explored | violations | seconds |\n|---|---|---|---:|---:|---:|---:|---:|---:|\n")
 	for _, c := range rep.Checks {
-		fmt.Fprintf(&b, "| %s | %s | %s | %d | %d | %d | %d | %d | %.1f |\n", c.Name, c.Store, c.Status, c.Tests,
+		fmt.Fprintf(&b, "| %s | %s | %s | %d (%d) | %d | %d | %d | %d | %.1f |\n", c.Name, c.Store, c.Status, c.Tests, c.Passed,
 			c.Operations, c.Histories, c.StatesExplored, c.Violations, float64(c.DurationMs)/1000)
 	}
 	var notes []string
 	for _, c := range rep.Checks {
 		for _, f := range c.Failures {
 			notes = append(notes, fmt.Sprintf("- %s/%s: test `%s` failed", c.Name, c.Store, f))
+		}
+		for _, s := range c.Skipped {
+			notes = append(notes, fmt.Sprintf("- %s/%s: test skipped: %s", c.Name, c.Store, s))
 		}
 		if c.Replay != "" {
 			notes = append(notes, fmt.Sprintf("- %s/%s: replay with `%s`", c.Name, c.Store, c.Replay))
@@ -324,7 +579,7 @@ func writeVerifyReports(dir string, rep verifyReport) error {
 		sort.Strings(notes)
 		b.WriteString("\n## Notes\n\n" + strings.Join(notes, "\n") + "\n")
 	}
-	b.WriteString("\nOperations are store calls compared with the model; histories are concurrent runs checked for linearizability; states are distinct model states explored exhaustively.\n")
+	b.WriteString("\nOperations are store calls compared with the model; histories are concurrent runs checked for linearizability; states are distinct model states explored exhaustively. A skipped or incomplete check is not a pass.\n")
 	return os.WriteFile(filepath.Join(dir, "verify.md"), []byte(b.String()), 0o644)
 }
 

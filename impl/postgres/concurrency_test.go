@@ -199,6 +199,10 @@ func TestClaimRolledBackAfterLocking(t *testing.T) {
 		cDone <- result{l, err}
 	}()
 	<-locked // C's transaction holds r1's lock and has not committed
+	// A failure below must not leave C parked: its store could not close
+	// and the test would hang to go test's timeout instead of reporting.
+	releaseC := sync.OnceFunc(func() { close(release) })
+	defer releaseC()
 
 	claimB := func() []spec.Lease {
 		t.Helper()
@@ -214,7 +218,7 @@ func TestClaimRolledBackAfterLocking(t *testing.T) {
 	if got := claimB(); len(got) != 0 {
 		t.Fatalf("B's second claim while C holds r1 = %v, want nothing (r1 is locked, r2 is leased)", runIDs(got))
 	}
-	close(release)
+	releaseC()
 	res := <-cDone
 	if spec.CodeOf(res.err) != spec.CodeUnavailable || !errors.Is(res.err, errAbort) {
 		t.Fatalf("C's rolled-back claim returned %v, %v; want unavailable wrapping the hook's error", runIDs(res.leases), res.err)

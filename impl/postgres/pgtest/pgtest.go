@@ -19,11 +19,13 @@
 package pgtest
 
 import (
+	"cmp"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
 	"fmt"
 	"os"
+	"regexp"
 	"sync"
 	"testing"
 	"time"
@@ -79,12 +81,16 @@ func DSN(t testing.TB) string {
 }
 
 func provision() {
-	if dsn := os.Getenv(EnvDSN); dsn != "" {
+	dsn := cmp.Or(os.Getenv(EnvDSN), os.Getenv(EnvDSNAlt))
+	if dsn != "" {
 		shared.dsn = dsn
-		return
-	}
-	if dsn := os.Getenv(EnvDSNAlt); dsn != "" {
-		shared.dsn = dsn
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		if dropped, err := SweepStaleSchemas(ctx, dsn, time.Now()); err != nil {
+			fmt.Fprintf(os.Stderr, "pgtest: sweeping stale test schemas: %v\n", err)
+		} else if len(dropped) > 0 {
+			fmt.Fprintf(os.Stderr, "pgtest: dropped %d test schemas left by killed runs\n", len(dropped))
+		}
 		return
 	}
 	if err := dockerHealthy(); err != nil {
@@ -174,11 +180,10 @@ func Container(t testing.TB) string {
 func Schema(t testing.TB) (dsn, schema string) {
 	t.Helper()
 	dsn = DSN(t)
-	var b [8]byte
-	if _, err := rand.Read(b[:]); err != nil {
+	schema, err := newSchemaName(time.Now())
+	if err != nil {
 		t.Fatalf("random schema name: %v", err)
 	}
-	schema = schemaPrefix + hex.EncodeToString(b[:])
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
@@ -199,6 +204,63 @@ func Schema(t testing.TB) (dsn, schema string) {
 		}
 	})
 	return dsn, schema
+}
+
+// newSchemaName is schemaPrefix, the creation time (UTC, to the second) and
+// random hex: lh_test_20261201093000_1a2b3c4d5e6f7a8b. The time lets a later
+// run drop the schemas of runs that were killed before their cleanup.
+func newSchemaName(now time.Time) (string, error) {
+	var b [8]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		return "", err
+	}
+	return schemaPrefix + now.UTC().Format(schemaTimeLayout) + "_" + hex.EncodeToString(b[:]), nil
+}
+
+// schemaTimeLayout is the time in a test schema's name.
+const schemaTimeLayout = "20060102150405"
+
+// staleAfter is the age past which a test schema belongs to a run that was
+// killed: no test of this module runs that long.
+const staleAfter = 6 * time.Hour
+
+var staleSchema = regexp.MustCompile(`^` + schemaPrefix + `([0-9]{14})_[0-9a-f]{16}$`)
+
+// SweepStaleSchemas drops the test schemas that runs killed before their
+// cleanup left behind (older than staleAfter, by the time in their names),
+// and returns their names. Schemas of running tests, which are younger, and
+// anything that is not a test schema are left alone. Provisioning runs it
+// once per process.
+func SweepStaleSchemas(ctx context.Context, dsn string, now time.Time) ([]string, error) {
+	conn, err := pgx.Connect(ctx, dsn)
+	if err != nil {
+		return nil, err
+	}
+	defer conn.Close(ctx)
+	rows, err := conn.Query(ctx, `SELECT nspname FROM pg_catalog.pg_namespace WHERE nspname LIKE 'lh\_test\_%'`)
+	if err != nil {
+		return nil, err
+	}
+	names, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return nil, err
+	}
+	var dropped []string
+	for _, name := range names {
+		m := staleSchema.FindStringSubmatch(name)
+		if m == nil {
+			continue
+		}
+		created, err := time.Parse(schemaTimeLayout, m[1])
+		if err != nil || now.Sub(created) < staleAfter {
+			continue
+		}
+		if _, err := conn.Exec(ctx, "DROP SCHEMA IF EXISTS "+pgx.Identifier{name}.Sanitize()+" CASCADE"); err != nil {
+			return dropped, fmt.Errorf("drop stale schema %s: %w", name, err)
+		}
+		dropped = append(dropped, name)
+	}
+	return dropped, nil
 }
 
 // Conn opens a plain connection to the test server, outside any store, whose

@@ -1,0 +1,82 @@
+package bench
+
+import (
+	"flag"
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
+)
+
+// CommandLine is the benchmark's command line: its flags, parsed into
+// Options. `leasehold bench` parses it itself (usage errors and -h need no
+// benchmark program) before it runs the program in bench/river, which parses
+// the same flags again.
+type CommandLine struct {
+	Flags   *flag.FlagSet
+	Options Options
+	// Reports is the directory for bench.json and bench.md.
+	Reports string
+	// NoPeer leaves River out.
+	NoPeer   bool
+	depths   string
+	variants string
+}
+
+// NewCommandLine defines the flags. defaultReports is the --reports default.
+func NewCommandLine(defaultReports string) *CommandLine {
+	c := &CommandLine{Flags: flag.NewFlagSet("bench", flag.ContinueOnError)}
+	fs, o := c.Flags, &c.Options
+	defaultDSN := os.Getenv("LEASEHOLD_PG_DSN")
+	if defaultDSN == "" {
+		defaultDSN = os.Getenv("DATABASE_URL")
+	}
+	if defaultDSN == "" {
+		defaultDSN = "postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable"
+	}
+	fs.StringVar(&c.Reports, "reports", defaultReports, "directory for bench.json and bench.md")
+	fs.StringVar(&o.DSN, "dsn", defaultDSN, "PostgreSQL server (the benchmark creates and drops its databases "+DBLeasehold+" and "+DBPeer+" there; default LEASEHOLD_PG_DSN, else DATABASE_URL)")
+	fs.BoolVar(&o.Quick, "quick", false, "quick mode: under 3 minutes on 2 cores, every ratio measured")
+	fs.IntVar(&o.N, "n", 0, "jobs per throughput run (default: quick 5000, full 100000)")
+	fs.IntVar(&o.Workers, "workers", 0, "W: handler goroutines (leasehold workers, River MaxWorkers) (default 100)")
+	fs.IntVar(&o.Conns, "conns", 0, "C: connections per client (default 16)")
+	fs.IntVar(&o.ClaimBatch, "claim-batch", 0, "most jobs per batch claim (default 100)")
+	fs.IntVar(&o.Producers, "producers", 0, "goroutines making batch claims (default 1, River's one producer per queue)")
+	fs.IntVar(&o.CompleteBatch, "complete-batch", 0, "most completions per CompleteBatch (default 1000)")
+	fs.IntVar(&o.Completers, "completers", 0, "goroutines sending batched completions (default 1, River's one batch completer)")
+	fs.StringVar(&c.depths, "depths", "", "comma-separated queue depths (default 1000,100000,1000000)")
+	fs.IntVar(&o.DepthSamples, "samples", 0, "timed claims per depth phase (default: quick 300, full 2000)")
+	fs.StringVar(&o.ProfileDir, "profile", "", "write a CPU profile of each leasehold drain to this directory")
+	fs.BoolVar(&o.SkipSQLite, "no-sqlite", false, "leave the SQLite store out")
+	fs.StringVar(&c.variants, "variants", "", "only these PostgreSQL drains (comma-separated keys: single,single_batchcomplete,batch,batch_batchcomplete)")
+	fs.BoolVar(&o.SkipDepth, "no-depth", false, "leave the depth measurement out")
+	fs.BoolVar(&c.NoPeer, "no-peer", false, "leave River out (its ratios stay empty)")
+	fs.StringVar(&o.RepoDir, "repo", "../..", "the leasehold repository, for the commit in the report")
+	return c
+}
+
+// Parse parses args into the options; an error is a usage error (or
+// flag.ErrHelp for -h).
+func (c *CommandLine) Parse(args []string) error {
+	if err := c.Flags.Parse(args); err != nil {
+		return err
+	}
+	if c.Flags.NArg() > 0 {
+		return fmt.Errorf("unexpected arguments %q (the benchmark takes flags only)", c.Flags.Args())
+	}
+	c.Options.Depths = nil
+	if c.depths != "" {
+		for _, f := range strings.Split(c.depths, ",") {
+			n, err := strconv.Atoi(strings.TrimSpace(f))
+			if err != nil || n < 100 {
+				return fmt.Errorf("--depths: %q is not a depth of at least 100", f)
+			}
+			c.Options.Depths = append(c.Options.Depths, n)
+		}
+	}
+	c.Options.Variants = nil
+	if c.variants != "" {
+		c.Options.Variants = strings.Split(c.variants, ",")
+	}
+	return nil
+}

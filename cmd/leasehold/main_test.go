@@ -1,0 +1,105 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+)
+
+// TestCommandLines holds the CLI to Go's conventions: exit status 2 for a
+// usage error, 0 for -h and help, no work done to print help, and errors
+// that say what is wrong.
+func TestCommandLines(t *testing.T) {
+	dir := t.TempDir()
+	empty := filepath.Join(dir, "empty.json")
+	os.WriteFile(empty, []byte(`{}`), 0o644)
+	misspelled := filepath.Join(dir, "misspelled.json")
+	os.WriteFile(misspelled, []byte(`{"entrys":[]}`), 0o644)
+	for _, tc := range []struct {
+		args   []string
+		status int
+		want   string // in stdout+stderr
+	}{
+		{nil, 2, "usage: leasehold <command>"},
+		{[]string{"help"}, 0, "LEASEHOLD_PG_DSN"},
+		{[]string{"help", "demo"}, 0, "usage: leasehold demo"},
+		{[]string{"help", "nope"}, 2, `unknown command "nope"`},
+		{[]string{"nope"}, 2, `unknown command "nope"`},
+		{[]string{"demo", "extra", "args"}, 2, `unexpected arguments ["extra" "args"]`},
+		{[]string{"demo", "-h"}, 0, "-dir"},
+		{[]string{"verify", "-h"}, 0, "LEASEHOLD_REQUIRE_PG"},
+		{[]string{"verify", "--only", "typo"}, 2, `--only "typo" names no check`},
+		{[]string{"verify", "--store", "mysql"}, 2, `--store "mysql"`},
+		{[]string{"verify", "--bogus"}, 2, "flag provided but not defined: -bogus"},
+		{[]string{"scenario"}, 2, "the only subcommand is run"},
+		{[]string{"scenario", "-h"}, 0, "--store"},
+		{[]string{"scenario", "run"}, 2, "give at least one scenario file"},
+		{[]string{"bench", "-h"}, 0, "-quick"},
+		{[]string{"bench", "--depths", "1,2"}, 2, "--depths"},
+		{[]string{"bench", "stray"}, 2, "unexpected arguments"},
+		{[]string{"lincheck"}, 2, "give exactly one history file"},
+		{[]string{"lincheck", empty}, 1, "the history has no entries"},
+		{[]string{"lincheck", misspelled}, 1, `unknown field "entrys"`},
+		{[]string{"replay", filepath.Join(dir, "missing.fail.json")}, 1, "no sidecar"},
+	} {
+		var out bytes.Buffer
+		status := run(context.Background(), tc.args, &out, &out)
+		if status != tc.status || !strings.Contains(out.String(), tc.want) {
+			t.Errorf("leasehold %s: exit status %d and output\n%s\nwant status %d and output containing %q",
+				strings.Join(tc.args, " "), status, out.String(), tc.status, tc.want)
+		}
+	}
+}
+
+// TestVerifyCoversStoreTests: every test of a store's package runs under
+// verify (a check lists it), and every test a check lists exists. A test
+// added to a store's package without a check would otherwise never run in
+// the main job.
+func TestVerifyCoversStoreTests(t *testing.T) {
+	listed := map[string][]string{}
+	for _, c := range checks {
+		if len(c.Fuzz) > 0 {
+			continue
+		}
+		key := c.Package + " " + c.Tags
+		listed[key] = append(listed[key], c.Tests...)
+	}
+	for key, tests := range listed {
+		pkg, tags, _ := strings.Cut(key, " ")
+		have, err := listTests(context.Background(), filepath.Join("..", "..", pkg), tags)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, name := range tests {
+			if !slices.Contains(have, name) {
+				t.Errorf("verify runs %s in %s, which has no such test", name, pkg)
+			}
+		}
+		if pkg != "./impl/postgres" && pkg != "./impl/sqlite" {
+			continue
+		}
+		for _, name := range have {
+			if strings.HasPrefix(name, "Test") && !slices.Contains(tests, name) {
+				t.Errorf("%s in %s runs under make test but under no check of verify: add it to a check", name, pkg)
+			}
+		}
+	}
+}
+
+func TestRedactDSN(t *testing.T) {
+	for in, want := range map[string]string{
+		"postgres://u:secret@h:5432/db?sslmode=disable": "postgres://u:xxxxx@h:5432/db?sslmode=disable",
+		"postgres://u@h/db?password=secret":             "postgres://u@h/db?password=xxxxx",
+		"host=h user=u password=secret dbname=db":       "host=h user=u password=xxxxx dbname=db",
+		"host=h password='se cret' dbname=db":           "host=h password=xxxxx dbname=db",
+		"postgres://postgres@127.0.0.1:5432/test":       "postgres://postgres@127.0.0.1:5432/test",
+	} {
+		if got := redactDSN(in); got != want {
+			t.Errorf("redactDSN(%q) = %q, want %q", in, got, want)
+		}
+	}
+}
