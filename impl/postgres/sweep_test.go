@@ -26,7 +26,9 @@ func TestSweepStaleSchemas(t *testing.T) {
 		if _, err := conn.Exec(ctx, "CREATE SCHEMA "+pgx.Identifier{s}.Sanitize()); err != nil {
 			t.Fatal(err)
 		}
-		t.Cleanup(func() { conn.Exec(context.Background(), "DROP SCHEMA IF EXISTS "+pgx.Identifier{s}.Sanitize()+" CASCADE") })
+		t.Cleanup(func() {
+			conn.Exec(context.Background(), "DROP SCHEMA IF EXISTS "+pgx.Identifier{s}.Sanitize()+" CASCADE")
+		})
 	}
 	dropped, err := pgtest.SweepStaleSchemas(ctx, dsn, now)
 	if err != nil {
