@@ -67,9 +67,10 @@ var _ spec.Store = (*Store)(nil)
 const busyRetries = 3
 
 // Open opens (creating if needed) the database file at path, applies the
-// embedded migrations, and returns a Store. path may be ":memory:"-free only:
-// use a file (a temporary one in tests) so that every connection sees the
-// same database.
+// embedded migrations, and returns a Store. path must name a file (a
+// temporary one in tests), so that every connection of the pool sees the same
+// database: "" and ":memory:" are invalid_argument. An invalid Config is
+// invalid_argument too.
 func Open(ctx context.Context, path string, opts Options) (*Store, error) {
 	if err := opts.Config.Validate(); err != nil {
 		return nil, err
