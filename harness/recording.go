@@ -1,0 +1,328 @@
+package harness
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/leasehold/leasehold/clock"
+	"github.com/leasehold/leasehold/impl/storetest"
+	"github.com/leasehold/leasehold/model"
+	"github.com/leasehold/leasehold/spec"
+)
+
+// RecordingStore is a spec.Store, and a spec.BatchCompleter, that runs every
+// call of a program through a pool of Callers and so leaves a History the
+// model judges, whatever the program is: the worker runtime calling from
+// many goroutines at once, an HTTP handler. Each call takes a free caller
+// (its own store on the same database, with its own clock recorder, so the
+// time its store read is known exactly), runs, and frees it; a caller's
+// operations are sequential, as porcupine requires of a client.
+//
+// With a Faults plan it also injects what a real deployment suffers between
+// the program and its database: rolled-back transactions, lost commit
+// replies (the program sees unknown_outcome), and pauses of the program
+// after a reply (the reply is held while the clock moves past the lease, as
+// when the process is stopped).
+type RecordingStore struct {
+	actor  string
+	free   chan *poolCaller
+	faults *Faults
+	rnd    *rand.Rand // jitter draws and fault decisions
+	rndMu  sync.Mutex
+	closed atomic.Bool
+	notify spec.Notifier
+}
+
+// poolCaller is one caller of the pool, with the fault its hook injects.
+type poolCaller struct {
+	*Caller
+	fault atomic.Value // faultAt, or the zero faultAt for none
+}
+
+func (p *poolCaller) hook(ctx context.Context, op spec.Op, point spec.HookPoint) error {
+	f, _ := p.fault.Load().(faultAt)
+	if f.point != point {
+		return nil
+	}
+	p.fault.Store(faultAt{})
+	return f.err
+}
+
+// Faults says which faults a RecordingStore injects. Each writing call draws
+// once: an abort with probability Aborts, else a lost reply while fewer than
+// MaxUnknown have been lost (never for a claim or a reap: their unknown
+// outcomes are the checker's most expensive), else a pause with probability
+// Pauses for the calls Pause names. A paused reply is held until the clock
+// has moved PauseMs past the time the call read.
+type Faults struct {
+	Aborts     float64
+	MaxUnknown int64
+	Pauses     float64
+	PauseMs    int64
+	// Pause lists the operations whose replies may be held.
+	Pause []spec.Op
+	// Clock is the clock a pause watches.
+	Clock clock.Clock
+	// Off stops every fault (the liveness phase).
+	Off atomic.Bool
+
+	unknowns atomic.Int64
+	// Injected counts the faults injected, by kind.
+	injected sync.Map // string -> *atomic.Int64
+}
+
+// Injected returns how many faults of each kind were injected.
+func (f *Faults) Injected() map[string]int64 {
+	out := map[string]int64{}
+	f.injected.Range(func(k, v any) bool {
+		out[k.(string)] = v.(*atomic.Int64).Load()
+		return true
+	})
+	return out
+}
+
+func (f *Faults) count(kind string) {
+	v, _ := f.injected.LoadOrStore(kind, new(atomic.Int64))
+	v.(*atomic.Int64).Add(1)
+}
+
+// NewRecordingStore opens size stores on the database of h, each a caller
+// of rec named actor-N, and returns the store that runs calls through them.
+// seed decides the jitter of every retry and every fault. The stores close
+// when t ends.
+func NewRecordingStore(t testing.TB, h storetest.Handle, cfg spec.Config, clk clock.Clock, rec *Recorder, actor string,
+	size int, seed uint64, faults *Faults) *RecordingStore {
+	s := &RecordingStore{actor: actor, free: make(chan *poolCaller, size), faults: faults,
+		rnd: rand.New(rand.NewPCG(seed, 0x7265636f7264))}
+	for i := range size {
+		p := &poolCaller{}
+		rc, rnd := &clock.Recorder{Source: clk}, &ScriptedRandom{}
+		store := h.OpenWith(t, storetest.Options{Config: cfg, Clock: rc, Random: rnd, Hook: p.hook})
+		p.Caller = NewCaller(rec, fmt.Sprintf("%s-%d", actor, i+1), store, rc, rnd)
+		s.free <- p
+		if n, ok := store.(spec.Notifier); ok && s.notify == nil {
+			s.notify = n
+		}
+	}
+	return s
+}
+
+// Store returns the store to give the program: s itself, or s with the
+// underlying store's Listen when that store notifies (notifications are
+// hints: they are not recorded).
+func (s *RecordingStore) Store() spec.Store {
+	if s.notify != nil {
+		return notifyingStore{s}
+	}
+	return s
+}
+
+// notifyingStore is a RecordingStore that also listens.
+type notifyingStore struct{ *RecordingStore }
+
+// Listen implements spec.Notifier.
+func (n notifyingStore) Listen(ctx context.Context, fn func(spec.Notification)) error {
+	return n.notify.Listen(ctx, fn)
+}
+
+var _ spec.BatchCompleter = (*RecordingStore)(nil)
+
+// do runs one call through a free caller, with the faults the plan draws.
+func (s *RecordingStore) do(ctx context.Context, req spec.Request) (any, error) {
+	var p *poolCaller
+	select {
+	case p = <-s.free:
+	case <-ctx.Done():
+		return nil, &spec.Error{Code: spec.CodeUnavailable, Message: "no free connection before the context ended", Err: ctx.Err()}
+	}
+	defer func() { s.free <- p }()
+	op := model.Op{Req: req}
+	if _, isRetry := req.(spec.RetryRequest); isRetry {
+		s.rndMu.Lock()
+		op.Jitter = s.rnd.Int64N(1 << 20)
+		s.rndMu.Unlock()
+	}
+	pause := s.plan(p, req)
+	res, err := p.Do(ctx, op)
+	p.fault.Store(faultAt{})
+	if err != nil {
+		// A breach the model cannot judge (an untyped error, a clock read
+		// out of place): report it as what it is.
+		return nil, fmt.Errorf("harness: %s: %w", s.actor, err)
+	}
+	if pause {
+		s.hold(ctx, p.Clock)
+	}
+	if res.Err != nil {
+		return nil, res.Err
+	}
+	return res.Value, nil
+}
+
+// plan arms the caller's fault for req and reports whether to hold its
+// reply.
+func (s *RecordingStore) plan(p *poolCaller, req spec.Request) (pause bool) {
+	f := s.faults
+	if f == nil || f.Off.Load() || !spec.OperationOf(req).Writes {
+		return false
+	}
+	s.rndMu.Lock()
+	draw, pauseDraw := s.rnd.Float64(), s.rnd.Float64()
+	s.rndMu.Unlock()
+	_, nondeterministic := req.(spec.ClaimRequest)
+	if _, isReap := req.(spec.ReapRequest); isReap {
+		nondeterministic = true
+	}
+	switch {
+	case !nondeterministic && draw < f.Aborts:
+		p.fault.Store(faultAt{spec.BeforeCommit, errInjectedAbort})
+		f.count("rollback")
+	case !nondeterministic && draw < 2*f.Aborts && f.unknowns.Add(1) <= f.MaxUnknown:
+		p.fault.Store(faultAt{spec.AfterCommit, errInjectedLostReply})
+		f.count("lost_reply")
+	}
+	for _, op := range f.Pause {
+		if op == req.Op() && pauseDraw < f.Pauses {
+			f.count("pause_after_" + string(op))
+			return true
+		}
+	}
+	return false
+}
+
+// hold keeps a reply back until the clock has moved PauseMs past the time
+// the call read (or the context ends): the program was stopped after it
+// got the reply.
+func (s *RecordingStore) hold(ctx context.Context, rc *clock.Recorder) {
+	read, _ := rc.Last()
+	until := read + s.faults.PauseMs
+	for s.faults.Clock.Now() < until && ctx.Err() == nil && !s.faults.Off.Load() {
+		time.Sleep(time.Millisecond)
+	}
+}
+
+// call runs req and returns its result as T.
+func call[T any](s *RecordingStore, ctx context.Context, req spec.Request) (T, error) {
+	v, err := s.do(ctx, req)
+	if err != nil {
+		var zero T
+		return zero, err
+	}
+	return v.(T), nil
+}
+
+// CreateRun implements spec.Store.
+func (s *RecordingStore) CreateRun(ctx context.Context, req spec.CreateRunRequest) (spec.CreateRunResult, error) {
+	return call[spec.CreateRunResult](s, ctx, req)
+}
+
+// Claim implements spec.Store.
+func (s *RecordingStore) Claim(ctx context.Context, req spec.ClaimRequest) ([]spec.Lease, error) {
+	return call[[]spec.Lease](s, ctx, req)
+}
+
+// Renew implements spec.Store.
+func (s *RecordingStore) Renew(ctx context.Context, req spec.RenewRequest) (spec.Lease, error) {
+	return call[spec.Lease](s, ctx, req)
+}
+
+// Complete implements spec.Store.
+func (s *RecordingStore) Complete(ctx context.Context, req spec.CompleteRequest) (spec.Run, error) {
+	return call[spec.Run](s, ctx, req)
+}
+
+// Retry implements spec.Store.
+func (s *RecordingStore) Retry(ctx context.Context, req spec.RetryRequest) (spec.Job, error) {
+	return call[spec.Job](s, ctx, req)
+}
+
+// Fail implements spec.Store.
+func (s *RecordingStore) Fail(ctx context.Context, req spec.FailRequest) (spec.Run, error) {
+	return call[spec.Run](s, ctx, req)
+}
+
+// Cancel implements spec.Store.
+func (s *RecordingStore) Cancel(ctx context.Context, req spec.CancelRequest) (spec.Run, error) {
+	return call[spec.Run](s, ctx, req)
+}
+
+// Release implements spec.Store.
+func (s *RecordingStore) Release(ctx context.Context, req spec.ReleaseRequest) (spec.Job, error) {
+	return call[spec.Job](s, ctx, req)
+}
+
+// Reap implements spec.Store.
+func (s *RecordingStore) Reap(ctx context.Context, req spec.ReapRequest) ([]string, error) {
+	return call[[]string](s, ctx, req)
+}
+
+// GetRun implements spec.Store.
+func (s *RecordingStore) GetRun(ctx context.Context, tenant, runID string) (spec.Run, error) {
+	return call[spec.Run](s, ctx, spec.GetRunRequest{Tenant: tenant, RunID: runID})
+}
+
+// GetJob implements spec.Store.
+func (s *RecordingStore) GetJob(ctx context.Context, tenant, runID string) (spec.Job, error) {
+	return call[spec.Job](s, ctx, spec.GetJobRequest{Tenant: tenant, RunID: runID})
+}
+
+// Events implements spec.Store.
+func (s *RecordingStore) Events(ctx context.Context, tenant, runID string) ([]spec.Event, error) {
+	return call[[]spec.Event](s, ctx, spec.EventsRequest{Tenant: tenant, RunID: runID})
+}
+
+// Attempts implements spec.Store.
+func (s *RecordingStore) Attempts(ctx context.Context, tenant, runID string) ([]spec.Attempt, error) {
+	return call[[]spec.Attempt](s, ctx, spec.AttemptsRequest{Tenant: tenant, RunID: runID})
+}
+
+// Effects implements spec.Store.
+func (s *RecordingStore) Effects(ctx context.Context, tenant, runID string) ([]spec.Effect, error) {
+	return call[[]spec.Effect](s, ctx, spec.EffectsRequest{Tenant: tenant, RunID: runID})
+}
+
+// PurgeIdempotency implements spec.Store.
+func (s *RecordingStore) PurgeIdempotency(ctx context.Context, req spec.PurgeRequest) (int, error) {
+	return call[int](s, ctx, req)
+}
+
+// Replay implements spec.Store.
+func (s *RecordingStore) Replay(ctx context.Context, req spec.ReplayRequest) (spec.Run, error) {
+	return call[spec.Run](s, ctx, req)
+}
+
+// ReserveEffect implements spec.Store.
+func (s *RecordingStore) ReserveEffect(ctx context.Context, req spec.ReserveEffectRequest) (spec.EffectReservation, error) {
+	return call[spec.EffectReservation](s, ctx, req)
+}
+
+// RecordEffect implements spec.Store.
+func (s *RecordingStore) RecordEffect(ctx context.Context, req spec.RecordEffectRequest) (spec.Effect, error) {
+	return call[spec.Effect](s, ctx, req)
+}
+
+// ReconcileEffect implements spec.Store.
+func (s *RecordingStore) ReconcileEffect(ctx context.Context, req spec.ReconcileEffectRequest) (spec.Effect, error) {
+	return call[spec.Effect](s, ctx, req)
+}
+
+// Snapshot implements spec.Store.
+func (s *RecordingStore) Snapshot(ctx context.Context) (spec.Snapshot, error) {
+	return call[spec.Snapshot](s, ctx, spec.SnapshotRequest{})
+}
+
+// CompleteBatch implements spec.BatchCompleter.
+func (s *RecordingStore) CompleteBatch(ctx context.Context, reqs []spec.CompleteRequest) ([]spec.BatchOutcome, error) {
+	return call[[]spec.BatchOutcome](s, ctx, spec.CompleteBatchRequest{Requests: reqs})
+}
+
+// Close implements spec.Store: the pool's stores close when the test ends.
+func (s *RecordingStore) Close() error {
+	s.closed.Store(true)
+	return nil
+}
