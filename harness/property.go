@@ -50,6 +50,15 @@ func (c *Counters) count(op spec.Op, r model.Result) {
 		code = "empty"
 	}
 	c.Outcomes[string(op)+" "+code]++
+	if outs, isBatch := r.Value.([]spec.BatchOutcome); isBatch {
+		for _, o := range outs {
+			member := "ok"
+			if o.Err != nil {
+				member = string(spec.CodeOf(o.Err))
+			}
+			c.Outcomes[string(op)+" member "+member]++
+		}
+	}
 }
 
 // Property compares a real store with the model, step by step, over random
@@ -273,6 +282,17 @@ func (m *machine) baseActions() map[string]func(*rapid.T) {
 		"complete": func(t *rapid.T) {
 			result := invalid(t, "result", []string{"", `{"ok":true}`}, `{"x":1,"x":2}`)
 			m.do(t, model.Op{Req: spec.CompleteRequest{Lease: m.lease(t), Result: []byte(result)}})
+		},
+		"complete_batch": func(t *rapid.T) {
+			if !spec.OperationOf(spec.CompleteBatchRequest{}).Supports(m.store) {
+				t.Skip("the store does not implement spec.BatchCompleter")
+			}
+			var reqs []spec.CompleteRequest
+			for range rapid.IntRange(0, 3).Draw(t, "members") {
+				result := invalid(t, "result", []string{"", `{"ok":true}`}, `{"x":1,"x":2}`)
+				reqs = append(reqs, spec.CompleteRequest{Lease: m.lease(t), Result: []byte(result)})
+			}
+			m.do(t, model.Op{Req: spec.CompleteBatchRequest{Requests: reqs}})
 		},
 		"retry": func(t *rapid.T) {
 			m.do(t, model.Op{Jitter: rapid.Int64Range(0, m.cfg.Backoff.JitterMs).Draw(t, "jitter"),

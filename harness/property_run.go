@@ -51,6 +51,10 @@ func RunProperty(t *testing.T, store string, f storetest.Factory) {
 	if p.Counters.StaleWrite == 0 || p.Counters.Refused == 0 || p.Counters.Operations == p.Counters.Refused {
 		t.Fatalf("vacuous run: %+v (want stale-generation writes, refusals and successes)", p.Counters)
 	}
+	if batches := p.Counters.Outcomes["complete_batch ok"]; batches > 0 && (p.Counters.Outcomes["complete_batch member ok"] == 0 ||
+		p.Counters.Outcomes["complete_batch member lost_lease"] == 0) {
+		t.Fatalf("vacuous run: %d batch completions, but none completed a member and refused another: %v", batches, p.Counters.Outcomes)
+	}
 	metrics.Report(t, metrics.Line{Check: "rapid", Store: store, Operations: int64(p.Counters.Operations)})
 }
 

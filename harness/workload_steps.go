@@ -112,6 +112,8 @@ func (c *client) workerStep(ctx context.Context) error {
 		op = model.Op{Req: spec.RenewRequest{Lease: ref, LeaseMs: 10 + r.Int64N(50)}}
 	case p < 35:
 		return c.effect(ctx, l, i)
+	case p < 60 && !stale && len(c.held) > 1 && r.IntN(3) == 0:
+		return c.completeBatch(ctx)
 	case p < 60:
 		op = model.Op{Req: spec.CompleteRequest{Lease: ref, Result: []byte(`{"ok":true}`)}}
 	case p < 75:
@@ -132,6 +134,29 @@ func (c *client) workerStep(ctx context.Context) error {
 		c.held[i] = lease
 	} else {
 		c.drop(i)
+	}
+	return nil
+}
+
+// completeBatch completes every lease the worker holds in one batch (with,
+// now and then, one it no longer holds), as the runtime's batched completion
+// does: the members it holds are either completed or refused, so all of
+// them move to the stale pile.
+func (c *client) completeBatch(ctx context.Context) error {
+	var reqs []spec.CompleteRequest
+	for _, l := range c.held {
+		reqs = append(reqs, spec.CompleteRequest{Lease: l.Ref(), Result: []byte(`{"batched":true}`)})
+	}
+	if len(c.old) > 0 && c.r.IntN(4) == 0 {
+		reqs = append(reqs, spec.CompleteRequest{Lease: c.old[c.r.IntN(len(c.old))].Ref()})
+	}
+	res, err := c.do(ctx, model.Op{Req: spec.CompleteBatchRequest{Requests: reqs}})
+	if err != nil {
+		return err
+	}
+	if res.Err == nil || res.Err.Code != spec.CodeUnavailable {
+		c.old = append(c.old, c.held...)
+		c.held = nil
 	}
 	return nil
 }
