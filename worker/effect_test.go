@@ -30,7 +30,7 @@ type providerStep struct {
 
 func (p *memProvider) effect(key string) worker.Effect {
 	return worker.Effect{Step: "charge", Key: key,
-		Call: func(context.Context) (string, error) {
+		Call: func(context.Context, worker.EffectRequest) (string, error) {
 			p.mu.Lock()
 			defer p.mu.Unlock()
 			step := providerStep{apply: true}
@@ -48,7 +48,7 @@ func (p *memProvider) effect(key string) worker.Effect {
 			}
 			return ref, nil
 		},
-		Status: func(context.Context) (worker.EffectStatus, error) {
+		Status: func(context.Context, worker.EffectRequest) (worker.EffectStatus, error) {
 			p.mu.Lock()
 			defer p.mu.Unlock()
 			switch {
@@ -126,7 +126,9 @@ func TestEffectLedger(t *testing.T) {
 					return json.Marshal(map[string]string{"ref": ref})
 				}))
 				for i, w := range c.attempts {
-					r := e.result()
+					// A lost record is sent again with backoff until the
+					// lease runs out: move the clock through the waits.
+					r := e.driveUntilResult(2_000)
 					if r.Attempt != i+1 || r.Outcome != w.outcome || r.ErrorCode != w.code {
 						t.Fatalf("attempt %d: result %+v (err %v), want outcome %s, code %q", i+1, r, r.Err, w.outcome, w.code)
 					}

@@ -113,8 +113,11 @@ func (w *Worker) Run(ctx context.Context) error {
 	if w.completer != nil {
 		aux.Go(w.completer.run)
 	}
+	if !w.cfg.Maintenance.Off {
+		aux.Go(func() { w.maintainLoop(ctx) })
+	}
 	w.log.Info("worker started", "tenants", w.cfg.Tenants, "concurrency", w.cfg.Concurrency, "lease", w.cfg.Lease,
-		"batch", w.cfg.Batch.Size, "notify", w.notifier != nil)
+		"batch", w.cfg.Batch.Size, "notify", w.notifier != nil, "housekeeping", !w.cfg.Maintenance.Off)
 
 	w.claimLoop(ctx)
 
@@ -141,7 +144,7 @@ func (w *Worker) Run(ctx context.Context) error {
 	aux.Wait()
 	s := w.Stats()
 	w.log.Info("worker stopped", "claimed", s.Claimed, "completed", s.Completed, "retried", s.Retried, "failed", s.Failed,
-		"released", s.Released, "lost", s.Lost, "cancelled", s.Cancelled, "abandoned", s.Abandoned)
+		"released", s.Released, "lost", s.Lost, "cancelled", s.Cancelled, "abandoned", s.Abandoned, "reaped", s.Reaped, "purged", s.Purged)
 	return nil
 }
 
@@ -195,6 +198,7 @@ func (w *Worker) claimRound(ctx context.Context, n int) int {
 	w.nextTenant = (w.nextTenant + 1) % len(tenants)
 	for i := range tenants {
 		tenant := tenants[(start+i)%len(tenants)]
+		sent := w.cfg.Timers.Monotonic()
 		cctx, cancel := context.WithTimeout(w.bg, w.cfg.ClaimTimeout)
 		leases, err := w.cfg.Store.Claim(cctx, spec.ClaimRequest{Tenant: tenant, Worker: w.cfg.ID, LeaseMs: ms(w.cfg.Lease), Limit: n - got})
 		cancel()
@@ -205,7 +209,7 @@ func (w *Worker) claimRound(ctx context.Context, n int) int {
 			continue
 		}
 		for _, l := range leases {
-			w.start(ctx, l)
+			w.start(ctx, l, sent)
 			got++
 		}
 		if got == n {
@@ -289,11 +293,12 @@ func (w *Worker) recheckActive() {
 	}
 }
 
-// start registers an attempt for l and runs it in its own goroutine; the
-// attempt holds one slot until it ends. A lease that arrives after shutdown
-// began is released at once.
-func (w *Worker) start(ctx context.Context, l spec.Lease) {
-	a := newAttempt(w, l)
+// start registers an attempt for l, whose claim was sent at the monotonic
+// reading sent, and runs it in its own goroutine; the attempt holds one slot
+// until it ends. A lease that arrives after shutdown began is released at
+// once.
+func (w *Worker) start(ctx context.Context, l spec.Lease, sent int64) {
+	a := newAttempt(w, l, sent)
 	w.stats.claimed.Add(1)
 	w.stats.inFlight.Add(1)
 	w.mu.Lock()
