@@ -569,18 +569,23 @@ func (w *Worker) leaseDeadline(sent int64) int64 {
 	return sent + d
 }
 
-// retryWait waits before try number try (1 for the first resend) of a store
-// call: half of min(Cap, Base*2^(try-1)) plus a jitter up to as much again
-// (Config.StoreRetry), on Config.Timers. It returns false at once, without
-// waiting, when the wait would end at or past deadline (a monotonic
-// reading): the lease would be gone by then.
-func (w *Worker) retryWait(try int, deadline int64) bool {
+// storeRetryDelay is the wait before try number try (1 for the first
+// resend) of a store call, in ms: half of min(Cap, Base*2^(try-1)) plus a
+// jitter up to as much again (Config.StoreRetry).
+func (w *Worker) storeRetryDelay(try int) int64 {
 	base, ceiling := ms(w.cfg.StoreRetry.Base), ms(w.cfg.StoreRetry.Cap)
 	d := ceiling
 	if try-1 < 62 && base <= ceiling>>(try-1) {
 		d = base << (try - 1)
 	}
-	d = d/2 + w.cfg.Random.Int64N(d-d/2+1)
+	return d/2 + w.cfg.Random.Int64N(d-d/2+1)
+}
+
+// retryWait waits storeRetryDelay(try) on Config.Timers before a resend.
+// It returns false at once, without waiting, when the wait would end at or
+// past deadline (a monotonic reading): the lease would be gone by then.
+func (w *Worker) retryWait(try int, deadline int64) bool {
+	d := w.storeRetryDelay(try)
 	if now := w.cfg.Timers.Monotonic(); now >= deadline || d >= deadline-now {
 		return false
 	}

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/leasehold/leasehold/clock"
 	"github.com/leasehold/leasehold/spec"
@@ -40,6 +41,13 @@ func (o *outageStore) count(op spec.Op) int {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	return o.calls[op]
+}
+
+func (o *outageStore) Claim(ctx context.Context, q spec.ClaimRequest) ([]spec.Lease, error) {
+	if err := o.down(spec.OpClaim); err != nil {
+		return nil, err
+	}
+	return o.Store.Claim(ctx, q)
 }
 
 func (o *outageStore) Complete(ctx context.Context, q spec.CompleteRequest) (spec.Run, error) {
@@ -133,6 +141,34 @@ func TestPublicationRidesOutOutage(t *testing.T) {
 			})
 		})
 	}
+}
+
+// TestFailedClaimRetriedSoon: after a claim the store could not run (a
+// database restart), the worker claims again after a short backoff, not
+// after its idle interval (here an hour, as for a worker that relies on
+// notifications).
+func TestFailedClaimRetriedSoon(t *testing.T) {
+	eachStore(t, func(t *testing.T, b backend) {
+		e := newEnv(t, b)
+		e.create("r1")
+		store := &outageStore{Store: e.storeFor(nil), clk: e.sc, until: t0 + 1, ops: map[spec.Op]bool{spec.OpClaim: true}}
+		claimsBefore := make(chan int, 1)
+		cfg := e.config("w1", store, func(context.Context, *worker.Job) ([]byte, error) {
+			claimsBefore <- store.count(spec.OpClaim)
+			return nil, nil
+		})
+		cfg.Idle = time.Hour
+		e.start(cfg)
+		// Half of the 100 ms base, with no jitter.
+		e.due(t0+50, "the claim's backoff")
+		e.advance(50)
+		if r := e.result(); r.Outcome != worker.OutcomeCompleted || r.Generation != 1 {
+			t.Fatalf("result %+v (err %v), want completed at generation 1", r, r.Err)
+		}
+		if n := recv(e, "the handler", claimsBefore); n != 2 {
+			t.Fatalf("%d claims before the handler ran, want 2 (the failed one and the one after the backoff)", n)
+		}
+	})
 }
 
 // driveUntilResult moves the workers' clock to each timer they arm that is

@@ -150,9 +150,11 @@ func (w *Worker) Run(ctx context.Context) error {
 
 // claimLoop claims while ctx lasts: it takes every free slot (at least one,
 // waiting for it), claims up to that many jobs, starts an attempt per lease
-// and, when it got fewer than it asked for, waits (idle) before the next
-// round.
+// and, when it got fewer than it asked for, waits before the next round:
+// Idle after a round that found less work, a StoreRetry backoff (at most
+// Idle) after a round whose claims failed, as after a database restart.
 func (w *Worker) claimLoop(ctx context.Context) {
+	failures := 0
 	for {
 		select {
 		case w.slots <- struct{}{}:
@@ -163,15 +165,23 @@ func (w *Worker) claimLoop(ctx context.Context) {
 		for n < w.cfg.ClaimBatch && w.tryAcquire() {
 			n++
 		}
-		got := w.claimRound(ctx, n)
+		got, failed := w.claimRound(ctx, n)
 		for range n - got {
 			<-w.slots
 		}
 		if ctx.Err() != nil {
 			return
 		}
-		if got < n {
-			w.idle(ctx)
+		if !failed {
+			failures = 0
+		}
+		switch {
+		case got == n:
+		case failed:
+			failures++
+			w.idle(ctx, min(w.storeRetryDelay(failures), w.idleDelay()))
+		default:
+			w.idle(ctx, w.idleDelay())
 		}
 	}
 }
@@ -187,12 +197,12 @@ func (w *Worker) tryAcquire() bool {
 }
 
 // claimRound asks the tenants in turn (starting with a different one each
-// round) for up to n jobs in all, and starts an attempt for each lease. Each
+// round) for up to n jobs in all, and starts an attempt for each lease; it
+// returns how many it got and whether a claim failed. Each
 // claim runs under ClaimTimeout and is not cut short by shutdown: a claim
 // abandoned mid-flight could commit leases nobody runs (they would recover
 // only by expiry), so it finishes and its leases are released instead.
-func (w *Worker) claimRound(ctx context.Context, n int) int {
-	got := 0
+func (w *Worker) claimRound(ctx context.Context, n int) (got int, failed bool) {
 	tenants := w.cfg.Tenants
 	start := w.nextTenant
 	w.nextTenant = (w.nextTenant + 1) % len(tenants)
@@ -206,6 +216,7 @@ func (w *Worker) claimRound(ctx context.Context, n int) int {
 			// unknown_outcome: leases may exist that nobody runs; they
 			// recover by expiry.
 			w.log.Warn("claim failed", "tenant", tenant, "code", spec.CodeOf(err), "err", err)
+			failed = true
 			continue
 		}
 		for _, l := range leases {
@@ -216,12 +227,16 @@ func (w *Worker) claimRound(ctx context.Context, n int) int {
 			break
 		}
 	}
-	return got
+	return got, failed
 }
 
-// idle waits IdleMs plus a jitter, or until a notification or shutdown.
-func (w *Worker) idle(ctx context.Context) {
-	d := ms(w.cfg.Idle) + w.cfg.Random.Int64N(ms(w.cfg.IdleJitter)+1)
+// idleDelay is Idle plus a jitter drawn from [0, IdleJitter], in ms.
+func (w *Worker) idleDelay() int64 {
+	return ms(w.cfg.Idle) + w.cfg.Random.Int64N(ms(w.cfg.IdleJitter)+1)
+}
+
+// idle waits d ms, or until a notification or shutdown.
+func (w *Worker) idle(ctx context.Context, d int64) {
 	t := w.cfg.Timers.NewTimer(d)
 	select {
 	case <-t.C():
