@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/leasehold/leasehold/harness"
 	"github.com/leasehold/leasehold/impl/postgres/pgtest"
 	"github.com/leasehold/leasehold/spec"
 	"github.com/leasehold/leasehold/worker"
@@ -171,6 +172,7 @@ func TestStoppedWorkerDoesNotChargeTwice(t *testing.T) {
 		if err := waitStopped(cmd.Process.Pid); err != nil {
 			t.Fatalf("waiting for the child to stop: %v", err)
 		}
+		stopped := time.Now()
 		// Unblock the reservation now, so that the child goes straight on
 		// to its provider call the moment it continues.
 		if _, err := stdin.Write([]byte{1}); err != nil {
@@ -198,6 +200,7 @@ func TestStoppedWorkerDoesNotChargeTwice(t *testing.T) {
 		case <-ctx.Done():
 			t.Fatal("the recovering worker reported nothing")
 		}
+		recovered := time.Since(stopped)
 		if got := p.charges("charge-r1"); len(got) != 1 {
 			t.Fatalf("charges after the takeover: %v, want exactly one", got)
 		}
@@ -206,8 +209,15 @@ func TestStoppedWorkerDoesNotChargeTwice(t *testing.T) {
 			t.Fatalf("SIGCONT the child: %v", err)
 		}
 		l := line("its attempt's result")
-		if got := p.charges("charge-r1"); len(got) != 1 {
-			t.Fatalf("charges after the stopped worker continued: %v, want exactly one (the stopped worker charged again)", got)
+		charges := p.charges("charge-r1")
+		doubles := int64(0)
+		if len(charges) > 1 {
+			doubles = 1
+		}
+		harness.ReportMetrics(t, harness.Metrics{Check: "fault/sigstop-between-reserve-and-call", Store: b.name, Operations: 1, Violations: doubles,
+			Faults: &harness.FaultMetrics{Injected: 1, DoubleEffects: doubles, MaxRecoveryMs: recovered.Milliseconds()}})
+		if len(charges) != 1 {
+			t.Fatalf("charges after the stopped worker continued: %v, want exactly one (the stopped worker charged again)", charges)
 		}
 		if !strings.HasPrefix(l, "result lost 1") {
 			t.Fatalf("the stopped worker's result %q, want lost at generation 1", l)
