@@ -11,6 +11,8 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -35,16 +37,21 @@ const (
 // reserveThenBlock is the child's store: after the first ReserveEffect has
 // returned it prints "reserved RUN GENERATION" and blocks until a byte
 // arrives on stdin, so that the parent's SIGSTOP lands exactly between the
-// reservation and the provider call.
+// reservation and the provider call. From then on it also holds renewals
+// until effectDone is closed (the handler's Job.Effect returned): the
+// overdue renewal that would reveal the lost lease after SIGCONT must not
+// win the race against the provider call (over a slow network it would
+// not), so that only the worker's check before the call stands between the
+// wake-up and a second charge.
 type reserveThenBlock struct {
 	spec.Store
-	once bool
+	reserved   atomic.Bool
+	effectDone chan struct{}
 }
 
 func (s *reserveThenBlock) ReserveEffect(ctx context.Context, q spec.ReserveEffectRequest) (spec.EffectReservation, error) {
 	r, err := s.Store.ReserveEffect(ctx, q)
-	if !s.once {
-		s.once = true
+	if s.reserved.CompareAndSwap(false, true) {
 		fmt.Printf("reserved %s %d\n", q.Lease.RunID, q.Lease.Generation)
 		os.Stdout.Sync()
 		var b [1]byte
@@ -54,6 +61,13 @@ func (s *reserveThenBlock) ReserveEffect(ctx context.Context, q spec.ReserveEffe
 		}
 	}
 	return r, err
+}
+
+func (s *reserveThenBlock) Renew(ctx context.Context, q spec.RenewRequest) (spec.Lease, error) {
+	if s.reserved.Load() {
+		<-s.effectDone
+	}
+	return s.Store.Renew(ctx, q)
 }
 
 // runPauseChild is the child process of TestStoppedWorkerDoesNotChargeTwice:
@@ -67,8 +81,15 @@ func runPauseChild() int {
 		return 2
 	}
 	p := &fileProvider{path: os.Getenv(childProviderEnv)}
-	w, err := worker.New(worker.Config{Store: &reserveThenBlock{Store: store}, Tenants: []string{"acme"}, ID: childID, Lease: pauseLease,
-		Random: zeroRandom{}, NoNotify: true, Handler: chargeHandler(p, nil),
+	s := &reserveThenBlock{Store: store, effectDone: make(chan struct{})}
+	charge := chargeHandler(p, nil)
+	var once sync.Once
+	w, err := worker.New(worker.Config{Store: s, Tenants: []string{"acme"}, ID: childID, Lease: pauseLease,
+		Random: zeroRandom{}, NoNotify: true,
+		Handler: worker.HandlerFunc(func(ctx context.Context, job *worker.Job) ([]byte, error) {
+			defer once.Do(func() { close(s.effectDone) })
+			return charge(ctx, job)
+		}),
 		OnResult: func(r worker.Result) {
 			fmt.Printf("result %s %d\n", r.Outcome, r.Generation)
 			os.Stdout.Sync()
