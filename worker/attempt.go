@@ -543,7 +543,7 @@ func (a *attempt) storeCall(ctx context.Context, what string, call func(ctx cont
 var errNotApplied = errors.New("the write did not apply")
 
 // resolveRetrying runs resolve under StoreTimeout, again with backoff while
-// its read fails (anything but nil or errNotApplied that is unavailable).
+// it fails with unavailable and the lease allows.
 func (a *attempt) resolveRetrying(ctx context.Context, try *int, resolve func(ctx context.Context) error) error {
 	for {
 		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), a.w.cfg.StoreTimeout)

@@ -90,7 +90,8 @@ func (w *Worker) Stats() Stats { return w.stats.snapshot() }
 //  4. then it cancels the handlers still running (cause ErrShutdown), and
 //     releases each lease it still owns — Store.Release requeues the job
 //     and keeps its generation — discarding whatever those handlers return
-//     later. A lease it cannot release (the store unavailable) recovers by
+//     later. A release the store cannot run is sent again while the lease
+//     lasts (Config.StoreRetry); a lease it cannot release recovers by
 //     expiry.
 //
 // Run returns once every attempt has been published or released; a handler
