@@ -78,8 +78,12 @@ func TestMaintenance(t *testing.T) {
 				for range c.workers {
 					recv(e, "a housekeeping round", rounds)
 				}
+				// Stats once the workers have stopped: a round counts its
+				// last purge after the store returned it.
 				var reaped, purged uint64
 				for _, w := range workers {
+					w.shutdown()
+					e.stopped(w)
 					s := w.w.Stats()
 					reaped, purged = reaped+s.Reaped, purged+s.Purged
 				}
