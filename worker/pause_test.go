@@ -107,7 +107,9 @@ func TestPausedWorkerDoesNotChargeTwice(t *testing.T) {
 		e.start(e.config("w1", store, handler))
 		recv(e, "generation 1's reservation", paused.reserved)
 
-		// The pause outlasts the lease (30 s from the claim at t0).
+		// The pause outlasts the lease (30 s from the claim at t0). The
+		// paused worker's renewal (due at t0+10 s) and housekeeping are
+		// held by its store, as in a stopped process.
 		e.wc.Set(t0 + 30_000)
 		e.start(e.config("w2", e.storeFor(nil), handler))
 		if g := recv(e, "generation 2's provider call", called); g != 2 {
@@ -134,8 +136,8 @@ func TestPausedWorkerDoesNotChargeTwice(t *testing.T) {
 		}
 		close(paused.resumeAll)
 		r := e.result()
-		if r.Outcome != worker.OutcomeLost || r.Generation != 1 || !errors.Is(r.Err, worker.ErrLeaseLost) {
-			t.Fatalf("generation 1's result %+v, want lost with ErrLeaseLost", r)
+		if r.Outcome != worker.OutcomeLost || r.Generation != 1 || !errors.Is(r.Err, worker.ErrLeaseLost) || !errors.Is(r.Err, worker.ErrLeaseExpiring) {
+			t.Fatalf("generation 1's result %+v, want lost, fenced by its own clock (ErrLeaseLost and ErrLeaseExpiring)", r)
 		}
 		p.mu.Lock()
 		calls, applied := p.calls, len(p.applied)
