@@ -406,13 +406,13 @@ func (a *attempt) write(what string, call func(ctx context.Context) error) (*spe
 }
 
 // readBackRetrying reads the job back, trying again with backoff while the
-// read fails and the lease allows; *try counts the tries of the write it
-// serves, reads included, so that the backoff keeps growing.
+// read is unavailable and the lease allows; *try counts the tries of the
+// write it serves, reads included, so that the backoff keeps growing.
 func (a *attempt) readBackRetrying(try *int) (spec.Job, error) {
 	for {
 		job, err := a.readBack()
-		if err == nil {
-			return job, nil
+		if spec.CodeOf(err) != spec.CodeUnavailable {
+			return job, err
 		}
 		*try++
 		if !a.w.retryWait(*try, a.deadline.Load()) {
@@ -549,7 +549,10 @@ func (a *attempt) resolveRetrying(ctx context.Context, try *int, resolve func(ct
 		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), a.w.cfg.StoreTimeout)
 		err := resolve(rctx)
 		cancel()
-		if spec.CodeOf(err) != spec.CodeUnavailable {
+		// Only the store's own unavailable: spec.CodeOf would call any
+		// other error (errNotApplied too) unavailable.
+		var se *spec.Error
+		if !errors.As(err, &se) || se.Code != spec.CodeUnavailable {
 			return err
 		}
 		*try++

@@ -77,7 +77,11 @@ func TestEffectLedger(t *testing.T) {
 		script       []providerStep
 		statusUnsure bool
 		loseRecord   bool // the first attempt's RecordEffect never gets through
-		attempts     []attemptWant
+		// recordUnknown, when set, fails the first RecordEffect at this
+		// point with unknown_outcome (BeforeCommit: it did not apply;
+		// AfterCommit: it did).
+		recordUnknown spec.HookPoint
+		attempts      []attemptWant
 		wantCalls    int
 		wantApplied  int
 		wantEffect   spec.EffectState
@@ -94,6 +98,12 @@ func TestEffectLedger(t *testing.T) {
 		{name: "applied but the record was lost: the attempt's own reservation is reconciled",
 			script: []providerStep{{apply: true}}, loseRecord: true,
 			attempts: []attemptWant{unknown, completed}, wantCalls: 1, wantApplied: 1, wantEffect: spec.EffectSucceeded, wantGen: 2},
+		{name: "the record's answer was lost after it committed: read back as applied, completed at once",
+			script: []providerStep{{apply: true}}, recordUnknown: spec.AfterCommit,
+			attempts: []attemptWant{completed}, wantCalls: 1, wantApplied: 1, wantEffect: spec.EffectSucceeded, wantGen: 1},
+		{name: "the record's outcome unknown but not applied: read back, sent again, completed at once",
+			script: []providerStep{{apply: true}}, recordUnknown: spec.BeforeCommit,
+			attempts: []attemptWant{completed}, wantCalls: 1, wantApplied: 1, wantEffect: spec.EffectSucceeded, wantGen: 1},
 		{name: "a definite failure is recorded and called again",
 			script:   []providerStep{{apply: false, err: worker.Retryable(errors.New("503"), 0)}, {apply: true}},
 			attempts: []attemptWant{{worker.OutcomeRetried, worker.CodeRetryable}, completed}, wantCalls: 2, wantApplied: 1,
@@ -109,12 +119,17 @@ func TestEffectLedger(t *testing.T) {
 				e.create("r1")
 				p := &memProvider{script: c.script, statusUnsure: c.statusUnsure}
 				var mu sync.Mutex
-				loseRecord := c.loseRecord
+				loseRecord, unknown := c.loseRecord, c.recordUnknown
 				hook := func(_ context.Context, op spec.Op, pt spec.HookPoint) error {
 					mu.Lock()
 					defer mu.Unlock()
-					if loseRecord && op == spec.OpRecordEffect && pt == spec.BeforeCommit {
+					switch {
+					case op != spec.OpRecordEffect:
+					case loseRecord && pt == spec.BeforeCommit:
 						return errors.New("injected: connection lost before the record committed")
+					case unknown != "" && pt == unknown:
+						unknown = ""
+						return spec.Errorf(spec.CodeUnknownOutcome, "injected: the record's outcome is unknown")
 					}
 					return nil
 				}
