@@ -82,10 +82,10 @@ func TestEffectLedger(t *testing.T) {
 		// AfterCommit: it did).
 		recordUnknown spec.HookPoint
 		attempts      []attemptWant
-		wantCalls    int
-		wantApplied  int
-		wantEffect   spec.EffectState
-		wantGen      int64
+		wantCalls     int
+		wantApplied   int
+		wantEffect    spec.EffectState
+		wantGen       int64
 	}{
 		{name: "the call succeeds and is recorded", script: []providerStep{{apply: true}},
 			attempts: []attemptWant{completed}, wantCalls: 1, wantApplied: 1, wantEffect: spec.EffectSucceeded, wantGen: 1},
