@@ -57,6 +57,21 @@ func (o *outageStore) Complete(ctx context.Context, q spec.CompleteRequest) (spe
 	return o.Store.Complete(ctx, q)
 }
 
+// outageBatchStore is an outageStore that keeps its store's batched
+// completion, refused too during the outage.
+type outageBatchStore struct {
+	*outageStore
+	batches chan<- struct{} // receives once per CompleteBatch call
+}
+
+func (o outageBatchStore) CompleteBatch(ctx context.Context, q []spec.CompleteRequest) ([]spec.BatchOutcome, error) {
+	o.batches <- struct{}{}
+	if err := o.down(spec.OpCompleteBatch); err != nil {
+		return nil, err
+	}
+	return o.Store.(spec.BatchCompleter).CompleteBatch(ctx, q)
+}
+
 func (o *outageStore) Retry(ctx context.Context, q spec.RetryRequest) (spec.Job, error) {
 	if err := o.down(spec.OpRetry); err != nil {
 		return spec.Job{}, err
@@ -144,6 +159,52 @@ func TestPublicationRidesOutOutage(t *testing.T) {
 			})
 		})
 	}
+}
+
+// TestBatchedCompletionRidesOutOutage: a batch of completions the store
+// cannot run is sent again with backoff until the store is back, within
+// the lease of its members.
+func TestBatchedCompletionRidesOutOutage(t *testing.T) {
+	eachStore(t, func(t *testing.T, b backend) {
+		e := newEnv(t, b)
+		e.create("r1")
+		e.create("r2")
+		batches := make(chan struct{}, 100)
+		store := &outageStore{Store: e.storeFor(nil), clk: e.sc, until: t0 + 5_000, ops: map[spec.Op]bool{spec.OpCompleteBatch: true}}
+		started := make(chan struct{}, 2)
+		both := make(chan struct{})
+		cfg := e.config("w1", outageBatchStore{store, batches}, func(context.Context, *worker.Job) ([]byte, error) {
+			started <- struct{}{}
+			<-both
+			return nil, nil
+		})
+		cfg.Concurrency, cfg.Batch = 2, worker.BatchPolicy{Size: 2, Linger: time.Second}
+		e.start(cfg)
+		recv(e, "the first handler", started)
+		recv(e, "the second handler", started)
+		close(both)
+		// The batch of two is sent (the linger waits for the second member
+		// without the clock moving), then the clock is driven.
+		recv(e, "the first batch", batches)
+		// One batch acknowledges both: the second result needs no more
+		// time (moving the clock for its idle polls would only blur when
+		// the batch went through).
+		first := e.driveUntilResult(2_000)
+		at := e.sc.Now()
+		for _, r := range []worker.Result{first, e.result()} {
+			if r.Outcome != worker.OutcomeCompleted || r.Generation != 1 {
+				t.Fatalf("result %+v (err %v), want completed at generation 1", r, r.Err)
+			}
+		}
+		if at != t0+5_550 {
+			t.Fatalf("batch completed at %d, want %d (the first try after the outage)", at, t0+5_550)
+		}
+		if n := store.count(spec.OpCompleteBatch); n != 10 {
+			t.Fatalf("CompleteBatch sent %d times, want 10", n)
+		}
+		e.wantOneTerminal("r1", spec.EventRunCompleted, 1)
+		e.wantOneTerminal("r2", spec.EventRunCompleted, 1)
+	})
 }
 
 // TestFailedClaimRetriedSoon: after a claim the store could not run (a
