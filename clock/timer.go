@@ -25,6 +25,14 @@ type Timers interface {
 	// NewTimer returns a timer that fires once the source's time has moved d
 	// milliseconds past the current time. d <= 0 fires at once.
 	NewTimer(d int64) Timer
+	// Monotonic returns a reading, in milliseconds from an arbitrary origin,
+	// of a clock that never goes back and that changes to the wall clock do
+	// not move: only the difference of two readings means anything. Code
+	// that must know how much time has passed (how much of a lease is left
+	// after a pause) uses it rather than Now, which may jump. System reads
+	// Go's monotonic clock, which keeps counting while the process is
+	// stopped (SIGSTOP); Manual returns Now, so a test moves both at once.
+	Monotonic() int64
 }
 
 var (
@@ -40,6 +48,17 @@ func (System) NewTimer(d int64) Timer {
 	})
 	return st
 }
+
+// monoOrigin carries Go's monotonic clock reading (time.Now keeps one;
+// UnixMilli and other wall-clock conversions drop it).
+var monoOrigin = time.Now()
+
+// Monotonic implements Timers with Go's monotonic clock.
+func (System) Monotonic() int64 { return time.Since(monoOrigin).Milliseconds() }
+
+// Monotonic implements Timers: a Manual clock's monotonic reading is Now
+// (it goes back only if a test sets it back).
+func (m *Manual) Monotonic() int64 { return m.Now() }
 
 type systemTimer struct {
 	t *time.Timer

@@ -116,3 +116,28 @@ func TestSystemTimer(t *testing.T) {
 		t.Fatalf("Stop of a pending system timer returned false")
 	}
 }
+
+// TestMonotonic: a Manual clock's monotonic reading is its Now; the
+// system's never goes back and has advanced by at least a timer's duration
+// once the timer fired (a lower bound, whatever the machine's load).
+func TestMonotonic(t *testing.T) {
+	m := NewManual(100)
+	if got := m.Monotonic(); got != 100 {
+		t.Fatalf("Manual.Monotonic() = %d, want 100 (its Now)", got)
+	}
+	if _, err := m.Advance(250); err != nil {
+		t.Fatal(err)
+	}
+	if got := m.Monotonic(); got != 350 {
+		t.Fatalf("Manual.Monotonic() after Advance(250) = %d, want 350", got)
+	}
+	var s System
+	before := s.Monotonic()
+	tm := s.NewTimer(20)
+	<-tm.C()
+	after := s.Monotonic()
+	// Readings are truncated to whole milliseconds: 20 ms elapsed may read 19.
+	if after-before < 19 {
+		t.Fatalf("System.Monotonic() moved %d ms across a 20 ms timer, want at least 19", after-before)
+	}
+}

@@ -22,6 +22,27 @@ type Line struct {
 	Violations     int64  `json:"violations"`
 	Seed           string `json:"seed,omitempty"`
 	Replay         string `json:"replay,omitempty"`
+	// Faults are a fault test's figures (a server restart, a stopped
+	// process); nil for other checks.
+	Faults *Faults `json:"faults,omitempty"`
+}
+
+// Faults is what a fault test injected and what came of it.
+type Faults struct {
+	Injected int64 `json:"injected"` // faults injected
+	// Lost: acknowledged runs not terminal after the workers drained.
+	Lost int64 `json:"lost"`
+	// Duplicated: runs that ended more than once (more than one terminal
+	// event, or two completions reported).
+	Duplicated int64 `json:"duplicated"`
+	// DoubleEffects: effect keys the external system applied more than once.
+	DoubleEffects int64 `json:"double_effects"`
+	// StaleAccepted: writes accepted from a generation that was no longer
+	// the job's.
+	StaleAccepted int64 `json:"stale_accepted"`
+	// MaxRecoveryMs: the longest time from the end of a fault to the work
+	// it held up being done.
+	MaxRecoveryMs int64 `json:"max_recovery_ms"`
 }
 
 // Report logs l on one line of t's output.

@@ -5,16 +5,13 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"runtime/debug"
 	"sync"
+	"sync/atomic"
 
 	"github.com/leasehold/leasehold/spec"
 )
-
-// writeTries is how many times a publication is sent in all when the store
-// answers unavailable (nothing was written), or unknown_outcome followed by
-// a read-back showing that it did not apply.
-const writeTries = 3
 
 // attempt supervises one claimed generation: it runs the handler, renews
 // the lease, and publishes exactly one outcome, or nothing once the store
@@ -31,19 +28,63 @@ type attempt struct {
 	mu    sync.Mutex
 	fence error // non-nil: publish nothing more for this generation
 
+	// deadline is the monotonic reading (Timers.Monotonic) past which this
+	// worker no longer counts on the lease: when the last claim or renewal
+	// that succeeded was sent, plus the lease, less SafetyMargin.
+	deadline atomic.Int64
+
 	stopRenew     chan struct{}
 	stopRenewOnce sync.Once
 	renewDone     chan struct{}
 }
 
-func newAttempt(w *Worker, l spec.Lease) *attempt {
+// newAttempt supervises lease l, whose claim was sent at the monotonic
+// reading sent.
+func newAttempt(w *Worker, l spec.Lease, sent int64) *attempt {
 	ctx, cancel := context.WithCancelCause(w.bg)
-	return &attempt{
+	a := &attempt{
 		w: w, lease: l, ctx: ctx, cancel: cancel,
 		log:       w.log.With("tenant", l.Tenant, "run_id", l.RunID, "generation", l.Generation, "attempt", l.Attempt),
 		stopRenew: make(chan struct{}),
 		renewDone: make(chan struct{}),
 	}
+	a.deadline.Store(w.leaseDeadline(sent))
+	return a
+}
+
+// extend moves the deadline for a renewal sent at the monotonic reading
+// sent that succeeded. It never moves it back.
+func (a *attempt) extend(sent int64) {
+	d := a.w.leaseDeadline(sent)
+	for {
+		old := a.deadline.Load()
+		if d <= old || a.deadline.CompareAndSwap(old, d) {
+			return
+		}
+	}
+}
+
+// checkLease fences the attempt, and returns the fence, when by the
+// worker's own monotonic clock less than SafetyMargin of the lease is left:
+// the store may have expired the lease already and another generation may
+// hold the run, so nothing outside the store (an external call) may start.
+// It returns the fence already set, if any, and nil while the lease holds.
+func (a *attempt) checkLease(what string) error {
+	if f := a.fenced(); f != nil {
+		return f
+	}
+	left := a.deadline.Load() - a.w.cfg.Timers.Monotonic()
+	if left > 0 {
+		return nil
+	}
+	f := &fenceError{reason: ErrLeaseLost, cause: fmt.Errorf("%w: %d ms of the lease left by the worker's monotonic clock, under the %d ms safety margin, before %s",
+		ErrLeaseExpiring, left+ms(a.w.cfg.SafetyMargin), ms(a.w.cfg.SafetyMargin), what)}
+	if prev := a.setFence(f); prev != nil {
+		return prev
+	}
+	a.log.Warn("too little of the lease is left to "+what+" (the worker was paused or the store unreachable): handler context cancelled, publishing nothing more for this generation",
+		"left_ms", left+ms(a.w.cfg.SafetyMargin), "margin_ms", ms(a.w.cfg.SafetyMargin))
+	return f
 }
 
 // setFence stops publishing for this generation and cancels the handler's
@@ -159,10 +200,12 @@ func (a *attempt) renewLoop() {
 		if a.fenced() != nil {
 			return // the lease is not this generation's any more
 		}
+		sent := a.w.cfg.Timers.Monotonic()
 		ctx, cancel := context.WithTimeout(a.w.bg, a.w.cfg.StoreTimeout)
 		l, err := a.w.cfg.Store.Renew(ctx, spec.RenewRequest{Lease: a.lease.Ref(), LeaseMs: ms(a.w.cfg.Lease)})
 		cancel()
 		if err == nil {
+			a.extend(sent)
 			a.log.Debug("lease renewed", "expires_at", l.ExpiresAt)
 			wait = every
 			continue
@@ -324,16 +367,18 @@ func (a *attempt) release() Result {
 	return r
 }
 
-// write runs a guarded write of this attempt's lease. It sends it again
-// after unavailable (nothing was written), up to writeTries in all. After
-// unknown_outcome it reads the job back: still leased to this generation
-// means the write did not apply, and it is sent again; anything else is
-// returned as the job read (the caller decides what it shows). It returns
-// (nil, nil) when the write applied, (nil, err) when it was refused or never
-// got through, and (job, nil) for a read-back.
+// write runs a guarded write of this attempt's lease. After unavailable
+// (nothing was written) it sends it again, with backoff (Config.StoreRetry),
+// for as long as the lease allows (see Worker.retryWait). After
+// unknown_outcome it reads the job back (again with backoff while the read
+// fails): still leased to this generation means the write did not apply, and
+// it is sent again; anything else is returned as the job read (the caller
+// decides what it shows). It returns (nil, nil) when the write applied,
+// (nil, err) when it was refused or never got through, and (job, nil) for a
+// read-back.
 func (a *attempt) write(what string, call func(ctx context.Context) error) (*spec.Job, error) {
 	var err error
-	for range writeTries {
+	for try := 0; try == 0 || a.w.retryWait(try, a.deadline.Load()); try++ {
 		ctx, cancel := context.WithTimeout(a.w.bg, a.w.cfg.StoreTimeout)
 		err = call(ctx)
 		cancel()
@@ -341,12 +386,12 @@ func (a *attempt) write(what string, call func(ctx context.Context) error) (*spe
 		case "":
 			return nil, nil
 		case spec.CodeUnavailable:
-			a.log.Warn(what+" failed; nothing was written, sending it again", "err", err)
+			a.log.Warn(what+" failed; nothing was written, sending it again after a backoff while the lease lasts", "try", try+1, "err", err)
 			continue
 		case spec.CodeUnknownOutcome:
-			job, rerr := a.readBack()
+			job, rerr := a.readBackRetrying(&try)
 			if rerr != nil {
-				return nil, fmt.Errorf("%s: outcome unknown and the job could not be read back (%v): %w", what, rerr, err)
+				return nil, fmt.Errorf("%s: outcome unknown and the job could not be read back before the lease ran out (%v): %w", what, rerr, err)
 			}
 			if job.State == spec.JobLeased && job.Generation == a.lease.Generation && job.LeaseOwner == a.lease.Owner {
 				a.log.Warn(what+": outcome unknown; the job is still leased to this generation, so it did not apply: sending it again", "err", err)
@@ -358,6 +403,22 @@ func (a *attempt) write(what string, call func(ctx context.Context) error) (*spe
 		}
 	}
 	return nil, err
+}
+
+// readBackRetrying reads the job back, trying again with backoff while the
+// read is unavailable and the lease allows; *try counts the tries of the
+// write it serves, reads included, so that the backoff keeps growing.
+func (a *attempt) readBackRetrying(try *int) (spec.Job, error) {
+	for {
+		job, err := a.readBack()
+		if spec.CodeOf(err) != spec.CodeUnavailable {
+			return job, err
+		}
+		*try++
+		if !a.w.retryWait(*try, a.deadline.Load()) {
+			return job, err
+		}
+	}
 }
 
 func (a *attempt) readBack() (spec.Job, error) {
@@ -436,21 +497,38 @@ func (a *attempt) report(r Result) {
 	}
 }
 
-// storeCall runs one store call for the handler (an effect-ledger write)
-// under StoreTimeout, on a context that the handler's cancellation does not
-// cut (the store's lease guard decides whether the write may still happen).
-// It tries again after unavailable, and fences the attempt when the store
-// refuses the lease.
-func (a *attempt) storeCall(ctx context.Context, what string, call func(ctx context.Context) error) error {
+// storeCall runs one effect-ledger write for the handler under
+// StoreTimeout, on a context that the handler's cancellation does not cut
+// (the store's lease guard decides whether the write may still happen).
+// After unavailable it sends it again with backoff while the lease allows,
+// as write does. After unknown_outcome it calls resolve, which reads the
+// ledger back: applied (nil), not applied (errNotApplied: sent again), or an
+// error, which is returned. A nil resolve sends the call again. It fences
+// the attempt when the store refuses the lease.
+func (a *attempt) storeCall(ctx context.Context, what string, call func(ctx context.Context) error, resolve func(ctx context.Context) error) error {
 	var err error
-	for range writeTries {
+	for try := 0; try == 0 || a.w.retryWait(try, a.deadline.Load()); try++ {
 		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), a.w.cfg.StoreTimeout)
 		err = call(sctx)
 		cancel()
-		if spec.CodeOf(err) != spec.CodeUnavailable {
+		if spec.CodeOf(err) == spec.CodeUnknownOutcome && resolve != nil {
+			rerr := a.resolveRetrying(ctx, &try, resolve)
+			switch {
+			case rerr == nil:
+				a.log.Warn(what+": outcome unknown; read back: it applied", "err", err)
+				return nil
+			case errors.Is(rerr, errNotApplied):
+				a.log.Warn(what+": outcome unknown; read back: it did not apply, sending it again", "err", err)
+				continue
+			default:
+				err = fmt.Errorf("%s: outcome unknown and not resolved by reading the ledger back (%v): %w", what, rerr, err)
+			}
 			break
 		}
-		a.log.Warn(what+" failed; nothing was written, sending it again", "err", err)
+		if c := spec.CodeOf(err); c != spec.CodeUnavailable && c != spec.CodeUnknownOutcome {
+			break
+		}
+		a.log.Warn(what+" failed; sending it again after a backoff while the lease lasts", "code", spec.CodeOf(err), "try", try+1, "err", err)
 	}
 	if f := fenceFor(err); f != nil {
 		if a.setFence(f) == nil {
@@ -458,4 +536,62 @@ func (a *attempt) storeCall(ctx context.Context, what string, call func(ctx cont
 		}
 	}
 	return err
+}
+
+// errNotApplied is what a storeCall resolve function returns when the
+// ledger shows that the write did not apply.
+var errNotApplied = errors.New("the write did not apply")
+
+// resolveRetrying runs resolve under StoreTimeout, again with backoff while
+// it fails with unavailable and the lease allows.
+func (a *attempt) resolveRetrying(ctx context.Context, try *int, resolve func(ctx context.Context) error) error {
+	for {
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), a.w.cfg.StoreTimeout)
+		err := resolve(rctx)
+		cancel()
+		// Only the store's own unavailable: spec.CodeOf would call any
+		// other error (errNotApplied too) unavailable.
+		var se *spec.Error
+		if !errors.As(err, &se) || se.Code != spec.CodeUnavailable {
+			return err
+		}
+		*try++
+		if !a.w.retryWait(*try, a.deadline.Load()) {
+			return err
+		}
+	}
+}
+
+// leaseDeadline is the monotonic deadline of a lease whose claim or
+// renewal was sent at the monotonic reading sent.
+func (w *Worker) leaseDeadline(sent int64) int64 {
+	d := ms(w.cfg.Lease) - ms(w.cfg.SafetyMargin)
+	if sent > math.MaxInt64-d {
+		return math.MaxInt64
+	}
+	return sent + d
+}
+
+// storeRetryDelay is the wait before try number try (1 for the first
+// resend) of a store call, in ms: half of min(Cap, Base*2^(try-1)) plus a
+// jitter up to as much again (Config.StoreRetry).
+func (w *Worker) storeRetryDelay(try int) int64 {
+	base, ceiling := ms(w.cfg.StoreRetry.Base), ms(w.cfg.StoreRetry.Cap)
+	d := ceiling
+	if try-1 < 62 && base <= ceiling>>(try-1) {
+		d = base << (try - 1)
+	}
+	return d/2 + w.cfg.Random.Int64N(d-d/2+1)
+}
+
+// retryWait waits storeRetryDelay(try) on Config.Timers before a resend.
+// It returns false at once, without waiting, when the wait would end at or
+// past deadline (a monotonic reading): the lease would be gone by then.
+func (w *Worker) retryWait(try int, deadline int64) bool {
+	d := w.storeRetryDelay(try)
+	if now := w.cfg.Timers.Monotonic(); now >= deadline || d >= deadline-now {
+		return false
+	}
+	<-w.cfg.Timers.NewTimer(d).C()
+	return true
 }

@@ -117,8 +117,16 @@ func TestConfigDefaultsAndErrors(t *testing.T) {
 		t.Fatalf("minimal config: %v", err)
 	}
 	if c.Lease != DefaultLease || c.RenewEvery != DefaultLease/3 || c.Concurrency != 1 || c.ClaimBatch != 1 ||
-		c.Idle != DefaultIdle || c.IdleJitter != DefaultIdle/2 || c.ShutdownGrace != DefaultShutdownGrace || c.ID == "" {
+		c.Idle != DefaultIdle || c.IdleJitter != DefaultIdle/2 || c.ShutdownGrace != DefaultShutdownGrace || c.ID == "" ||
+		c.SafetyMargin != DefaultLease/5 || c.StoreRetry != (StoreRetry{DefaultStoreRetryBase, DefaultStoreRetryCap}) ||
+		c.Maintenance != (MaintenancePolicy{Every: DefaultMaintenanceEvery, Jitter: DefaultMaintenanceEvery / 2, Batch: DefaultMaintenanceBatch, MaxBatches: DefaultMaintenanceMax}) {
 		t.Fatalf("defaults not applied: %+v", c)
+	}
+	// A renewal interval close to the lease leaves room for a smaller margin only.
+	short := ok
+	short.Lease, short.RenewEvery = time.Second, 900*time.Millisecond
+	if c, err := short.withDefaults(); err != nil || c.SafetyMargin != 50*time.Millisecond {
+		t.Fatalf("margin for a 1s lease renewed every 900ms: %v, %v; want 50ms", c.SafetyMargin, err)
 	}
 	bad := []struct {
 		name string
@@ -132,6 +140,11 @@ func TestConfigDefaultsAndErrors(t *testing.T) {
 		{"sub-millisecond lease", func(c *Config) { c.Lease = time.Microsecond }},
 		{"negative grace", func(c *Config) { c.ShutdownGrace = -1 }},
 		{"claim batch over the limit", func(c *Config) { c.ClaimBatch = spec.MaxBatch + 1 }},
+		{"negative safety margin", func(c *Config) { c.SafetyMargin = -1 }},
+		{"safety margin leaving nothing between renewals", func(c *Config) { c.Lease, c.RenewEvery, c.SafetyMargin = 3*time.Second, time.Second, 2*time.Second }},
+		{"store retry cap under its base", func(c *Config) { c.StoreRetry = StoreRetry{Base: time.Second, Cap: time.Millisecond} }},
+		{"housekeeping batch over the limit", func(c *Config) { c.Maintenance.Batch = spec.MaxBatch + 1 }},
+		{"negative housekeeping interval", func(c *Config) { c.Maintenance.Every = -time.Second }},
 	}
 	for _, b := range bad {
 		t.Run(b.name, func(t *testing.T) {

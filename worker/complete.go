@@ -97,10 +97,11 @@ func (c *completer) gather(first *completion) []*completion {
 
 // flush completes the batch: through CompleteBatch when the store has it
 // and the batch has more than one member, else one Complete per member.
-// A batch the store could not run at all (unavailable) is sent again, up to
-// writeTries in all; when its commit's answer was lost, each member is
-// resolved on its own, by reading its job back (and completing it alone if
-// it is still leased to its generation).
+// A batch the store could not run at all (unavailable) is sent again with
+// backoff while the lease of every member allows (the earliest deadline
+// decides); when its commit's answer was lost, each member is resolved on
+// its own, by reading its job back (and completing it alone if it is still
+// leased to its generation).
 func (c *completer) flush(batch []*completion) {
 	w := c.w
 	if len(batch) == 1 || w.batcher == nil {
@@ -119,9 +120,13 @@ func (c *completer) flush(batch []*completion) {
 	for i, m := range batch {
 		reqs[i] = m.req
 	}
+	deadline := batch[0].a.deadline.Load()
+	for _, m := range batch[1:] {
+		deadline = min(deadline, m.a.deadline.Load())
+	}
 	var outs []spec.BatchOutcome
 	var err error
-	for range writeTries {
+	for try := 0; try == 0 || w.retryWait(try, deadline); try++ {
 		ctx, cancel := context.WithTimeout(w.bg, w.cfg.StoreTimeout)
 		outs, err = w.batcher.CompleteBatch(ctx, reqs)
 		cancel()
@@ -139,7 +144,8 @@ func (c *completer) flush(batch []*completion) {
 	case spec.CodeOf(err) == spec.CodeUnknownOutcome:
 		w.log.Warn("batched completion: outcome unknown; resolving each member by reading it back", "members", len(batch), "err", err)
 		for _, m := range batch {
-			job, rerr := m.a.readBack()
+			try := 0
+			job, rerr := m.a.readBackRetrying(&try)
 			switch {
 			case rerr != nil:
 				m.ack <- writeResult{err: err}

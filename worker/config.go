@@ -37,6 +37,19 @@ type Config struct {
 	// RenewEvery is the renewal interval. Default Lease/3: two renewals can
 	// fail before the lease runs out.
 	RenewEvery time.Duration
+	// SafetyMargin is the part of the lease the worker never counts on. It
+	// measures its lease on its own monotonic clock (Timers.Monotonic) from
+	// the moment it SENT the last claim or renewal that succeeded — the
+	// store's expiry is at least that late — and once less than SafetyMargin
+	// of it is left it starts no external call (Effect.Call): it fences
+	// itself, and publishes nothing more for the generation. Publications
+	// that the store cannot run are retried only until then. The margin
+	// must cover how much faster the store's clock may run than the
+	// worker's over one lease, and the time between the check and the
+	// external system's receipt of the call. It must be shorter than
+	// Lease - RenewEvery, so that renewals on time never leave too little.
+	// Default Lease/5, or (Lease - RenewEvery)/2 when that is shorter.
+	SafetyMargin time.Duration
 	// Concurrency bounds the attempts this worker holds at once (its slots).
 	// Default 1.
 	Concurrency int
@@ -55,6 +68,14 @@ type Config struct {
 	IdleJitter time.Duration
 	// NoNotify stops the worker from listening to a spec.Notifier store.
 	NoNotify bool
+	// StoreRetry shapes how a write the store could not run (unavailable),
+	// or whose outcome was unknown and read back as not applied, is sent
+	// again (see StoreRetry).
+	StoreRetry StoreRetry
+	// Maintenance shapes the worker's housekeeping: reaping expired leases
+	// with no attempts left and purging expired idempotency records (see
+	// MaintenancePolicy). On by default.
+	Maintenance MaintenancePolicy
 
 	// Retry shapes retryable failures (see RetryPolicy).
 	Retry RetryPolicy
@@ -66,10 +87,12 @@ type Config struct {
 	ShutdownGrace time.Duration
 
 	// Timers is the worker's time source for renewals, idle waits, batch
-	// lingering, the grace period and retry deadlines. Default the system
-	// clock; tests pass a *clock.Manual.
+	// lingering, the grace period, store retries, housekeeping and retry
+	// deadlines, and its monotonic clock for what is left of a lease
+	// (SafetyMargin). Default the system clock; tests pass a *clock.Manual.
 	Timers clock.Timers
-	// Random draws idle jitter and decorrelated retry delays. Default a PCG
+	// Random draws idle, store-retry and housekeeping jitter and
+	// decorrelated retry delays. Default a PCG
 	// seeded from the time. The worker serializes its calls.
 	Random spec.Random
 	// Logger receives structured logs (run id, tenant, generation, attempt;
@@ -115,13 +138,53 @@ type BatchPolicy struct {
 	Linger time.Duration
 }
 
+// StoreRetry is the backoff between tries of a store write that did not
+// get through: before try n+1 the worker waits half of min(Cap, Base*2^(n-1))
+// plus a jitter up to as much again, for as long as the lease allows (its
+// deadline less Config.SafetyMargin, by the worker's monotonic clock), and
+// then gives up: the lease recovers by expiry.
+type StoreRetry struct {
+	// Base is the first delay; Cap bounds every delay. Defaults 100ms and
+	// 2s.
+	Base, Cap time.Duration
+}
+
+// MaintenancePolicy shapes the worker's housekeeping. A job whose lease
+// expired with no attempts left can never be claimed again, and an expired
+// idempotency record is never needed again; neither goes away by itself.
+// Every worker, unless Off, reaps the first (Store.Reap, per tenant of
+// Config.Tenants: the run fails with lease_expired) and purges the second
+// (Store.PurgeIdempotency, every tenant's), once per round. Many workers may
+// do it at once: each call is bounded by Batch, the stores take only what
+// they can lock (Reap skips locked rows on PostgreSQL), and the rounds are
+// jittered so that workers started together drift apart.
+type MaintenancePolicy struct {
+	// Off turns housekeeping off in this worker. Some process must still do
+	// it (call Store.Reap and Store.PurgeIdempotency), or such runs stay
+	// running and the records accumulate.
+	Off bool
+	// Every is the time between rounds, plus a jitter drawn from [0,
+	// Jitter]. Defaults 30s and Every/2.
+	Every, Jitter time.Duration
+	// Batch is the Limit of each Reap and PurgeIdempotency call. A round
+	// calls again while a call comes back full, up to MaxBatches calls per
+	// tenant for Reap and MaxBatches for purge; the rest waits for the next
+	// round. Defaults 100 and 10.
+	Batch, MaxBatches int
+}
+
 // Defaults.
 const (
-	DefaultLease         = 30 * time.Second
-	DefaultClaimTimeout  = 5 * time.Second
-	DefaultStoreTimeout  = 10 * time.Second
-	DefaultIdle          = time.Second
-	DefaultShutdownGrace = 10 * time.Second
+	DefaultLease            = 30 * time.Second
+	DefaultClaimTimeout     = 5 * time.Second
+	DefaultStoreTimeout     = 10 * time.Second
+	DefaultIdle             = time.Second
+	DefaultShutdownGrace    = 10 * time.Second
+	DefaultStoreRetryBase   = 100 * time.Millisecond
+	DefaultStoreRetryCap    = 2 * time.Second
+	DefaultMaintenanceEvery = 30 * time.Second
+	DefaultMaintenanceBatch = 100
+	DefaultMaintenanceMax   = 10
 )
 
 // withDefaults validates c and fills in its defaults.
@@ -153,6 +216,12 @@ func (c Config) withDefaults() (Config, error) {
 	if c.RenewEvery <= 0 || c.RenewEvery >= c.Lease {
 		return c, fmt.Errorf("worker: Config.RenewEvery %v must be positive and shorter than the lease %v", c.RenewEvery, c.Lease)
 	}
+	if c.SafetyMargin == 0 {
+		c.SafetyMargin = min(c.Lease/5, (c.Lease-c.RenewEvery)/2)
+	}
+	if c.SafetyMargin <= 0 || c.SafetyMargin >= c.Lease-c.RenewEvery {
+		return c, fmt.Errorf("worker: Config.SafetyMargin %v must be positive and shorter than Lease - RenewEvery (%v)", c.SafetyMargin, c.Lease-c.RenewEvery)
+	}
 	if c.Concurrency == 0 {
 		c.Concurrency = 1
 	}
@@ -177,7 +246,33 @@ func (c Config) withDefaults() (Config, error) {
 	if c.ShutdownGrace == 0 {
 		c.ShutdownGrace = DefaultShutdownGrace
 	}
-	if c.ClaimTimeout < 0 || c.StoreTimeout < 0 || c.Idle < 0 || c.IdleJitter < 0 || c.ShutdownGrace < 0 || c.Batch.Linger < 0 || c.Retry.Deadline < 0 {
+	if c.StoreRetry.Base == 0 {
+		c.StoreRetry.Base = DefaultStoreRetryBase
+	}
+	if c.StoreRetry.Cap == 0 {
+		c.StoreRetry.Cap = max(DefaultStoreRetryCap, c.StoreRetry.Base)
+	}
+	if c.StoreRetry.Base < 0 || c.StoreRetry.Cap < c.StoreRetry.Base {
+		return c, fmt.Errorf("worker: StoreRetry needs 0 < Base <= Cap, got %v and %v", c.StoreRetry.Base, c.StoreRetry.Cap)
+	}
+	m := &c.Maintenance
+	if m.Every == 0 {
+		m.Every = DefaultMaintenanceEvery
+	}
+	if m.Jitter == 0 {
+		m.Jitter = m.Every / 2
+	}
+	if m.Batch == 0 {
+		m.Batch = DefaultMaintenanceBatch
+	}
+	if m.MaxBatches == 0 {
+		m.MaxBatches = DefaultMaintenanceMax
+	}
+	if m.Batch < 1 || m.Batch > spec.MaxBatch || m.MaxBatches < 1 {
+		return c, fmt.Errorf("worker: Maintenance.Batch %d must be in [1, %d] and MaxBatches %d >= 1", m.Batch, spec.MaxBatch, m.MaxBatches)
+	}
+	if c.ClaimTimeout < 0 || c.StoreTimeout < 0 || c.Idle < 0 || c.IdleJitter < 0 || c.ShutdownGrace < 0 || c.Batch.Linger < 0 || c.Retry.Deadline < 0 ||
+		m.Every < 0 || m.Jitter < 0 {
 		return c, errors.New("worker: durations must not be negative")
 	}
 	if c.Batch.Size > spec.MaxBatch {

@@ -37,13 +37,68 @@
 //
 // Every attempt ends in exactly one Result (Config.OnResult, Stats).
 //
+// # Outages
+//
+// A publication (complete, retry, fail, release) or an effect-ledger write
+// that the store could not run (unavailable: nothing was written) is sent
+// again after a capped exponential backoff with jitter (Config.StoreRetry),
+// for as long as the lease allows: until less than Config.SafetyMargin of
+// it is left by the worker's monotonic clock (see Effects). One whose
+// outcome is unknown is resolved by reading back (the job, or the ledger
+// row) before it is sent again or given up. A claim that failed is tried
+// again after the same backoff, at most Idle. So an outage shorter than
+// the lease delays the work and loses none of it; after a longer one the
+// attempt is abandoned (OutcomeAbandoned) and its lease recovers by expiry.
+// On PostgreSQL, postgres.Options.WaitForServer lets a process started
+// during an outage wait for the database instead of exiting.
+//
+// # Housekeeping: who reaps and purges
+//
+// Two things never go away by themselves: a job whose lease expired with no
+// attempts left (no claim will take it again: its run would stay running
+// forever) and an expired idempotency record. The worker runtime is
+// responsible for both: every Worker, unless Config.Maintenance.Off, calls
+// Store.Reap for each of its tenants (the run fails with lease_expired) and
+// Store.PurgeIdempotency, every Maintenance.Every plus a jitter, in bounded
+// batches, so that any number of workers can do it at once (on PostgreSQL
+// Reap skips rows another reaper holds). Stats.Reaped and Stats.Purged
+// count what it did. A deployment that turns it off in every worker must
+// call both itself, on every tenant.
+//
 // # Effects
 //
 // Delivery is at least once: after a crash, a lost lease or a retry the
 // handler runs again. Job.Effect runs an external call through the store's
 // effect ledger so that it is never blindly repeated: reserve, then call and
 // record; or skip (already done); or ask the external system (Effect.Status)
-// and reconcile first.
+// and reconcile first. Every Call and Status receives an EffectRequest: the
+// effect's key, the same for every generation (the external system's
+// idempotency key), and the attempt's generation, a fencing token that only
+// rises.
+//
+// The ledger is in the database, and the database's lease guard can only
+// refuse writes: it cannot undo a call that a stale generation already
+// made. So the worker also fences itself. It measures its lease on its
+// monotonic clock (Timers.Monotonic, which counts on while the process is
+// stopped) from when it SENT the last claim or renewal that succeeded, and
+// before every Effect.Call it checks that at least Config.SafetyMargin of
+// the lease is left; if not, it makes no call, cancels the handler
+// (ErrLeaseLost with ErrLeaseExpiring) and publishes nothing more for the
+// generation. A process stopped between its reservation and its call, past
+// its lease, while another generation took the run over, refuses when it
+// wakes.
+//
+// What is still possible with an external system that neither
+// deduplicates by key nor fences by generation: a delay between the check
+// and the system's receipt of the call (a pause of the process, a slow
+// network) longer than SafetyMargin can let the lease expire with the call
+// still on its way; the next generation asks Status, is told nothing
+// happened, calls, and then the first call arrives too: applied twice. The
+// same follows if the store's clock runs faster than the worker's by more
+// than the margin over a lease. Only the external system can close that
+// gap: deduplicating by EffectRequest.Key (a repeat returns the original
+// outcome) or refusing a generation lower than one it has seen for the key
+// (a stale call is refused). examples/httpservice's provider does both.
 //
 // # Shutdown
 //
@@ -66,7 +121,9 @@
 // # Time
 //
 // The worker waits only through Config.Timers (clock.Timers), so a test with
-// a clock.Manual decides when each renewal, idle wait, batch linger and
-// grace period ends, without sleeping. Lease expiry itself is always the
-// store's decision, by the store's clock.
+// a clock.Manual decides when each renewal, idle wait, store retry,
+// housekeeping round, batch linger and grace period ends, without
+// sleeping, and also what its monotonic clock reads (a Manual's is its
+// Now). Lease expiry itself is always the store's decision, by the store's
+// clock; the worker's own lease deadline only ever makes it do less.
 package worker

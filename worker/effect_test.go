@@ -30,7 +30,7 @@ type providerStep struct {
 
 func (p *memProvider) effect(key string) worker.Effect {
 	return worker.Effect{Step: "charge", Key: key,
-		Call: func(context.Context) (string, error) {
+		Call: func(context.Context, worker.EffectRequest) (string, error) {
 			p.mu.Lock()
 			defer p.mu.Unlock()
 			step := providerStep{apply: true}
@@ -48,7 +48,7 @@ func (p *memProvider) effect(key string) worker.Effect {
 			}
 			return ref, nil
 		},
-		Status: func(context.Context) (worker.EffectStatus, error) {
+		Status: func(context.Context, worker.EffectRequest) (worker.EffectStatus, error) {
 			p.mu.Lock()
 			defer p.mu.Unlock()
 			switch {
@@ -77,11 +77,15 @@ func TestEffectLedger(t *testing.T) {
 		script       []providerStep
 		statusUnsure bool
 		loseRecord   bool // the first attempt's RecordEffect never gets through
-		attempts     []attemptWant
-		wantCalls    int
-		wantApplied  int
-		wantEffect   spec.EffectState
-		wantGen      int64
+		// recordUnknown, when set, fails the first RecordEffect at this
+		// point with unknown_outcome (BeforeCommit: it did not apply;
+		// AfterCommit: it did).
+		recordUnknown spec.HookPoint
+		attempts      []attemptWant
+		wantCalls     int
+		wantApplied   int
+		wantEffect    spec.EffectState
+		wantGen       int64
 	}{
 		{name: "the call succeeds and is recorded", script: []providerStep{{apply: true}},
 			attempts: []attemptWant{completed}, wantCalls: 1, wantApplied: 1, wantEffect: spec.EffectSucceeded, wantGen: 1},
@@ -94,6 +98,12 @@ func TestEffectLedger(t *testing.T) {
 		{name: "applied but the record was lost: the attempt's own reservation is reconciled",
 			script: []providerStep{{apply: true}}, loseRecord: true,
 			attempts: []attemptWant{unknown, completed}, wantCalls: 1, wantApplied: 1, wantEffect: spec.EffectSucceeded, wantGen: 2},
+		{name: "the record's answer was lost after it committed: read back as applied, completed at once",
+			script: []providerStep{{apply: true}}, recordUnknown: spec.AfterCommit,
+			attempts: []attemptWant{completed}, wantCalls: 1, wantApplied: 1, wantEffect: spec.EffectSucceeded, wantGen: 1},
+		{name: "the record's outcome unknown but not applied: read back, sent again, completed at once",
+			script: []providerStep{{apply: true}}, recordUnknown: spec.BeforeCommit,
+			attempts: []attemptWant{completed}, wantCalls: 1, wantApplied: 1, wantEffect: spec.EffectSucceeded, wantGen: 1},
 		{name: "a definite failure is recorded and called again",
 			script:   []providerStep{{apply: false, err: worker.Retryable(errors.New("503"), 0)}, {apply: true}},
 			attempts: []attemptWant{{worker.OutcomeRetried, worker.CodeRetryable}, completed}, wantCalls: 2, wantApplied: 1,
@@ -109,12 +119,17 @@ func TestEffectLedger(t *testing.T) {
 				e.create("r1")
 				p := &memProvider{script: c.script, statusUnsure: c.statusUnsure}
 				var mu sync.Mutex
-				loseRecord := c.loseRecord
+				loseRecord, unknown := c.loseRecord, c.recordUnknown
 				hook := func(_ context.Context, op spec.Op, pt spec.HookPoint) error {
 					mu.Lock()
 					defer mu.Unlock()
-					if loseRecord && op == spec.OpRecordEffect && pt == spec.BeforeCommit {
+					switch {
+					case op != spec.OpRecordEffect:
+					case loseRecord && pt == spec.BeforeCommit:
 						return errors.New("injected: connection lost before the record committed")
+					case unknown != "" && pt == unknown:
+						unknown = ""
+						return spec.Errorf(spec.CodeUnknownOutcome, "injected: the record's outcome is unknown")
 					}
 					return nil
 				}
@@ -126,7 +141,9 @@ func TestEffectLedger(t *testing.T) {
 					return json.Marshal(map[string]string{"ref": ref})
 				}))
 				for i, w := range c.attempts {
-					r := e.result()
+					// A lost record is sent again with backoff until the
+					// lease runs out: move the clock through the waits.
+					r := e.driveUntilResult(2_000)
 					if r.Attempt != i+1 || r.Outcome != w.outcome || r.ErrorCode != w.code {
 						t.Fatalf("attempt %d: result %+v (err %v), want outcome %s, code %q", i+1, r, r.Err, w.outcome, w.code)
 					}

@@ -16,6 +16,14 @@ var (
 	// generation owns the run, or the lease expired. The worker publishes
 	// nothing more for this generation.
 	ErrLeaseLost = errors.New("worker: lease lost; another generation owns the run, publish nothing")
+	// ErrLeaseExpiring: by the worker's own monotonic clock less than
+	// Config.SafetyMargin of the lease was left (measured from when the last
+	// claim or renewal that succeeded was sent), so the worker refused to
+	// start an external call: the store may have expired the lease and
+	// another generation may hold the run. It always comes with
+	// ErrLeaseLost (errors.Is matches both); nothing more is published for
+	// the generation and the lease recovers by expiry.
+	ErrLeaseExpiring = errors.New("worker: too little of the lease is left by the worker's own clock")
 	// ErrRunCancelled: the run was cancelled while this attempt ran (the
 	// renewal said cancelled, or a NOTIFY announced the cancel of this
 	// generation). The worker publishes nothing more.

@@ -94,14 +94,14 @@ func chargeHandler(p *fileProvider, afterCharge func(*worker.Job)) worker.Handle
 	return func(ctx context.Context, job *worker.Job) ([]byte, error) {
 		key := "charge-" + job.RunID
 		ref, err := job.Effect(ctx, worker.Effect{Step: "charge", Key: key,
-			Call: func(context.Context) (string, error) {
+			Call: func(context.Context, worker.EffectRequest) (string, error) {
 				ref, err := p.charge(key)
 				if err == nil && afterCharge != nil {
 					afterCharge(job)
 				}
 				return ref, err
 			},
-			Status: func(context.Context) (worker.EffectStatus, error) { return p.status(key) },
+			Status: func(context.Context, worker.EffectRequest) (worker.EffectStatus, error) { return p.status(key) },
 		})
 		if err != nil {
 			return nil, err
@@ -125,6 +125,9 @@ func openTarget(ctx context.Context, backend, target, schema string, clk clock.C
 // has taken the charge, prints "charged RUN GENERATION" and blocks until the
 // parent kills the process. Its clock never moves, so it never renews.
 func runChild() int {
+	if os.Getenv(childModeEnv) == "pause" {
+		return runPauseChild()
+	}
 	ctx := context.Background()
 	clk := clock.NewManual(t0)
 	store, err := openTarget(ctx, os.Getenv(childBackendEnv), os.Getenv(childTargetEnv), os.Getenv(childSchemaEnv), clk)

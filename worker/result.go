@@ -67,15 +67,20 @@ type Stats struct {
 	AlreadyTerminal uint64
 	Abandoned       uint64
 	// Batches and Batched count batched completion flushes and their members.
-	Batches  uint64
-	Batched  uint64
+	Batches uint64
+	Batched uint64
+	// Reaped counts the runs this worker's housekeeping failed because their
+	// lease expired with no attempts left; Purged the expired idempotency
+	// records it deleted.
+	Reaped   uint64
+	Purged   uint64
 	InFlight int
 }
 
 // counters is the atomic form of Stats.
 type counters struct {
-	claimed, completed, retried, failed, released, lost, cancelled, terminal, abandoned, batches, batched atomic.Uint64
-	inFlight                                                                                              atomic.Int64
+	claimed, completed, retried, failed, released, lost, cancelled, terminal, abandoned, batches, batched, reaped, purged atomic.Uint64
+	inFlight                                                                                                              atomic.Int64
 }
 
 func (c *counters) count(o Outcome) {
@@ -103,6 +108,7 @@ func (c *counters) snapshot() Stats {
 	return Stats{
 		Claimed: c.claimed.Load(), Completed: c.completed.Load(), Retried: c.retried.Load(), Failed: c.failed.Load(),
 		Released: c.released.Load(), Lost: c.lost.Load(), Cancelled: c.cancelled.Load(), AlreadyTerminal: c.terminal.Load(),
-		Abandoned: c.abandoned.Load(), Batches: c.batches.Load(), Batched: c.batched.Load(), InFlight: int(c.inFlight.Load()),
+		Abandoned: c.abandoned.Load(), Batches: c.batches.Load(), Batched: c.batched.Load(), Reaped: c.reaped.Load(), Purged: c.purged.Load(),
+		InFlight: int(c.inFlight.Load()),
 	}
 }

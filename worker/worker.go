@@ -90,7 +90,8 @@ func (w *Worker) Stats() Stats { return w.stats.snapshot() }
 //  4. then it cancels the handlers still running (cause ErrShutdown), and
 //     releases each lease it still owns — Store.Release requeues the job
 //     and keeps its generation — discarding whatever those handlers return
-//     later. A lease it cannot release (the store unavailable) recovers by
+//     later. A release the store cannot run is sent again while the lease
+//     lasts (Config.StoreRetry); a lease it cannot release recovers by
 //     expiry.
 //
 // Run returns once every attempt has been published or released; a handler
@@ -113,8 +114,11 @@ func (w *Worker) Run(ctx context.Context) error {
 	if w.completer != nil {
 		aux.Go(w.completer.run)
 	}
+	if !w.cfg.Maintenance.Off {
+		aux.Go(func() { w.maintainLoop(ctx) })
+	}
 	w.log.Info("worker started", "tenants", w.cfg.Tenants, "concurrency", w.cfg.Concurrency, "lease", w.cfg.Lease,
-		"batch", w.cfg.Batch.Size, "notify", w.notifier != nil)
+		"batch", w.cfg.Batch.Size, "notify", w.notifier != nil, "housekeeping", !w.cfg.Maintenance.Off)
 
 	w.claimLoop(ctx)
 
@@ -141,15 +145,17 @@ func (w *Worker) Run(ctx context.Context) error {
 	aux.Wait()
 	s := w.Stats()
 	w.log.Info("worker stopped", "claimed", s.Claimed, "completed", s.Completed, "retried", s.Retried, "failed", s.Failed,
-		"released", s.Released, "lost", s.Lost, "cancelled", s.Cancelled, "abandoned", s.Abandoned)
+		"released", s.Released, "lost", s.Lost, "cancelled", s.Cancelled, "abandoned", s.Abandoned, "reaped", s.Reaped, "purged", s.Purged)
 	return nil
 }
 
 // claimLoop claims while ctx lasts: it takes every free slot (at least one,
 // waiting for it), claims up to that many jobs, starts an attempt per lease
-// and, when it got fewer than it asked for, waits (idle) before the next
-// round.
+// and, when it got fewer than it asked for, waits before the next round:
+// Idle after a round that found less work, a StoreRetry backoff (at most
+// Idle) after a round whose claims failed, as after a database restart.
 func (w *Worker) claimLoop(ctx context.Context) {
+	failures := 0
 	for {
 		select {
 		case w.slots <- struct{}{}:
@@ -160,15 +166,23 @@ func (w *Worker) claimLoop(ctx context.Context) {
 		for n < w.cfg.ClaimBatch && w.tryAcquire() {
 			n++
 		}
-		got := w.claimRound(ctx, n)
+		got, failed := w.claimRound(ctx, n)
 		for range n - got {
 			<-w.slots
 		}
 		if ctx.Err() != nil {
 			return
 		}
-		if got < n {
-			w.idle(ctx)
+		if !failed {
+			failures = 0
+		}
+		switch {
+		case got == n:
+		case failed:
+			failures++
+			w.idle(ctx, min(w.storeRetryDelay(failures), w.idleDelay()))
+		default:
+			w.idle(ctx, w.idleDelay())
 		}
 	}
 }
@@ -184,17 +198,18 @@ func (w *Worker) tryAcquire() bool {
 }
 
 // claimRound asks the tenants in turn (starting with a different one each
-// round) for up to n jobs in all, and starts an attempt for each lease. Each
+// round) for up to n jobs in all, and starts an attempt for each lease; it
+// returns how many it got and whether a claim failed. Each
 // claim runs under ClaimTimeout and is not cut short by shutdown: a claim
 // abandoned mid-flight could commit leases nobody runs (they would recover
 // only by expiry), so it finishes and its leases are released instead.
-func (w *Worker) claimRound(ctx context.Context, n int) int {
-	got := 0
+func (w *Worker) claimRound(ctx context.Context, n int) (got int, failed bool) {
 	tenants := w.cfg.Tenants
 	start := w.nextTenant
 	w.nextTenant = (w.nextTenant + 1) % len(tenants)
 	for i := range tenants {
 		tenant := tenants[(start+i)%len(tenants)]
+		sent := w.cfg.Timers.Monotonic()
 		cctx, cancel := context.WithTimeout(w.bg, w.cfg.ClaimTimeout)
 		leases, err := w.cfg.Store.Claim(cctx, spec.ClaimRequest{Tenant: tenant, Worker: w.cfg.ID, LeaseMs: ms(w.cfg.Lease), Limit: n - got})
 		cancel()
@@ -202,22 +217,27 @@ func (w *Worker) claimRound(ctx context.Context, n int) int {
 			// unknown_outcome: leases may exist that nobody runs; they
 			// recover by expiry.
 			w.log.Warn("claim failed", "tenant", tenant, "code", spec.CodeOf(err), "err", err)
+			failed = true
 			continue
 		}
 		for _, l := range leases {
-			w.start(ctx, l)
+			w.start(ctx, l, sent)
 			got++
 		}
 		if got == n {
 			break
 		}
 	}
-	return got
+	return got, failed
 }
 
-// idle waits IdleMs plus a jitter, or until a notification or shutdown.
-func (w *Worker) idle(ctx context.Context) {
-	d := ms(w.cfg.Idle) + w.cfg.Random.Int64N(ms(w.cfg.IdleJitter)+1)
+// idleDelay is Idle plus a jitter drawn from [0, IdleJitter], in ms.
+func (w *Worker) idleDelay() int64 {
+	return ms(w.cfg.Idle) + w.cfg.Random.Int64N(ms(w.cfg.IdleJitter)+1)
+}
+
+// idle waits d ms, or until a notification or shutdown.
+func (w *Worker) idle(ctx context.Context, d int64) {
 	t := w.cfg.Timers.NewTimer(d)
 	select {
 	case <-t.C():
@@ -289,11 +309,12 @@ func (w *Worker) recheckActive() {
 	}
 }
 
-// start registers an attempt for l and runs it in its own goroutine; the
-// attempt holds one slot until it ends. A lease that arrives after shutdown
-// began is released at once.
-func (w *Worker) start(ctx context.Context, l spec.Lease) {
-	a := newAttempt(w, l)
+// start registers an attempt for l, whose claim was sent at the monotonic
+// reading sent, and runs it in its own goroutine; the attempt holds one slot
+// until it ends. A lease that arrives after shutdown began is released at
+// once.
+func (w *Worker) start(ctx context.Context, l spec.Lease, sent int64) {
+	a := newAttempt(w, l, sent)
 	w.stats.claimed.Add(1)
 	w.stats.inFlight.Add(1)
 	w.mu.Lock()

@@ -197,18 +197,25 @@ func TestDecorrelatedRetryUsesHistory(t *testing.T) {
 }
 
 // TestPublicationFailures: a publication the store could not run is sent
-// again; one whose answer was lost is resolved by reading the job back.
+// again with backoff while the lease lasts; one whose answer was lost is
+// resolved by reading the job back.
 func TestPublicationFailures(t *testing.T) {
+	// With no jitter the waits are half of min(2 s, 100 ms * 2^(n-1)): 50,
+	// 100, 200, 400, 800, then 1000 ms. The lease is counted on until
+	// t0 + 30 s - 6 s margin: the wait ending at t0 + 23.55 s is the last
+	// that ends before it, after 27 waits.
+	const everyTimeCalls, gaveUpAt = 28, t0 + 23_550
 	cases := []struct {
 		name  string
 		point spec.HookPoint
 		times int // how many Complete calls fail at point
 		want  worker.Outcome
 		calls int // Complete calls made
+		at    int64
 	}{
-		{"unavailable once, then sent again", spec.BeforeCommit, 1, worker.OutcomeCompleted, 2},
-		{"unavailable every time: abandoned, the lease recovers by expiry", spec.BeforeCommit, 99, worker.OutcomeAbandoned, 3},
-		{"answer lost after commit: read back, completed", spec.AfterCommit, 1, worker.OutcomeCompleted, 1},
+		{"unavailable once, then sent again", spec.BeforeCommit, 1, worker.OutcomeCompleted, 2, t0 + 50},
+		{"unavailable every time: sent until the lease runs out, then abandoned to expiry", spec.BeforeCommit, 99, worker.OutcomeAbandoned, everyTimeCalls, gaveUpAt},
+		{"answer lost after commit: read back, completed", spec.AfterCommit, 1, worker.OutcomeCompleted, 1, t0},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -227,13 +234,18 @@ func TestPublicationFailures(t *testing.T) {
 					return nil
 				}
 				store, log := recorded(e.storeFor(hook))
-				e.start(e.config("w1", store, func(context.Context, *worker.Job) ([]byte, error) { return nil, nil }))
-				r := e.result()
+				cfg := e.config("w1", store, func(context.Context, *worker.Job) ([]byte, error) { return nil, nil })
+				cfg.SafetyMargin, cfg.StoreRetry = 6*time.Second, worker.StoreRetry{Base: 100 * time.Millisecond, Cap: 2 * time.Second}
+				e.start(cfg)
+				r := e.driveUntilResult(2_000)
 				if r.Outcome != c.want {
 					t.Fatalf("result %+v (err %v), want %s", r, r.Err, c.want)
 				}
 				if got := log.count(spec.OpComplete); got != c.calls {
 					t.Fatalf("Complete called %d times, want %d", got, c.calls)
+				}
+				if now := e.wc.Now(); now != c.at {
+					t.Fatalf("the attempt ended at %d, want %d", now, c.at)
 				}
 				wantJob := spec.JobCompleted
 				if c.want == worker.OutcomeAbandoned {

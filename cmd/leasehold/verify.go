@@ -52,6 +52,18 @@ var postgresTests = []string{
 	"TestDeadlockIsUnavailable", "TestCompleteTx", "TestListenDeliversCommittedChanges", "TestChannelNames", "TestDisableNotify",
 	"TestMigrateConcurrentlyAndAgain", "TestMigrateRefusesAnEditedMigration", "TestSchemasAreIsolated", "TestOpenRejectsBadOptions",
 	"TestMigrationMovesRunStateToJobRows", "TestPlansAtDepth", "TestBatchPlansAfterGrowth", "TestSweepStaleSchemas",
+	"TestServerNotReady", "TestOpenWaitsForServer",
+}
+
+// runtimeFaultTests are the worker runtime's fault tests: a worker killed,
+// paused (in process and by SIGSTOP) between its reservation and its call,
+// a store outage longer than a publication's first tries, a PostgreSQL
+// restart mid-run with the listener reconnecting, housekeeping with no
+// reaper of the test's own, shutdown under load.
+var runtimeFaultTests = []string{
+	"TestKilledWorkerRecovers", "TestMaintenance", "TestPublicationRidesOutOutage", "TestBatchedCompletionRidesOutOutage",
+	"TestFailedClaimRetriedSoon", "TestPausedWorkerDoesNotChargeTwice", "TestStoppedWorkerDoesNotChargeTwice",
+	"TestPostgresRestartMidRun", "TestListenerResyncsAfterRestart", "TestShutdownUnderLoad",
 }
 
 var checks = []check{
@@ -59,13 +71,14 @@ var checks = []check{
 	{Name: "conformance", Store: "postgres", Package: "./impl/postgres", Tests: []string{"TestConformance"}, NeedsPG: true, Share: 0.05},
 	{Name: "postgres-store", Store: "postgres", Package: "./impl/postgres", Tests: postgresTests, NeedsPG: true, Share: 0.06},
 	{Name: "fuzz", Store: "any", Package: "./spec", Fuzz: []string{"FuzzCanonicalize", "FuzzNormalizeCreate", "FuzzLeaseChecks"}, Share: 0.06},
-	{Name: "explore", Store: "any", Package: "./model", Tests: []string{"TestExplore", "TestExploreCatchesBrokenVariants"}, Share: 0.11},
-	{Name: "rapid", Store: "sqlite", Package: "./harness", Tests: []string{"TestPropertySQLite"}, Share: 0.15},
-	{Name: "rapid", Store: "postgres", Package: "./harness", Tests: []string{"TestPropertyPostgres"}, NeedsPG: true, Share: 0.15},
+	{Name: "explore", Store: "any", Package: "./model", Tests: []string{"TestExplore", "TestExploreCatchesBrokenVariants"}, Share: 0.09},
+	{Name: "rapid", Store: "sqlite", Package: "./harness", Tests: []string{"TestPropertySQLite"}, Share: 0.14},
+	{Name: "rapid", Store: "postgres", Package: "./harness", Tests: []string{"TestPropertyPostgres"}, NeedsPG: true, Share: 0.14},
 	{Name: "linearizability", Store: "sqlite", Package: "./harness", Tests: []string{"TestLinearizableSQLite"}, Share: 0.1},
 	{Name: "linearizability", Store: "postgres", Package: "./harness", Tests: []string{"TestLinearizablePostgres"}, NeedsPG: true, Share: 0.1},
 	{Name: "scenarios", Store: "sqlite", Package: "./scenarios", Tests: []string{"TestScenariosSQLite"}, Share: 0.02},
 	{Name: "scenarios", Store: "postgres", Package: "./scenarios", Tests: []string{"TestScenariosPostgres"}, NeedsPG: true, Share: 0.02},
+	{Name: "runtime-faults", Store: "sqlite+postgres", Package: "./worker", Tests: runtimeFaultTests, NeedsPG: true, Share: 0.06},
 	{Name: "mutants", Store: "sqlite", Package: "./harness", Tests: []string{"TestMutants", "TestMutantsLinearizability"}, Tags: "leasehold_mutants", Share: 0.1},
 	{Name: "mutants-scenarios", Store: "sqlite+postgres", Package: "./scenarios",
 		Tests: []string{"TestMutantsScenarios", "TestMutantsScenariosPostgres", "TestModelJudgesBrokenExpectations"},
@@ -101,6 +114,24 @@ type checkResult struct {
 	Skipped        []string `json:"skipped,omitempty"`
 	Replay         string   `json:"replay,omitempty"`
 	Note           string   `json:"note,omitempty"`
+	// Faults sums the fault tests' figures; MaxRecoveryMs is the largest.
+	Faults *metrics.Faults `json:"faults,omitempty"`
+}
+
+// addFaults folds a fault test's figures into the check's.
+func (r *checkResult) addFaults(f *metrics.Faults) {
+	if f == nil {
+		return
+	}
+	if r.Faults == nil {
+		r.Faults = &metrics.Faults{}
+	}
+	r.Faults.Injected += f.Injected
+	r.Faults.Lost += f.Lost
+	r.Faults.Duplicated += f.Duplicated
+	r.Faults.DoubleEffects += f.DoubleEffects
+	r.Faults.StaleAccepted += f.StaleAccepted
+	r.Faults.MaxRecoveryMs = max(r.Faults.MaxRecoveryMs, f.MaxRecoveryMs)
 }
 
 // verifyReport is verify.json.
@@ -416,6 +447,7 @@ func runCheck(ctx context.Context, c check, budget time.Duration, o verifyOption
 				res.Histories += m.Histories
 				res.StatesExplored += m.StatesExplored
 				res.Violations += m.Violations
+				res.addFaults(m.Faults)
 				if m.Seed != "" {
 					res.Seed = m.Seed
 				}
@@ -559,6 +591,17 @@ func writeVerifyReports(dir string, rep verifyReport) error {
 	for _, c := range rep.Checks {
 		fmt.Fprintf(&b, "| %s | %s | %s | %d (%d) | %d | %d | %d | %d | %.1f |\n", c.Name, c.Store, c.Status, c.Tests, c.Passed,
 			c.Operations, c.Histories, c.StatesExplored, c.Violations, float64(c.DurationMs)/1000)
+	}
+	var faults []string
+	for _, c := range rep.Checks {
+		if f := c.Faults; f != nil {
+			faults = append(faults, fmt.Sprintf("| %s | %s | %d | %d | %d | %d | %d | %d |", c.Name, c.Store,
+				f.Injected, f.Lost, f.Duplicated, f.DoubleEffects, f.StaleAccepted, f.MaxRecoveryMs))
+		}
+	}
+	if len(faults) > 0 {
+		b.WriteString("\n## Faults\n\n| check | store | injected | lost | duplicated | double effects | stale accepted | max recovery (ms) |\n|---|---|---:|---:|---:|---:|---:|---:|\n")
+		b.WriteString(strings.Join(faults, "\n") + "\n")
 	}
 	var notes []string
 	for _, c := range rep.Checks {

@@ -45,7 +45,6 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
-	"sync"
 	"syscall"
 	"time"
 
@@ -135,44 +134,6 @@ type order struct {
 	Currency string `json:"currency"`
 }
 
-// Payments is a stand-in for a payment provider that deduplicates nothing
-// by itself: it charges every call, and can say whether a key was charged.
-type Payments struct {
-	mu      sync.Mutex
-	charged map[string]string // idempotency key -> payment reference
-	calls   int
-}
-
-// Charge takes the payment for key and returns its reference.
-func (p *Payments) Charge(key string, o order) string {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if p.charged == nil {
-		p.charged = map[string]string{}
-	}
-	p.calls++
-	ref := fmt.Sprintf("pay_%d", p.calls)
-	p.charged[key] = ref
-	return ref
-}
-
-// Status says whether key was charged.
-func (p *Payments) Status(key string) worker.EffectStatus {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if ref, ok := p.charged[key]; ok {
-		return worker.EffectStatus{State: spec.EffectSucceeded, ProviderRef: ref}
-	}
-	return worker.EffectStatus{State: spec.EffectFailed}
-}
-
-// Calls returns how many charges were taken.
-func (p *Payments) Calls() int {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	return p.calls
-}
-
 // ChargeHandler runs one attempt of a charge_order run: a bad order fails
 // the run at once; the charge goes through the effect ledger under a key
 // derived from the run, so every attempt of the run uses the same one.
@@ -182,10 +143,13 @@ func ChargeHandler(p *Payments) worker.Handler {
 		if err := json.Unmarshal(job.Payload, &o); err != nil || o.Amount <= 0 || len(o.Currency) != 3 {
 			return nil, worker.Terminal("invalid_order", fmt.Errorf("order %s: want a positive amount and a 3-letter currency", job.RunID))
 		}
-		key := "charge/" + job.RunID
-		ref, err := job.Effect(ctx, worker.Effect{Step: "charge", Key: key,
-			Call:   func(context.Context) (string, error) { return p.Charge(key, o), nil },
-			Status: func(context.Context) (worker.EffectStatus, error) { return p.Status(key), nil },
+		ref, err := job.Effect(ctx, worker.Effect{Step: "charge", Key: "charge/" + job.RunID,
+			Call: func(_ context.Context, req worker.EffectRequest) (string, error) {
+				return p.Charge(req.Key, req.Generation, o)
+			},
+			Status: func(_ context.Context, req worker.EffectRequest) (worker.EffectStatus, error) {
+				return p.Status(req.Key, req.Generation), nil
+			},
 		})
 		if err != nil {
 			return nil, err

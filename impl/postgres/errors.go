@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"strings"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -70,6 +71,23 @@ func unavailableReason(ctx context.Context, err error) string {
 		return "the database connection failed"
 	}
 	return "the operation failed (" + err.Error() + ")"
+}
+
+// serverNotReady reports whether err says that the server cannot be
+// reached or does not accept connections yet, as while it starts, restarts
+// or recovers: a connection refused, reset or closed before it was
+// established, or a server error of class 08 (connection exception) or
+// 57P03 (cannot_connect_now). A server that answered with any other error
+// (a wrong password, a missing database) is ready, and the error is not
+// worth waiting out.
+func serverNotReady(err error) bool {
+	var pe *pgconn.PgError
+	if errors.As(err, &pe) {
+		return pe.Code == "57P03" || strings.HasPrefix(pe.Code, "08")
+	}
+	var netErr net.Error
+	var connectErr *pgconn.ConnectError
+	return errors.As(err, &connectErr) || errors.As(err, &netErr) || errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF)
 }
 
 // commitClass is what a failed COMMIT tells the client.

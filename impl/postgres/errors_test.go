@@ -151,3 +151,28 @@ func TestClaimStatementShowsThePredicate(t *testing.T) {
 		}
 	}
 }
+
+func TestServerNotReady(t *testing.T) {
+	refused := &net.OpError{Op: "dial", Net: "tcp", Err: errors.New("connect: connection refused")}
+	cases := []struct {
+		name string
+		err  error
+		want bool
+	}{
+		{"connection refused", refused, true},
+		{"connection closed before the startup finished", fmt.Errorf("reading: %w", io.EOF), true},
+		{"starting up (57P03)", &pgconn.PgError{Severity: "FATAL", Code: "57P03", Message: "the database system is starting up"}, true},
+		{"connection exception (08006)", &pgconn.PgError{Severity: "FATAL", Code: "08006"}, true},
+		{"wrong password (28P01)", &pgconn.PgError{Severity: "FATAL", Code: "28P01"}, false},
+		{"no such database (3D000)", &pgconn.PgError{Severity: "FATAL", Code: "3D000"}, false},
+		{"a migration error", errors.New("syntax error"), false},
+		{"wrapped in the store's unavailable", typed(context.Background(), refused), true},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			if got := serverNotReady(c.err); got != c.want {
+				t.Fatalf("serverNotReady(%v) = %v, want %v", c.err, got, c.want)
+			}
+		})
+	}
+}

@@ -134,6 +134,17 @@ type Options struct {
 	// ResolveTimeout bounds how long the store spends finding out whether a
 	// transaction whose COMMIT answer was lost committed. Default 5s.
 	ResolveTimeout time.Duration
+	// WaitForServer bounds how long Open waits for a database that cannot
+	// be reached yet or is not accepting connections yet (connection
+	// refused or reset, "the database system is starting up", recovery):
+	// it tries again with a growing delay (100 ms doubling to 2 s), logging
+	// a warning per try, until the connection and the migration succeed,
+	// WaitForServer has passed (then the last error, CodeUnavailable), or
+	// ctx ends. Any other failure (authentication, a bad database name, a
+	// migration error) is returned at once. Zero, the default, tries once:
+	// a service that must start during a database outage (a worker started
+	// with it, say) sets it.
+	WaitForServer time.Duration
 	// DisableNotify stops CreateRun, Replay and Cancel from sending
 	// pg_notify. PostgreSQL serializes the commits of notifying transactions
 	// (one database-wide lock), which halved admissions per second in the
@@ -220,11 +231,36 @@ func Open(ctx context.Context, dsn string, opts Options) (*Store, error) {
 	s := &Store{pool: pool, schema: opts.Schema, cfg: opts.Config, clock: opts.Clock,
 		random: &lockedRandom{r: opts.Random}, hook: opts.Hook, log: opts.Logger, resolveTimeout: opts.ResolveTimeout,
 		notifies: !opts.DisableNotify}
-	if err := s.migrate(ctx); err != nil {
+	if err := s.migrateWaiting(ctx, opts.WaitForServer); err != nil {
 		pool.Close()
 		return nil, err
 	}
 	return s, nil
+}
+
+// migrateWaiting runs migrate, trying again while the server is not ready
+// (serverNotReady) and wait allows (see Options.WaitForServer).
+func (s *Store) migrateWaiting(ctx context.Context, wait time.Duration) error {
+	giveUp := time.Now().Add(wait)
+	delay := 100 * time.Millisecond
+	for try := 1; ; try++ {
+		err := s.migrate(ctx)
+		if err == nil || wait <= 0 || !serverNotReady(err) {
+			return err
+		}
+		if time.Now().Add(delay).After(giveUp) {
+			return fmt.Errorf("postgres: the database did not accept connections within Options.WaitForServer (%v): %w", wait, err)
+		}
+		s.log.WarnContext(ctx, "postgres: the database is not accepting connections yet; waiting for it", "try", try, "delay", delay, "err", err)
+		t := time.NewTimer(delay)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return typed(ctx, ctx.Err())
+		case <-t.C:
+		}
+		delay = min(2*delay, 2*time.Second)
+	}
 }
 
 // Close closes the connection pool. It waits for connections in use to be

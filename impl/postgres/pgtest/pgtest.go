@@ -16,6 +16,10 @@
 //
 // The container image runs with fsync=off; a test about durability across a
 // server crash must not use it.
+//
+// A fault test that stops or restarts its server uses a Cluster instead
+// (NewCluster): a server of its own, started from the PostgreSQL binaries
+// in a temporary directory, never the shared server above.
 package pgtest
 
 import (

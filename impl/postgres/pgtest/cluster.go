@@ -1,0 +1,183 @@
+package pgtest
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"os/user"
+	"path/filepath"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// EnvBin names the directory holding initdb and pg_ctl for Cluster; default
+// DefaultBin.
+const EnvBin = "LEASEHOLD_PG_BIN"
+
+// DefaultBin is where Debian's postgresql-15 package installs its server
+// binaries.
+const DefaultBin = "/usr/lib/postgresql/15/bin"
+
+// Cluster is a PostgreSQL server of one test's own, for fault tests that
+// stop, restart or crash their server: never the shared server of DSN. It
+// is initialized (initdb, trust authentication) into a fresh directory
+// under the system's temporary directory and listens on a free loopback
+// port and a Unix socket in that directory. Run as root, the server runs
+// as the postgres OS user (runuser), since PostgreSQL refuses to run as
+// root. fsync is off: a Cluster is for restarts and lost connections, not
+// for durability across a power loss.
+type Cluster struct {
+	bin, dir, data string
+	port           int
+	asPostgres     bool // run the binaries through runuser -u postgres
+}
+
+// NewCluster initializes and starts a Cluster for t; it is stopped and
+// removed when t ends. Without the binaries (EnvBin, default DefaultBin) it
+// skips t, or fails it when Required.
+func NewCluster(t testing.TB) *Cluster {
+	t.Helper()
+	bin := os.Getenv(EnvBin)
+	if bin == "" {
+		bin = DefaultBin
+	}
+	for _, tool := range []string{"initdb", "pg_ctl"} {
+		if _, err := os.Stat(filepath.Join(bin, tool)); err != nil {
+			msg := fmt.Sprintf("NO POSTGRESQL SERVER BINARIES FOR THIS FAULT TEST: %v. It starts, stops and restarts a PostgreSQL server of its own "+
+				"(never the shared one); install postgresql-15 or set %s to the directory holding initdb and pg_ctl.", err, EnvBin)
+			if Required() {
+				t.Fatalf("%s (%s=1 or %s=true: a PostgreSQL suite may not skip)", msg, EnvRequire, EnvCI)
+			}
+			t.Skip(msg)
+		}
+	}
+	dir, err := os.MkdirTemp("", "leasehold-pgcluster-")
+	if err != nil {
+		t.Fatalf("pgtest: cluster directory: %v", err)
+	}
+	c := &Cluster{bin: bin, dir: dir, data: filepath.Join(dir, "data"), asPostgres: os.Geteuid() == 0}
+	t.Cleanup(func() {
+		if _, err := os.Stat(filepath.Join(c.data, "postmaster.pid")); err == nil {
+			if out, err := c.pgCtl("stop", "-m", "immediate", "-w", "-t", "60"); err != nil {
+				t.Errorf("pgtest: stopping the cluster in %s: %v\n%s", c.dir, err, out)
+			}
+		}
+		os.RemoveAll(dir)
+	})
+	if c.asPostgres {
+		u, err := user.Lookup("postgres")
+		if err != nil {
+			t.Fatalf("pgtest: running as root, the cluster needs the postgres OS user: %v", err)
+		}
+		uid, _ := strconv.Atoi(u.Uid)
+		gid, _ := strconv.Atoi(u.Gid)
+		if err := os.Chmod(dir, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Chown(dir, uid, gid); err != nil {
+			t.Fatalf("pgtest: chown %s to postgres: %v", dir, err)
+		}
+	}
+	if out, err := c.run("initdb", "-D", c.data, "-A", "trust", "-U", "postgres", "--no-sync", "-E", "UTF8"); err != nil {
+		t.Fatalf("pgtest: initdb: %v\n%s", err, out)
+	}
+	c.Start(t)
+	return c
+}
+
+// DSN is the connection string of the cluster's postgres database (user
+// postgres, no password, plain TCP on loopback).
+func (c *Cluster) DSN() string {
+	return fmt.Sprintf("postgres://postgres@127.0.0.1:%d/postgres?sslmode=disable", c.port)
+}
+
+// Start starts the stopped cluster and waits until it accepts connections.
+// The first start picks a free loopback port; later starts keep it, so a
+// DSN taken before a restart still works after it.
+func (c *Cluster) Start(t testing.TB) {
+	t.Helper()
+	first := c.port == 0
+	for try := 0; ; try++ {
+		if first {
+			c.port = freePort(t)
+		}
+		out, err := c.pgCtl("start", "-w", "-t", "60", "-l", filepath.Join(c.dir, "server.log"), "-o",
+			fmt.Sprintf("-p %d -c listen_addresses=127.0.0.1 -k %s -c fsync=off -c full_page_writes=off -c max_connections=60", c.port, c.dir))
+		if err == nil {
+			return
+		}
+		log, _ := os.ReadFile(filepath.Join(c.dir, "server.log"))
+		// Another process may have taken the free port meanwhile: only a
+		// first start may move to another one.
+		if first && try < 2 && bytes.Contains(log, []byte("could not bind")) {
+			continue
+		}
+		t.Fatalf("pgtest: pg_ctl start: %v\n%s\nserver log:\n%s", err, out, log)
+	}
+}
+
+// Stop shuts the cluster down in pg_ctl's fast mode: every session is
+// terminated (its transaction rolled back), and the server exits once it
+// has written a checkpoint.
+func (c *Cluster) Stop(t testing.TB) {
+	t.Helper()
+	if out, err := c.pgCtl("stop", "-m", "fast", "-w", "-t", "60"); err != nil {
+		t.Fatalf("pgtest: pg_ctl stop: %v\n%s", err, out)
+	}
+}
+
+// Restart is Stop then Start, on the same port.
+func (c *Cluster) Restart(t testing.TB) {
+	t.Helper()
+	c.Stop(t)
+	c.Start(t)
+}
+
+// Conn opens a plain connection to the cluster (closed when t ends), for a
+// test's own queries, such as pg_stat_activity.
+func (c *Cluster) Conn(t testing.TB) *pgx.Conn {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	conn, err := pgx.Connect(ctx, c.DSN()+"&application_name=leasehold-pgtest")
+	if err != nil {
+		t.Fatalf("pgtest: connect to the cluster: %v", err)
+	}
+	t.Cleanup(func() { conn.Close(context.Background()) })
+	return conn
+}
+
+func (c *Cluster) pgCtl(args ...string) ([]byte, error) {
+	return c.run("pg_ctl", append([]string{"-D", c.data}, args...)...)
+}
+
+// run runs one of the server binaries, as the postgres OS user when the
+// test runs as root.
+func (c *Cluster) run(tool string, args ...string) ([]byte, error) {
+	name, argv := filepath.Join(c.bin, tool), args
+	if c.asPostgres {
+		name, argv = "runuser", append([]string{"-u", "postgres", "--", filepath.Join(c.bin, tool)}, args...)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, name, argv...)
+	cmd.Dir = c.dir
+	return cmd.CombinedOutput()
+}
+
+// freePort returns a loopback TCP port that was free a moment ago.
+func freePort(t testing.TB) int {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatalf("pgtest: finding a free port: %v", err)
+	}
+	defer ln.Close()
+	return ln.Addr().(*net.TCPAddr).Port
+}

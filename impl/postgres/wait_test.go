@@ -1,0 +1,89 @@
+package postgres_test
+
+import (
+	"context"
+	"log/slog"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/leasehold/leasehold/impl/postgres"
+	"github.com/leasehold/leasehold/impl/postgres/pgtest"
+	"github.com/leasehold/leasehold/metrics"
+	"github.com/leasehold/leasehold/spec"
+)
+
+// logWatch is a slog handler that sends every record whose message holds
+// substr (and drops the rest): a test's barrier on something the code under
+// test logs.
+type logWatch struct {
+	substr string
+	seen   chan<- string
+}
+
+func (l logWatch) Enabled(context.Context, slog.Level) bool { return true }
+func (l logWatch) WithAttrs([]slog.Attr) slog.Handler       { return l }
+func (l logWatch) WithGroup(string) slog.Handler            { return l }
+func (l logWatch) Handle(_ context.Context, r slog.Record) error {
+	if strings.Contains(r.Message, l.substr) {
+		select {
+		case l.seen <- r.Message:
+		default:
+		}
+	}
+	return nil
+}
+
+// TestOpenWaitsForServer: Open while the server is down fails at once by
+// default (unavailable), and with WaitForServer waits until the server has
+// started, then succeeds. The server is a cluster of the test's own.
+func TestOpenWaitsForServer(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	c := pgtest.NewCluster(t)
+	c.Stop(t)
+
+	if s, err := postgres.Open(ctx, c.DSN(), postgres.Options{Config: spec.DefaultConfig()}); spec.CodeOf(err) != spec.CodeUnavailable {
+		if s != nil {
+			s.Close()
+		}
+		t.Fatalf("Open with the server down and no WaitForServer: %v, want unavailable at once", err)
+	}
+
+	waiting := make(chan string, 1)
+	type opened struct {
+		s   *postgres.Store
+		err error
+	}
+	done := make(chan opened, 1)
+	go func() {
+		s, err := postgres.Open(ctx, c.DSN(), postgres.Options{Config: spec.DefaultConfig(), WaitForServer: 45 * time.Second,
+			Logger: slog.New(logWatch{substr: "not accepting connections yet", seen: waiting})})
+		done <- opened{s, err}
+	}()
+	select {
+	case <-waiting: // Open has tried and failed at least once
+	case o := <-done:
+		t.Fatalf("Open returned (%v) before the server started, want it waiting", o.err)
+	case <-ctx.Done():
+		t.Fatal("Open never reported that it was waiting")
+	}
+	c.Start(t)
+	up := time.Now()
+	var o opened
+	select {
+	case o = <-done:
+	case <-ctx.Done():
+		t.Fatal("Open did not return after the server started")
+	}
+	recovery := time.Since(up)
+	if o.err != nil {
+		t.Fatalf("Open after the server started: %v", o.err)
+	}
+	defer o.s.Close()
+	if _, err := o.s.CreateRun(ctx, spec.CreateRunRequest{Tenant: "acme", Operation: "work", IdempotencyKey: "k1", RunID: "r1", Payload: []byte(`{}`)}); err != nil {
+		t.Fatalf("CreateRun on the store Open waited for: %v", err)
+	}
+	metrics.Report(t, metrics.Line{Check: "fault/open-while-down", Store: "postgres", Operations: 1,
+		Faults: &metrics.Faults{Injected: 1, MaxRecoveryMs: recovery.Milliseconds()}})
+}
