@@ -129,3 +129,21 @@ func firstN(s []string, n int) []string {
 	}
 	return s
 }
+
+// TestMutantsRuntime: the mutants that break what the worker runtime
+// publishes must be caught by the runtime run (the model judging the
+// runtime's store calls), within three runs each.
+func TestMutantsRuntime(t *testing.T) {
+	for _, name := range []string{mutant.CompleteIgnoresGeneration, mutant.BatchIgnoresGeneration, mutant.ClaimIgnoresExpired} {
+		t.Run(name, func(t *testing.T) {
+			defer mutant.Set(name)()
+			for seed := uint64(1); seed <= 3; seed++ {
+				if r := runtimeOnce(t, "sqlite", sqlitetest.Factory, seed); r.failure != "" {
+					t.Logf("mutant %s caught by the runtime run on seed %d: %s", name, seed, firstLines(r.failure, 2))
+					return
+				}
+			}
+			t.Fatalf("mutant %s survived three runtime runs", name)
+		})
+	}
+}

@@ -172,10 +172,7 @@ func staleRefused(h *History) int {
 	}
 	n := 0
 	for _, e := range h.Entries {
-		if codeOf(e) != spec.CodeLostLease {
-			continue
-		}
-		for _, ref := range e.Op.Req.Leases() {
+		for _, ref := range refusedLeases(e, spec.CodeLostLease) {
 			run := runKey{ref.Tenant, ref.RunID}
 			superseded := slices.ContainsFunc(claims[run], func(c claimed) bool { return c.ret < e.Call && c.gen > ref.Generation })
 			var expires int64 = -1
@@ -191,6 +188,28 @@ func staleRefused(h *History) int {
 		}
 	}
 	return n
+}
+
+// refusedLeases returns the leases of e's guarded writes that were refused
+// with code: the operation's lease when it failed so, and for a batch each
+// member refused so.
+func refusedLeases(e Entry, code spec.Code) []spec.LeaseRef {
+	if e.Out.Unknown {
+		return nil
+	}
+	if outs, isBatch := e.Out.Result.Value.([]spec.BatchOutcome); isBatch {
+		var refs []spec.LeaseRef
+		for i, m := range e.Op.Req.(spec.CompleteBatchRequest).Requests {
+			if i < len(outs) && spec.CodeOf(outs[i].Err) == code {
+				refs = append(refs, m.Lease)
+			}
+		}
+		return refs
+	}
+	if codeOf(e) == code {
+		return e.Op.Req.Leases()
+	}
+	return nil
 }
 
 // leaseReclaimed counts the attempts the final scan shows closed as

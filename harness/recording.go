@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -34,8 +35,21 @@ type RecordingStore struct {
 	faults *Faults
 	rnd    *rand.Rand // jitter draws and fault decisions
 	rndMu  sync.Mutex
+	jitter int64 // the store's jitter draws are in [0, jitter)
 	closed atomic.Bool
 	notify spec.Notifier
+
+	mu       sync.Mutex
+	breaches []error
+}
+
+// Breaches returns the calls that broke the harness's expectations (an
+// untyped error from the store, a clock read out of place): findings no
+// model can judge, which the program saw as unavailable.
+func (s *RecordingStore) Breaches() []error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return append([]error(nil), s.breaches...)
 }
 
 // poolCaller is one caller of the pool, with the fault its hook injects.
@@ -56,9 +70,12 @@ func (p *poolCaller) hook(ctx context.Context, op spec.Op, point spec.HookPoint)
 // Faults says which faults a RecordingStore injects. Each writing call draws
 // once: an abort with probability Aborts, else a lost reply while fewer than
 // MaxUnknown have been lost (never for a claim or a reap: their unknown
-// outcomes are the checker's most expensive), else a pause with probability
-// Pauses for the calls Pause names. A paused reply is held until the clock
-// has moved PauseMs past the time the call read.
+// outcomes are the checker's most expensive); and, with probability Pauses,
+// a pause of the program for the calls Pause or PauseBefore names. A pause
+// after a call holds its reply until the clock has moved PauseMs past the
+// time the call read (the program stopped right after it got the reply); a
+// pause before a call holds the call until the clock has moved PauseMs (the
+// program stopped with its write about to go out, which then arrives late).
 type Faults struct {
 	Aborts     float64
 	MaxUnknown int64
@@ -66,6 +83,9 @@ type Faults struct {
 	PauseMs    int64
 	// Pause lists the operations whose replies may be held.
 	Pause []spec.Op
+	// PauseBefore lists the operations that may be held before they reach
+	// the store.
+	PauseBefore []spec.Op
 	// Clock is the clock a pause watches.
 	Clock clock.Clock
 	// Off stops every fault (the liveness phase).
@@ -98,7 +118,7 @@ func (f *Faults) count(kind string) {
 func NewRecordingStore(t testing.TB, h storetest.Handle, cfg spec.Config, clk clock.Clock, rec *Recorder, actor string,
 	size int, seed uint64, faults *Faults) *RecordingStore {
 	s := &RecordingStore{actor: actor, free: make(chan *poolCaller, size), faults: faults,
-		rnd: rand.New(rand.NewPCG(seed, 0x7265636f7264))}
+		rnd: rand.New(rand.NewPCG(seed, 0x7265636f7264)), jitter: cfg.Backoff.JitterBound()}
 	for i := range size {
 		p := &poolCaller{}
 		rc, rnd := &clock.Recorder{Source: clk}, &ScriptedRandom{}
@@ -144,18 +164,27 @@ func (s *RecordingStore) do(ctx context.Context, req spec.Request) (any, error) 
 	op := model.Op{Req: req}
 	if _, isRetry := req.(spec.RetryRequest); isRetry {
 		s.rndMu.Lock()
-		op.Jitter = s.rnd.Int64N(1 << 20)
+		op.Jitter = s.rnd.Int64N(s.jitter)
 		s.rndMu.Unlock()
 	}
-	pause := s.plan(p, req)
+	pause, pauseBefore := s.plan(p, req)
+	if pauseBefore {
+		s.faults.count("pause_before_" + string(req.Op()))
+		s.holdFrom(ctx, s.faults.Clock.Now())
+	}
 	res, err := p.Do(ctx, op)
 	p.fault.Store(faultAt{})
 	if err != nil {
 		// A breach the model cannot judge (an untyped error, a clock read
-		// out of place): report it as what it is.
-		return nil, fmt.Errorf("harness: %s: %w", s.actor, err)
+		// out of place): kept for Breaches, and unavailable to the program.
+		err = fmt.Errorf("%s: %w", s.actor, err)
+		s.mu.Lock()
+		s.breaches = append(s.breaches, err)
+		s.mu.Unlock()
+		return nil, &spec.Error{Code: spec.CodeUnavailable, Message: err.Error()}
 	}
-	if pause {
+	if leases, isClaim := res.Value.([]spec.Lease); pause && (!isClaim || len(leases) > 0) && res.Err == nil {
+		s.faults.count("pause_after_" + string(req.Op()))
 		s.hold(ctx, p.Clock)
 	}
 	if res.Err != nil {
@@ -165,11 +194,12 @@ func (s *RecordingStore) do(ctx context.Context, req spec.Request) (any, error) 
 }
 
 // plan arms the caller's fault for req and reports whether to hold its
-// reply.
-func (s *RecordingStore) plan(p *poolCaller, req spec.Request) (pause bool) {
+// reply (if it succeeds, and for a claim if it leased something) and whether
+// to hold the call before it goes out.
+func (s *RecordingStore) plan(p *poolCaller, req spec.Request) (pause, pauseBefore bool) {
 	f := s.faults
 	if f == nil || f.Off.Load() || !spec.OperationOf(req).Writes {
-		return false
+		return false, false
 	}
 	s.rndMu.Lock()
 	draw, pauseDraw := s.rnd.Float64(), s.rnd.Float64()
@@ -186,13 +216,8 @@ func (s *RecordingStore) plan(p *poolCaller, req spec.Request) (pause bool) {
 		p.fault.Store(faultAt{spec.AfterCommit, errInjectedLostReply})
 		f.count("lost_reply")
 	}
-	for _, op := range f.Pause {
-		if op == req.Op() && pauseDraw < f.Pauses {
-			f.count("pause_after_" + string(op))
-			return true
-		}
-	}
-	return false
+	paused := pauseDraw < f.Pauses
+	return paused && slices.Contains(f.Pause, req.Op()), paused && slices.Contains(f.PauseBefore, req.Op())
 }
 
 // hold keeps a reply back until the clock has moved PauseMs past the time
@@ -200,7 +225,13 @@ func (s *RecordingStore) plan(p *poolCaller, req spec.Request) (pause bool) {
 // got the reply.
 func (s *RecordingStore) hold(ctx context.Context, rc *clock.Recorder) {
 	read, _ := rc.Last()
-	until := read + s.faults.PauseMs
+	s.holdFrom(ctx, read)
+}
+
+// holdFrom waits until the clock has moved PauseMs past from (or the
+// context ends, or the faults stop).
+func (s *RecordingStore) holdFrom(ctx context.Context, from int64) {
+	until := from + s.faults.PauseMs
 	for s.faults.Clock.Now() < until && ctx.Err() == nil && !s.faults.Off.Load() {
 		time.Sleep(time.Millisecond)
 	}

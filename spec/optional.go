@@ -39,8 +39,8 @@ type BatchCompleter interface {
 // run when Err is nil, else Err (a *Error whose code is the one Store.Complete
 // would have returned) and a zero Run.
 type BatchOutcome struct {
-	Run Run
-	Err error
+	Run Run   `json:"run"`
+	Err error `json:"error,omitempty"` // a *Error in its JSON form (see MarshalJSON)
 }
 
 // batchOutcomeJSON is BatchOutcome's JSON form: the error as an *Error.

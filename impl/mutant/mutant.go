@@ -22,12 +22,16 @@ const (
 	IdempotencyIgnoresFingerprint = "idempotency_ignores_fingerprint"
 	// RetryResetsGeneration sets the generation back to 0 on retry (ABA).
 	RetryResetsGeneration = "retry_resets_generation"
+	// BatchIgnoresGeneration checks a batch completion's members by state
+	// only (a batch completer that forgets the per-member lease): a stale
+	// member completes a newer attempt. Complete alone stays correct.
+	BatchIgnoresGeneration = "batch_ignores_generation"
 )
 
 // Names lists every mutant, in the order reports list them.
 var Names = []string{
 	CompleteIgnoresGeneration, ClaimIgnoresExpired, BudgetNotAtomic,
-	IdempotencyIgnoresFingerprint, RetryResetsGeneration,
+	IdempotencyIgnoresFingerprint, RetryResetsGeneration, BatchIgnoresGeneration,
 }
 
 // Derive returns a store's own statement with one part replaced, the way

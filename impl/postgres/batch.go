@@ -114,13 +114,17 @@ func (s *Store) CompleteBatch(ctx context.Context, reqs []spec.CompleteRequest) 
 				}
 				continue
 			}
-			if e := spec.LeaseError(job.Job, req.Lease, now); e != nil {
+			ref := req.Lease
+			if mutant.On(mutant.BatchIgnoresGeneration) {
+				ref.Generation, ref.Owner = job.Generation, job.LeaseOwner // whoever holds the job now
+			}
+			if e := spec.LeaseError(job.Job, ref, now); e != nil {
 				s.log.DebugContext(ctx, "guarded write refused", "op", spec.OpComplete, "tenant", req.Lease.Tenant,
 					"run_id", req.Lease.RunID, "generation", req.Lease.Generation, "code", e.Code)
 				outcomes[i].Err = e
 				continue
 			}
-			apply.add(i, req.Lease, result, job.ctid)
+			apply.add(i, ref, result, job.ctid)
 			// What a later member of the same run will find.
 			job.State, job.LeaseOwner, job.LeaseExpiresAt = spec.JobCompleted, "", 0
 			jobs[k] = job

@@ -57,7 +57,7 @@ func (s *Store) completeIn(ctx context.Context, tx *sql.Tx, req spec.CompleteReq
 	if err != nil {
 		return spec.Run{}, err
 	}
-	err = s.finish(ctx, tx, spec.OpComplete, req.Lease, now, terminal{job: spec.JobCompleted, run: spec.RunCompleted,
+	err = s.finish(ctx, tx, spec.OpCompleteBatch, req.Lease, now, terminal{job: spec.JobCompleted, run: spec.RunCompleted,
 		event: spec.EventRunCompleted, payload: spec.CompletedPayload(req.Lease.Generation), result: result, outcome: spec.AttemptCompleted})
 	if err != nil {
 		return spec.Run{}, err

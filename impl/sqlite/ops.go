@@ -256,7 +256,8 @@ type terminal struct {
 func (s *Store) finish(ctx context.Context, tx *sql.Tx, op spec.Op, ref spec.LeaseRef, now int64, t terminal) error {
 	a := leaseArgs(ref, now).with(args{"state": t.job, "error_code": nullable(t.errorCode)})
 	query := finishJob
-	if op == spec.OpComplete && mutant.On(mutant.CompleteIgnoresGeneration) {
+	completes := op == spec.OpComplete || op == spec.OpCompleteBatch
+	if completes && mutant.On(mutant.CompleteIgnoresGeneration) || op == spec.OpCompleteBatch && mutant.On(mutant.BatchIgnoresGeneration) {
 		query = mutantFinishJobIgnoresGeneration
 	}
 	n, err := exec(ctx, tx, query, a)

@@ -1,0 +1,205 @@
+package harness
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/anishathalye/porcupine"
+	"github.com/jackc/pgx/v5"
+
+	"github.com/leasehold/leasehold/impl/postgres"
+	"github.com/leasehold/leasehold/impl/postgres/pgtest"
+	"github.com/leasehold/leasehold/impl/storetest"
+	"github.com/leasehold/leasehold/model"
+	"github.com/leasehold/leasehold/spec"
+)
+
+// txCompleting is the PostgreSQL store whose Complete is the path of a
+// handler that completes its run inside its own transaction, together with
+// its own write (postgres.Store.CompleteTx, ADR-042): the completion and a
+// row of the application's table app_writes commit together or not at all.
+// The model judges it as Complete; checkAppWrites holds the application's
+// rows to the completions.
+type txCompleting struct {
+	*postgres.Store
+	hook spec.Hook
+	// outsideTx is the deliberately broken handler: its write does not
+	// share the completion's transaction (it commits on its own first).
+	outsideTx bool
+}
+
+// Complete implements spec.Store through CompleteTx in a transaction of the
+// caller's, with the store's hook points around the caller's commit.
+func (s txCompleting) Complete(ctx context.Context, req spec.CompleteRequest) (spec.Run, error) {
+	tx, err := s.Pool().Begin(ctx)
+	if err != nil {
+		return spec.Run{}, &spec.Error{Code: spec.CodeUnavailable, Message: "begin", Err: err}
+	}
+	defer tx.Rollback(context.WithoutCancel(ctx))
+	if s.outsideTx {
+		s.Pool().Exec(ctx, `INSERT INTO app_writes (tenant, run_id, generation) VALUES ($1, $2, $3) ON CONFLICT DO NOTHING`,
+			req.Lease.Tenant, req.Lease.RunID, req.Lease.Generation)
+	}
+	run, err := s.CompleteTx(ctx, tx, req)
+	if err != nil {
+		return spec.Run{}, err
+	}
+	if _, err := tx.Exec(ctx, `INSERT INTO app_writes (tenant, run_id, generation) VALUES ($1, $2, $3) ON CONFLICT DO NOTHING`,
+		req.Lease.Tenant, req.Lease.RunID, req.Lease.Generation); err != nil {
+		return spec.Run{}, &spec.Error{Code: spec.CodeUnavailable, Message: "the application's write", Err: err}
+	}
+	if s.hook != nil {
+		if err := s.hook(ctx, spec.OpComplete, spec.BeforeCommit); err != nil {
+			return spec.Run{}, &spec.Error{Code: spec.CodeUnavailable, Message: "rolled back before commit", Err: err}
+		}
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return spec.Run{}, &spec.Error{Code: spec.CodeUnknownOutcome, Message: "the commit's answer was lost", Err: err}
+	}
+	if s.hook != nil {
+		if err := s.hook(ctx, spec.OpComplete, spec.AfterCommit); err != nil {
+			return spec.Run{}, &spec.Error{Code: spec.CodeUnknownOutcome, Message: "the commit's answer was lost", Err: err}
+		}
+	}
+	return run, nil
+}
+
+// txFactory is pgtest.Factory with every store's Complete carried by
+// CompleteTx (txCompleting), on a schema that also holds app_writes.
+func txFactory(t testing.TB, opts storetest.Options) storetest.Handle {
+	return txFactoryOf(false)(t, opts)
+}
+
+// txFactoryOf is txFactory, with the broken handler when outsideTx.
+func txFactoryOf(outsideTx bool) storetest.Factory {
+	return func(t testing.TB, opts storetest.Options) storetest.Handle {
+		h := pgtest.Factory(t, opts)
+		if err := h.Exec(context.Background(), `CREATE TABLE app_writes (tenant text, run_id text, generation bigint,
+		PRIMARY KEY (tenant, run_id))`); err != nil {
+			t.Fatalf("create app_writes: %v", err)
+		}
+		wrap := func(s spec.Store, o storetest.Options) spec.Store {
+			return txCompleting{Store: s.(*postgres.Store), hook: o.Hook, outsideTx: outsideTx}
+		}
+		h.Store = wrap(h.Store, opts)
+		openWith := h.OpenWith
+		h.OpenWith = func(t testing.TB, o storetest.Options) spec.Store { return wrap(openWith(t, o), o) }
+		h.Reopen = func(t testing.TB) spec.Store { return wrap(openWith(t, opts), opts) }
+		return h
+	}
+}
+
+// TestPropertyCompleteTxPostgres: the rapid property on the PostgreSQL
+// store whose completions go through CompleteTx.
+func TestPropertyCompleteTxPostgres(t *testing.T) {
+	pgtest.DSN(t)
+	RunProperty(t, "postgres-completetx", txFactory)
+}
+
+// TestLinearizableCompleteTxPostgres: concurrent histories whose
+// completions go through CompleteTx, judged by the model, and the
+// application's rows held to the completions: a row for every acknowledged
+// completion, and none for a run that did not complete at that generation.
+// A handler whose write does not share the completion's transaction is
+// caught.
+func TestLinearizableCompleteTxPostgres(t *testing.T) {
+	pgtest.DSN(t)
+	if problems := recordCompleteTx(t, 3, true); len(problems) == 0 {
+		t.Fatal("a handler writing outside the completion's transaction went unnoticed")
+	} else {
+		t.Logf("the broken handler is caught: %s", problems[0])
+	}
+	for seed := uint64(1); seed <= 2; seed++ {
+		if problems := recordCompleteTx(t, seed, false); len(problems) > 0 {
+			t.Fatalf("seed %d: %v", seed, problems)
+		}
+	}
+}
+
+// recordCompleteTx records one history on txFactoryOf(outsideTx) and
+// returns what the model, the accounting and checkAppWrites found.
+func recordCompleteTx(t *testing.T, seed uint64, outsideTx bool) []string {
+	w := Workload{Config: TestConfig(), Seed: seed, Tenants: []string{"t1", "t2"}, Workers: 3, APIs: 2, Ops: 1500,
+		MaxUnknown: 2, Aborts: 0.02}
+	var appRows func() map[string]int64
+	w.Factory = func(t testing.TB, o storetest.Options) storetest.Handle {
+		h := txFactoryOf(outsideTx)(t, o)
+		appRows = func() map[string]int64 { return readAppWrites(t, h) }
+		return h
+	}
+	scope := &scopedTB{TB: t}
+	defer scope.close()
+	h, err := w.Record(t.Context(), scope)
+	if err != nil {
+		t.Fatalf("seed %d: %v", seed, err)
+	}
+	rows := appRows()
+	v := Judge(model.Model{Config: w.Config}, h, Judgement{Partition: true, Timeout: 2 * time.Minute, Drained: true})
+	problems := append(v.Accounting, checkAppWrites(h, rows)...)
+	if v.Linearizable != porcupine.Ok {
+		problems = append(problems, "linearizability: "+string(v.Linearizable))
+	}
+	t.Logf("seed %d (handler writes outside the transaction: %v): %d operations, %s; %d application rows; %d problems",
+		seed, outsideTx, len(h.Entries), v.Linearizable, len(rows), len(problems))
+	return problems
+}
+
+func readAppWrites(t testing.TB, h storetest.Handle) map[string]int64 {
+	s := h.Store.(txCompleting)
+	rows, err := s.Pool().Query(context.Background(), `SELECT tenant || '/' || run_id, generation FROM app_writes`)
+	if err != nil {
+		t.Fatalf("read app_writes: %v", err)
+	}
+	out := map[string]int64{}
+	for _, r := range must(pgx.CollectRows(rows, pgx.RowToStructByPos[struct {
+		Run string
+		Gen int64
+	}])) {
+		out[r.Run] = r.Gen
+	}
+	return out
+}
+
+func must[T any](v T, err error) T {
+	if err != nil {
+		panic(err)
+	}
+	return v
+}
+
+// checkAppWrites: every application row belongs to a run the final scan
+// shows completed at that generation, and every acknowledged Complete left
+// its row.
+func checkAppWrites(h *History, rows map[string]int64) []string {
+	var problems []string
+	completed := map[string]int64{}
+	for _, s := range finalScans(h) {
+		for _, ev := range s.Events {
+			if ev.Kind == spec.EventRunCompleted {
+				completed[ev.Tenant+"/"+ev.RunID] = 0
+			}
+		}
+		for _, j := range s.Jobs {
+			if _, ok := completed[j.Tenant+"/"+j.RunID]; ok {
+				completed[j.Tenant+"/"+j.RunID] = j.Generation
+			}
+		}
+	}
+	for run, gen := range rows {
+		if g, ok := completed[run]; !ok || g != gen {
+			problems = append(problems, fmt.Sprintf("app row for %s at generation %d, but the run is not completed at it", run, gen))
+		}
+	}
+	for _, e := range h.Entries {
+		req, isComplete := e.Op.Req.(spec.CompleteRequest)
+		if !isComplete || e.Out.Unknown || e.Out.Result.Err != nil {
+			continue
+		}
+		if gen, ok := rows[req.Lease.Tenant+"/"+req.Lease.RunID]; !ok || gen != req.Lease.Generation {
+			problems = append(problems, fmt.Sprintf("complete of %s at generation %d was acknowledged but left no app row", req.Lease.Tenant+"/"+req.Lease.RunID, req.Lease.Generation))
+		}
+	}
+	return problems
+}
