@@ -142,21 +142,31 @@ func (c *client) workerStep(ctx context.Context) error {
 // now and then, one it no longer holds), as the runtime's batched completion
 // does: the members it holds are either completed or refused, so all of
 // them move to the stale pile.
+//
+// A batch holds one tenant's leases only: a batch across tenants is legal,
+// but it would keep the history from being checked per tenant.
 func (c *client) completeBatch(ctx context.Context) error {
+	tenant := c.held[0].Tenant
 	var reqs []spec.CompleteRequest
+	var kept, sent []spec.Lease
 	for _, l := range c.held {
+		if l.Tenant != tenant {
+			kept = append(kept, l)
+			continue
+		}
+		sent = append(sent, l)
 		reqs = append(reqs, spec.CompleteRequest{Lease: l.Ref(), Result: []byte(`{"batched":true}`)})
 	}
-	if len(c.old) > 0 && c.r.IntN(4) == 0 {
-		reqs = append(reqs, spec.CompleteRequest{Lease: c.old[c.r.IntN(len(c.old))].Ref()})
+	if n := len(c.old); n > 0 && c.old[n-1].Tenant == tenant && c.r.IntN(4) == 0 {
+		reqs = append(reqs, spec.CompleteRequest{Lease: c.old[n-1].Ref()})
 	}
 	res, err := c.do(ctx, model.Op{Req: spec.CompleteBatchRequest{Requests: reqs}})
 	if err != nil {
 		return err
 	}
 	if res.Err == nil || res.Err.Code != spec.CodeUnavailable {
-		c.old = append(c.old, c.held...)
-		c.held = nil
+		c.old = append(c.old, sent...)
+		c.held = kept
 	}
 	return nil
 }
