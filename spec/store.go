@@ -75,6 +75,17 @@ type Store interface {
 	// oldest first, and returns how many it deleted.
 	PurgeIdempotency(ctx context.Context, req PurgeRequest) (int, error)
 
+	// PurgeRuns applies the run retention policy to req.Tenant: it deletes
+	// up to req.Limit replay lineages (a run that was never replayed is a
+	// lineage of one) every run of which has been terminal for at least
+	// Config.RunRetentionMs and is named by no live idempotency record,
+	// oldest first, each run with its events, job, attempts, effects and
+	// expired idempotency records. It returns the deleted run ids, each
+	// lineage newest run first. With RunRetentionMs = 0 (retention off) it
+	// deletes nothing. Exact under concurrency: it waits for rows others
+	// hold rather than skipping them.
+	PurgeRuns(ctx context.Context, req PurgeRunsRequest) ([]string, error)
+
 	// Replay starts a new run from a failed (dead) run: same tenant,
 	// operation, payload and budget, a fresh attempt budget, the job's
 	// generation carried over (never lowered), ReplayOf linking to the original

@@ -1,0 +1,112 @@
+package model
+
+import (
+	"cmp"
+	"slices"
+	"strings"
+
+	"github.com/leasehold/leasehold/spec"
+)
+
+// Run retention (PurgeRuns). A replay lineage is an original run and the
+// chain of its replays (each run is replayed at most once, so it is a
+// chain); its leaf is the one run of it nobody replayed. Lineages are
+// deleted whole: deleting an original whose replay stays would leave the
+// replay's replay_of dangling, and deleting a replay whose original stays
+// would let the original be replayed a second time.
+
+// finishedAt returns when a terminal run finished (its terminal event, the
+// last), and false for a run that is not terminal.
+func finishedAt(r *runRow) (int64, bool) {
+	if !r.run.State.Terminal() || len(r.events) == 0 {
+		return 0, false
+	}
+	return r.events[len(r.events)-1].At, true
+}
+
+// heldAt reports whether a live idempotency record (expires_at > now) names
+// the run: its retried request must still get the run back.
+func heldAt(s State, r *runRow, now int64) bool {
+	for _, rec := range s.idem {
+		if rec.Tenant == r.run.Tenant && rec.RunID == r.run.ID && rec.ExpiresAt > now {
+			return true
+		}
+	}
+	return false
+}
+
+// retired reports whether PurgeRuns may delete r at now, given by =
+// now - RunRetentionMs: terminal, finished at or before by, and not held.
+func (m Model) retired(s State, r *runRow, by, now int64) bool {
+	at, terminal := finishedAt(r)
+	return terminal && at <= by && (!heldAt(s, r, now) || m.bug == bugPurgeRunsIgnoresRecords)
+}
+
+// purgeableLineages returns the tenant's lineages every run of which is
+// retired at now, each leaf first and then up its replay_of links, in
+// (leaf's finishing time, leaf's run id) order: the order PurgeRuns deletes
+// them in.
+func (m Model) purgeableLineages(s State, tenant string, by, now int64) [][]*runRow {
+	replayed := map[string]bool{}
+	for _, r := range s.runs {
+		if r.run.Tenant == tenant && r.run.ReplayOf != "" {
+			replayed[r.run.ReplayOf] = true
+		}
+	}
+	var out [][]*runRow
+	for _, r := range s.runs {
+		if r.run.Tenant != tenant || replayed[r.run.ID] || !m.retired(s, r, by, now) {
+			continue
+		}
+		lineage := []*runRow{r}
+		for up := r; up.run.ReplayOf != ""; {
+			if up = s.row(tenant, up.run.ReplayOf); up == nil { // unreachable in a state that passes Check
+				break
+			}
+			lineage = append(lineage, up)
+		}
+		if m.bug == bugPurgeRunsSplitsLineage {
+			lineage = lineage[:1]
+		}
+		if !slices.ContainsFunc(lineage, func(x *runRow) bool { return !m.retired(s, x, by, now) }) {
+			out = append(out, lineage)
+		}
+	}
+	slices.SortStableFunc(out, func(a, b []*runRow) int {
+		at, _ := finishedAt(a[0])
+		bt, _ := finishedAt(b[0])
+		return cmp.Or(cmp.Compare(at, bt), strings.Compare(a[0].run.ID, b[0].run.ID))
+	})
+	return out
+}
+
+// purgeRuns is PurgeRuns: delete up to Limit purgeable lineages of the
+// tenant, oldest first, each run with every row that belongs to it and the
+// (expired) idempotency records that name it; return the run ids deleted,
+// each lineage leaf first. With retention off nothing is purgeable.
+func (m Model) purgeRuns(s State, now int64, req spec.PurgeRunsRequest) (State, Result) {
+	if err := m.Config.CheckPurgeRuns(req, now); err != nil {
+		return s, failed(err)
+	}
+	by, on := m.Config.RetiredBy(now)
+	if !on {
+		return s, ok([]string{})
+	}
+	lineages := m.purgeableLineages(s, req.Tenant, by, now)
+	lineages = lineages[:min(len(lineages), req.Limit)]
+	gone := map[string]bool{}
+	ids := []string{}
+	for _, l := range lineages {
+		for _, r := range l {
+			gone[r.run.ID] = true
+			ids = append(ids, r.run.ID)
+		}
+	}
+	if len(ids) == 0 {
+		return s, ok(ids)
+	}
+	next := s
+	next.runs = slices.DeleteFunc(slices.Clone(s.runs), func(r *runRow) bool { return r.run.Tenant == req.Tenant && gone[r.run.ID] })
+	next = next.withoutIdempotency(func(rec spec.IdempotencyRecord) bool { return rec.Tenant == req.Tenant && gone[rec.RunID] })
+	return next, ok(ids)
+}
