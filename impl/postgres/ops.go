@@ -593,7 +593,7 @@ func (s *Store) PurgeRuns(ctx context.Context, req spec.PurgeRunsRequest) (delet
 			if err != nil {
 				return err
 			}
-			var picked, unlocked []string
+			picked, unlocked := []string{}, []string(nil)
 			for _, l := range lineages {
 				for _, id := range l {
 					picked = append(picked, id)
