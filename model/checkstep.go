@@ -17,7 +17,8 @@ import (
 //   - 10: a guarded write (Renew, Complete, Retry, Fail, Release and the
 //     effect calls) changes nothing unless op's lease was current and
 //     unexpired in prev, and then only that run's rows.
-//   - 12: a succeeded effect never changes again; effects are never deleted.
+//   - 12: a succeeded effect never changes again; effects are never deleted
+//     but with their run.
 //   - 13: an operation naming a tenant changes only that tenant's rows.
 //   - and the history rules the invariants rest on (reported under the
 //     invariant they protect, or "H"): runs, events and attempt rows are

@@ -13,11 +13,12 @@ import "context"
 type Store interface {
 	// CreateRun admits a run idempotently. With no live record for (tenant,
 	// operation, key) it commits the run (queued), its run_queued event
-	// (seq 1), its job (queued, available now, generation 0) and the record,
-	// together. With a live record of the same fingerprint it returns the
-	// original run with Replayed set and writes nothing. With a live record of
-	// another fingerprint it returns CodeIdempotencyConflict. If the proposed
-	// run id is taken for the tenant: CodeAlreadyExists, nothing written.
+	// (seq 1), its job (queued, available now or at the request's schedule,
+	// generation 0) and the record, together. With a live record of the
+	// same fingerprint it returns the original run with Replayed set and
+	// writes nothing. With a live record of another fingerprint it returns
+	// CodeIdempotencyConflict. If the proposed run id is taken for the
+	// tenant: CodeAlreadyExists, nothing written.
 	CreateRun(ctx context.Context, req CreateRunRequest) (CreateRunResult, error)
 
 	// Claim leases up to req.Limit eligible jobs of req.Tenant, in (available_at,
