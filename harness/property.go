@@ -292,8 +292,16 @@ func (m *machine) laterActions() map[string]func(*rapid.T) {
 		},
 		// A purge of runs, often after a jump past the retention of runs
 		// (100 ms) and of idempotency records (150 ms), which the other clock
-		// moves of a short sequence seldom add up to.
+		// moves of a short sequence seldom add up to; sometimes first a
+		// lineage (a failed run replayed, the replay cancelled at once),
+		// which the other actions seldom make.
 		"sweep_runs": func(t *rapid.T) {
+			if failed := m.replayable(); len(failed) > 0 && rapid.Bool().Draw(t, "lineage?") {
+				orig := rapid.SampledFrom(failed).Draw(t, "replayed")
+				id := m.newRunID(t, orig.tenant)
+				m.do(t, model.Op{Req: spec.ReplayRequest{Tenant: orig.tenant, RunID: orig.id, NewRunID: id, Actor: "retention"}})
+				m.do(t, model.Op{Req: spec.CancelRequest{Tenant: orig.tenant, RunID: id}})
+			}
 			if skip := rapid.SampledFrom([]int64{0, 0, 100, 151, 300}).Draw(t, "skip_ms"); skip > 0 {
 				if _, err := m.clk.Advance(skip); err != nil {
 					t.Fatalf("advance clock: %v", err)
@@ -376,6 +384,24 @@ func (m *machine) baseActions() map[string]func(*rapid.T) {
 		},
 		"": m.check,
 	}
+}
+
+// replayable returns the model's failed runs that have no replay.
+func (m *machine) replayable() []runRef {
+	snap := m.model.Snapshot(m.state)
+	replayed := map[runRef]bool{}
+	for _, r := range snap.Runs {
+		if r.ReplayOf != "" {
+			replayed[runRef{r.Tenant, r.ReplayOf}] = true
+		}
+	}
+	var out []runRef
+	for _, r := range snap.Runs {
+		if ref := (runRef{r.Tenant, r.ID}); r.State == spec.RunFailed && !replayed[ref] {
+			out = append(out, ref)
+		}
+	}
+	return out
 }
 
 func (m *machine) recordRequest(t *rapid.T, states []spec.EffectState) spec.RecordEffectRequest {
