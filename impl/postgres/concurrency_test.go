@@ -690,3 +690,81 @@ func TestPurgeRunsWaitsForAReplay(t *testing.T) {
 		})
 	}
 }
+
+// TestPurgeRunsWaitsForAnAdmission: an admission whose own clock finds a
+// run's idempotency record live is a replay: it reads the record, then the
+// run, in two statements. A purge whose clock finds the record expired
+// deletes the run with it. The purge must wait for the admission's lock of
+// the key, or the run could be deleted between the admission's two
+// statements and the retried request get not_found instead of its run. Here
+// the admission is held at BeforeCommit, holding that lock: the purge waits
+// for it, and then deletes the run.
+func TestPurgeRunsWaitsForAnAdmission(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	dsn, schema := pgtest.Schema(t)
+	cfg := spec.DefaultConfig()
+	cfg.RunRetentionMs, cfg.IdempotencyRetentionMs = 10_000, 5_000
+	setup := openOn(t, dsn, schema, postgres.Options{Config: cfg, Clock: clock.NewManual(t0)})
+	create := spec.CreateRunRequest{Tenant: "acme", Operation: "work", IdempotencyKey: "order-1", RunID: "r1", Payload: []byte(`{}`)}
+	if _, err := setup.CreateRun(ctx, create); err != nil { // the record lives until t0+5000
+		t.Fatal(err)
+	}
+	if _, err := setup.Cancel(ctx, spec.CancelRequest{Tenant: "acme", RunID: "r1"}); err != nil { // retired at t0+10,000
+		t.Fatal(err)
+	}
+	arrived, resume := make(chan struct{}), make(chan struct{})
+	admitter := openOn(t, dsn, schema, postgres.Options{Config: cfg, Clock: clock.NewManual(t0 + 1000),
+		Hook: onceAt(spec.OpCreateRun, spec.BeforeCommit, func(context.Context) error {
+			close(arrived)
+			<-resume
+			return nil
+		})})
+	var release sync.Once
+	resumeAdmission := func() { release.Do(func() { close(resume) }) }
+	t.Cleanup(resumeAdmission) // before the store closes, even when the test fails
+	app := "lh-purge-admit-" + schema[len(schema)-8:]
+	janitor := openOn(t, dsn, schema, postgres.Options{Config: cfg, Clock: clock.NewManual(t0 + 20_000), ApplicationName: app})
+
+	type admitted struct {
+		res spec.CreateRunResult
+		err error
+	}
+	admitDone := make(chan admitted, 1)
+	retry := create
+	retry.RunID = "r1-retry"
+	go func() {
+		res, err := admitter.CreateRun(ctx, retry)
+		admitDone <- admitted{res, err}
+	}()
+	<-arrived
+	type purged struct {
+		ids []string
+		err error
+	}
+	purgeDone := make(chan purged, 1)
+	go func() {
+		ids, err := janitor.PurgeRuns(ctx, spec.PurgeRunsRequest{Tenant: "acme", Limit: 10})
+		purgeDone <- purged{ids, err}
+	}()
+	// Barrier: the purge waits for the admission's lock of the key.
+	watcher := pgtest.Conn(t, dsn, schema)
+	for waiting := 0; waiting == 0; {
+		select {
+		case p := <-purgeDone:
+			t.Fatalf("the purge returned %v, %v while an admission that found the run's record live held its key: it must wait", p.ids, p.err)
+		default:
+		}
+		if err := watcher.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity
+			WHERE application_name = $1 AND wait_event_type = 'Lock'`, app).Scan(&waiting); err != nil {
+			t.Fatalf("waiting for the purge to block on the admission: %v", err)
+		}
+	}
+	resumeAdmission()
+	if a := <-admitDone; a.err != nil || !a.res.Replayed || a.res.Run.ID != "r1" {
+		t.Fatalf("the retried request: %+v, %v; want r1 replayed", a.res, a.err)
+	}
+	if p := <-purgeDone; p.err != nil || !slices.Equal(p.ids, []string{"r1"}) {
+		t.Fatalf("purge after the admission: %v, %v; want [r1]", p.ids, p.err)
+	}
+}
