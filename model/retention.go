@@ -24,22 +24,13 @@ func finishedAt(r *runRow) (int64, bool) {
 	return r.events[len(r.events)-1].At, true
 }
 
-// heldAt reports whether a live idempotency record (expires_at > now) names
-// the run: its retried request must still get the run back.
-func heldAt(s State, r *runRow, now int64) bool {
-	for _, rec := range s.idem {
-		if rec.Tenant == r.run.Tenant && rec.RunID == r.run.ID && rec.ExpiresAt > now {
-			return true
-		}
-	}
-	return false
-}
-
-// retired reports whether PurgeRuns may delete r at now, given by =
-// now - RunRetentionMs: terminal, finished at or before by, and not held.
-func (m Model) retired(s State, r *runRow, by, now int64) bool {
+// retired reports whether PurgeRuns may delete r, given by = now -
+// RunRetentionMs and the runs live idempotency records name (held, by run
+// id, in r's tenant): terminal, finished at or before by, and not held (a
+// retried request must still get the run back).
+func (m Model) retired(r *runRow, by int64, held map[string]bool) bool {
 	at, terminal := finishedAt(r)
-	return terminal && at <= by && (!heldAt(s, r, now) || m.bug == bugPurgeRunsIgnoresRecords)
+	return terminal && at <= by && (!held[r.run.ID] || m.bug == bugPurgeRunsIgnoresRecords)
 }
 
 // purgeableLineages returns the tenant's lineages every run of which is
@@ -47,6 +38,12 @@ func (m Model) retired(s State, r *runRow, by, now int64) bool {
 // (leaf's finishing time, leaf's run id) order: the order PurgeRuns deletes
 // them in.
 func (m Model) purgeableLineages(s State, tenant string, by, now int64) [][]*runRow {
+	held := map[string]bool{}
+	for _, rec := range s.idem {
+		if rec.Tenant == tenant && rec.ExpiresAt > now {
+			held[rec.RunID] = true
+		}
+	}
 	replayed := map[string]bool{}
 	for _, r := range s.runs {
 		if r.run.Tenant == tenant && r.run.ReplayOf != "" {
@@ -55,7 +52,7 @@ func (m Model) purgeableLineages(s State, tenant string, by, now int64) [][]*run
 	}
 	var out [][]*runRow
 	for _, r := range s.runs {
-		if r.run.Tenant != tenant || replayed[r.run.ID] || !m.retired(s, r, by, now) {
+		if r.run.Tenant != tenant || replayed[r.run.ID] || !m.retired(r, by, held) {
 			continue
 		}
 		lineage := []*runRow{r}
@@ -68,7 +65,7 @@ func (m Model) purgeableLineages(s State, tenant string, by, now int64) [][]*run
 		if m.bug == bugPurgeRunsSplitsLineage {
 			lineage = lineage[:1]
 		}
-		if !slices.ContainsFunc(lineage, func(x *runRow) bool { return !m.retired(s, x, by, now) }) {
+		if !slices.ContainsFunc(lineage, func(x *runRow) bool { return !m.retired(x, by, held) }) {
 			out = append(out, lineage)
 		}
 	}
