@@ -35,7 +35,7 @@ type check struct {
 var checks = []check{
 	{Name: "conformance", Store: "sqlite", Package: "./impl/sqlite", Run: "^TestConformance$", Share: 0.03},
 	{Name: "conformance", Store: "postgres", Package: "./impl/postgres", Run: "^TestConformance$", NeedsPG: true, Share: 0.05},
-	{Name: "postgres-concurrency", Store: "postgres", Package: "./impl/postgres", Run: "^Test(SkipLocked|Claim|Plan|Fault)", NeedsPG: true, Share: 0.05},
+	{Name: "postgres-concurrency", Store: "postgres", Package: "./impl/postgres", Run: "^Test(SkipLocked|Claim|Plan|Fault|Purge)", NeedsPG: true, Share: 0.05},
 	{Name: "fuzz", Store: "spec", Package: "./spec", Fuzz: []string{"FuzzCanonicalize", "FuzzNormalizeCreate", "FuzzLeaseChecks"}, Share: 0.06},
 	{Name: "explore", Store: "model", Package: "./model", Run: "^TestExplore", Share: 0.12},
 	{Name: "rapid", Store: "sqlite", Package: "./harness", Run: "^TestPropertySQLite$", Share: 0.15},
