@@ -14,6 +14,7 @@ import (
 	"github.com/leasehold/leasehold/impl/storetest"
 	"github.com/leasehold/leasehold/metrics"
 	"github.com/leasehold/leasehold/model"
+	"github.com/leasehold/leasehold/spec"
 )
 
 // linOps is the size of each history's concurrent phase.
@@ -41,7 +42,7 @@ func RunLinearizable(t *testing.T, store string, f storetest.Factory) {
 	budget := Budget(t, 0)
 	start := time.Now()
 	total := Races{}
-	var ops, histories, violations int64
+	var ops, histories, violations, scheduled, purged int64
 	for i := 0; ; i++ {
 		// Every odd seed adds purges and so must be checked whole, which costs
 		// far more than per tenant: it is kept shorter, and has no unknown
@@ -57,9 +58,11 @@ func RunLinearizable(t *testing.T, store string, f storetest.Factory) {
 		if purge {
 			w.Ops, w.MaxUnknown = linOps/2, 0
 		}
-		v, entries := checkOne(t, store, w)
+		v, h := checkOne(t, store, w)
 		histories++
-		ops += int64(entries)
+		ops += int64(len(h.Entries))
+		s, p := retention(h)
+		scheduled, purged = scheduled+s, purged+p
 		violations += int64(v.Violations())
 		total.Add(v.Races)
 		if (budget == 0 && i >= 1) || os.Getenv("LEASEHOLD_SEED") != "" && i >= 1 || budget > 0 && time.Since(start)*time.Duration(i+2) > budget*time.Duration(i+1) {
@@ -75,10 +78,33 @@ func RunLinearizable(t *testing.T, store string, f storetest.Factory) {
 			t.Errorf("vacuous run: no %s (%s) happened in %d histories (seed %d)", race, race.Meaning(), histories, seed)
 		}
 	}
+	t.Logf("%d scheduled runs admitted, %d runs purged", scheduled, purged)
+	if scheduled == 0 || purged == 0 {
+		t.Errorf("vacuous run: %d scheduled runs admitted and %d runs purged in %d histories (seed %d); want some of each", scheduled, purged, histories, seed)
+	}
+}
+
+// retention counts the scheduled runs a history admitted and the runs its
+// purges of runs deleted.
+func retention(h *History) (scheduled, purged int64) {
+	for _, e := range h.Entries {
+		if e.Out.Unknown || e.Out.Result.Err != nil {
+			continue
+		}
+		switch req := e.Op.Req.(type) {
+		case spec.CreateRunRequest:
+			if req.DelayMs != 0 && !e.Out.Result.Value.(spec.CreateRunResult).Replayed {
+				scheduled++
+			}
+		case spec.PurgeRunsRequest:
+			purged += int64(len(e.Out.Result.Value.([]string)))
+		}
+	}
+	return scheduled, purged
 }
 
 // checkOne records and judges one history, writing a report on violation.
-func checkOne(t *testing.T, store string, w Workload) (Verdict, int) {
+func checkOne(t *testing.T, store string, w Workload) (Verdict, *History) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
@@ -94,7 +120,7 @@ func checkOne(t *testing.T, store string, w Workload) (Verdict, int) {
 	t.Logf("seed %d: %d operations, %s in %s (partitioned %v), races %s", w.Seed, len(h.Entries), v.Linearizable,
 		v.CheckTime.Round(time.Millisecond), !w.Purge, v.Races)
 	if v.Violations() == 0 {
-		return v, len(h.Entries)
+		return v, h
 	}
 	// The report directory does not outlive a CI run: the log must say
 	// where the history goes wrong.
@@ -112,7 +138,7 @@ func checkOne(t *testing.T, store string, w Workload) (Verdict, int) {
 		why = "Unknown: the checker timed out, which counts as a failure"
 	}
 	t.Errorf("seed %d: linearizability %s; accounting %q\nreport: %s\nreplay: %s", w.Seed, why, v.Accounting, dir, replay)
-	return v, len(h.Entries)
+	return v, h
 }
 
 func replayLin(t *testing.T, seed uint64) string {

@@ -16,13 +16,16 @@ import (
 
 // TestConfig is the small policy the property tests run under: short leases,
 // short deadlines and a two-attempt budget, so that a few dozen random steps
-// cross every boundary (expiry, budget, deadline, retention, replay cap).
+// cross every boundary (expiry, budget, deadline, retention, replay cap). Runs
+// are kept a shorter time than idempotency records, so that a record still
+// holds a run past its retention now and then.
 func TestConfig() spec.Config {
 	return spec.Config{
 		Operations: map[string]spec.OperationPolicy{
 			"work": {SchemaVersion: 1, DefaultMaxAttempts: 2, MaxMaxAttempts: 3, DefaultTimeoutMs: 120, MaxTimeoutMs: 400},
 		},
 		IdempotencyRetentionMs: 150,
+		RunRetentionMs:         100,
 		MaxLeaseMs:             60,
 		MaxReplays:             2,
 		Backoff:                spec.Backoff{BaseMs: 4, CapMs: 16, JitterMs: 3, RetryAfterCapMs: 25},
@@ -47,6 +50,8 @@ func (c *Counters) count(op spec.Op, r model.Result) {
 	if r.Err != nil {
 		code = string(r.Err.Code)
 	} else if v, isList := r.Value.([]spec.Lease); isList && len(v) == 0 {
+		code = "empty"
+	} else if v, isList := r.Value.([]string); isList && len(v) == 0 && op == spec.OpPurgeRuns {
 		code = "empty"
 	}
 	c.Outcomes[string(op)+" "+code]++
@@ -245,6 +250,12 @@ func (m *machine) newestLeases() []spec.Lease {
 
 // actions is the rapid state machine. rapid picks actions uniformly, so the
 // ones that move runs forward are listed more than once (weighted by name).
+//
+// rapid draws an action as an index into the sorted names, and leans
+// towards the last one, so a kept failfile replays only while the names keep
+// their places and the last name keeps its meaning: actions added after
+// failfiles were kept (laterActions) sort after all the earlier names, and
+// the last of all is again retry.
 func (m *machine) actions() map[string]func(*rapid.T) {
 	a := m.baseActions()
 	for name, copies := range map[string]int{"create": 2, "claim": 3, "complete": 2, "renew": 1, "retry": 2, "reserve_effect": 1, "record_effect": 1, "advance_clock": 2} {
@@ -252,7 +263,62 @@ func (m *machine) actions() map[string]func(*rapid.T) {
 			a[fmt.Sprintf("%s_%d", name, i)] = a[name]
 		}
 	}
+	for name, action := range m.laterActions() {
+		a[name] = action
+	}
+	a["z_retry"] = a["retry"] // "retry_2" was the last name
 	return a
+}
+
+// laterActions are the actions added after failfiles were first kept: their
+// names sort after "retry_2" and before "z_retry", and their draws happen
+// only inside them.
+func (m *machine) laterActions() map[string]func(*rapid.T) {
+	return map[string]func(*rapid.T){
+		// A create with a schedule, with the keys, payloads and ids of the
+		// others, so that scheduled and unscheduled requests share keys
+		// (conflicts) and repeat their schedules (replays).
+		"scheduled_create": func(t *rapid.T) {
+			tenant := m.tenant(t)
+			req := spec.CreateRunRequest{
+				Tenant: tenant, Operation: "work",
+				IdempotencyKey: rapid.SampledFrom(keys).Draw(t, "key"),
+				RunID:          m.newRunID(t, tenant),
+				Payload:        []byte(rapid.SampledFrom(payloads).Draw(t, "payload")),
+				TimeoutMs:      rapid.SampledFrom([]int64{0, 0, 30}).Draw(t, "timeout_ms"),
+			}
+			// Delays and times around the deadline (120 ms by default, 30
+			// with timeout_ms 30), and the past.
+			if rapid.Bool().Draw(t, "delayed") {
+				req.DelayMs = sometimesBad(t, "delay_ms", rapid.SampledFrom([]int64{1, 10, 29, 30, 119}), -1, 120)
+			} else {
+				req.AvailableAt = m.clk.Now() + sometimesBad(t, "available_in", rapid.SampledFrom([]int64{-500, 0, 15, 60, 119}), -m.clk.Now()-1, 120)
+			}
+			if rapid.IntRange(0, 39).Draw(t, "both_bad?") == 20 { // as sometimesBad: both set is invalid
+				req.AvailableAt, req.DelayMs = m.clk.Now()+10, 10
+			}
+			m.do(t, model.Op{Req: req})
+		},
+		// A purge of runs, often after a jump past the retention of runs
+		// (100 ms) and of idempotency records (150 ms), which the other clock
+		// moves of a short sequence seldom add up to; sometimes first a
+		// lineage (a failed run replayed, the replay cancelled at once),
+		// which the other actions seldom make.
+		"sweep_runs": func(t *rapid.T) {
+			if failed := m.replayable(); len(failed) > 0 && rapid.Bool().Draw(t, "lineage?") {
+				orig := rapid.SampledFrom(failed).Draw(t, "replayed")
+				id := m.newRunID(t, orig.tenant)
+				m.do(t, model.Op{Req: spec.ReplayRequest{Tenant: orig.tenant, RunID: orig.id, NewRunID: id, Actor: "retention"}})
+				m.do(t, model.Op{Req: spec.CancelRequest{Tenant: orig.tenant, RunID: id}})
+			}
+			if skip := rapid.SampledFrom([]int64{0, 0, 100, 151, 300}).Draw(t, "skip_ms"); skip > 0 {
+				if _, err := m.clk.Advance(skip); err != nil {
+					t.Fatalf("advance clock: %v", err)
+				}
+			}
+			m.do(t, model.Op{Req: spec.PurgeRunsRequest{Tenant: m.tenant(t), Limit: sometimesBad(t, "limit", rapid.IntRange(1, 3), 0)}})
+		},
+	}
 }
 
 func (m *machine) baseActions() map[string]func(*rapid.T) {
@@ -338,6 +404,24 @@ func (m *machine) baseActions() map[string]func(*rapid.T) {
 		},
 		"": m.check,
 	}
+}
+
+// replayable returns the model's failed runs that have no replay.
+func (m *machine) replayable() []runRef {
+	snap := m.model.Snapshot(m.state)
+	replayed := map[runRef]bool{}
+	for _, r := range snap.Runs {
+		if r.ReplayOf != "" {
+			replayed[runRef{r.Tenant, r.ReplayOf}] = true
+		}
+	}
+	var out []runRef
+	for _, r := range snap.Runs {
+		if ref := (runRef{r.Tenant, r.ID}); r.State == spec.RunFailed && !replayed[ref] {
+			out = append(out, ref)
+		}
+	}
+	return out
 }
 
 func (m *machine) recordRequest(t *rapid.T, states []spec.EffectState) spec.RecordEffectRequest {

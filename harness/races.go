@@ -21,8 +21,9 @@ const (
 	// claim or renewal that had returned gave it) was not after the write's
 	// time, and was refused lost_lease.
 	RaceStaleWriteRefused Race = "stale_write_refused"
-	// RaceLeaseReclaimed: a lease expired and another claim took its job
-	// over (an attempt closed as expired in the final scan).
+	// RaceLeaseReclaimed: a lease expired and a claim took its job over:
+	// the claim of generation g came after lease g-1's last known expiry,
+	// and nothing had given g-1 back.
 	RaceLeaseReclaimed Race = "lease_reclaimed"
 	// RaceCancelVsFinish: a cancel and a complete, fail or retry of one run
 	// raced: the finishing write was refused cancelled, or the two
@@ -212,13 +213,58 @@ func refusedLeases(e Entry, code spec.Code) []spec.LeaseRef {
 	return nil
 }
 
-// leaseReclaimed counts the attempts the final scan shows closed as
-// expired.
+// leaseReclaimed counts claims that took a job over from an expired lease:
+// a claim of generation g of a run whose lease g-1 a claim had handed out,
+// that no retry or release had given back before the claim was called, and
+// whose last known expiry was not after the claim's time.
 func leaseReclaimed(h *History) int {
+	type leaseKey struct {
+		run runKey
+		gen int64
+	}
+	type seen struct{ ret, expires int64 }
+	expiries := map[leaseKey][]seen{}
+	givenBack := map[leaseKey]int64{} // -> return of the retry or release that requeued it
+	for _, e := range h.Entries {
+		if e.Out.Unknown || e.Out.Result.Err != nil {
+			continue
+		}
+		switch v := e.Out.Result.Value.(type) {
+		case []spec.Lease:
+			for _, l := range v {
+				k := leaseKey{runKey{l.Tenant, l.RunID}, l.Generation}
+				expiries[k] = append(expiries[k], seen{e.Return, l.ExpiresAt})
+			}
+		case spec.Lease:
+			k := leaseKey{runKey{v.Tenant, v.RunID}, v.Generation}
+			expiries[k] = append(expiries[k], seen{e.Return, v.ExpiresAt})
+		case spec.Job:
+			if v.State == spec.JobQueued {
+				ref := e.Op.Req.Leases()
+				if len(ref) == 1 {
+					givenBack[leaseKey{runKey{ref[0].Tenant, ref[0].RunID}, ref[0].Generation}] = e.Return
+				}
+			}
+		}
+	}
 	n := 0
-	for _, s := range finalScans(h) {
-		for _, a := range s.Attempts {
-			if a.Outcome == spec.AttemptExpired {
+	for _, e := range h.Entries {
+		leases, isClaim := e.Out.Result.Value.([]spec.Lease)
+		if !isClaim || e.Out.Unknown {
+			continue
+		}
+		for _, l := range leases {
+			prev := leaseKey{runKey{l.Tenant, l.RunID}, l.Generation - 1}
+			if ret, requeued := givenBack[prev]; requeued && ret < e.Call {
+				continue
+			}
+			var expires int64 = -1
+			for _, x := range expiries[prev] {
+				if x.ret < e.Call {
+					expires = max(expires, x.expires)
+				}
+			}
+			if expires >= 0 && expires <= e.Op.Now {
 				n++
 			}
 		}

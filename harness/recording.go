@@ -322,6 +322,11 @@ func (s *RecordingStore) PurgeIdempotency(ctx context.Context, req spec.PurgeReq
 	return call[int](s, ctx, req)
 }
 
+// PurgeRuns implements spec.Store.
+func (s *RecordingStore) PurgeRuns(ctx context.Context, req spec.PurgeRunsRequest) ([]string, error) {
+	return call[[]string](s, ctx, req)
+}
+
 // Replay implements spec.Store.
 func (s *RecordingStore) Replay(ctx context.Context, req spec.ReplayRequest) (spec.Run, error) {
 	return call[spec.Run](s, ctx, req)

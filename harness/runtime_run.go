@@ -23,14 +23,15 @@ import (
 
 // RuntimeConfig is the policy of the runtime runs: leases of a few hundred
 // milliseconds of the manual clock, a three-attempt budget, idempotency
-// records that expire within the run (so housekeeping purges them), and a
-// short backoff.
+// records and finished runs that expire within the run (so housekeeping
+// purges them), and a short backoff.
 func RuntimeConfig() spec.Config {
 	return spec.Config{
 		Operations: map[string]spec.OperationPolicy{
 			"work": {SchemaVersion: 1, DefaultMaxAttempts: 3, MaxMaxAttempts: 5, DefaultTimeoutMs: 600_000, MaxTimeoutMs: 600_000},
 		},
 		IdempotencyRetentionMs: 2_000,
+		RunRetentionMs:         3_000,
 		MaxLeaseMs:             5_000,
 		MaxReplays:             1,
 		Backoff:                spec.Backoff{BaseMs: 20, CapMs: 200, JitterMs: 10, RetryAfterCapMs: 500},
@@ -104,7 +105,7 @@ func RunRuntime(t *testing.T, store string, f storetest.Factory) {
 		}
 	}
 	for what, n := range map[string]uint64{"a batch of completions": stats.Batches, "a housekeeping reap or purge": stats.Reaped + stats.Purged,
-		"a completed run": stats.Completed, "a lost lease": stats.Lost} {
+		"a completed run": stats.Completed, "a lost lease": stats.Lost, "a finished run purged": stats.PurgedRuns} {
 		if n == 0 {
 			t.Errorf("vacuous run: no %s in %d runtime histories (seed %d)", what, histories, seed)
 		}
@@ -125,6 +126,7 @@ func addStats(a, b worker.Stats) worker.Stats {
 	a.Batched += b.Batched
 	a.Reaped += b.Reaped
 	a.Purged += b.Purged
+	a.PurgedRuns += b.PurgedRuns
 	return a
 }
 
@@ -192,7 +194,7 @@ func runtimeOnce(t *testing.T, store string, f storetest.Factory, seed uint64) r
 			ID: fmt.Sprintf("w%d", i+1), Lease: runtimeLeaseMs * time.Millisecond, Concurrency: 3,
 			Idle: 20 * time.Millisecond, ShutdownGrace: 200 * time.Millisecond, Timers: clk,
 			StoreRetry:  worker.StoreRetry{Base: 10 * time.Millisecond, Cap: 50 * time.Millisecond},
-			Maintenance: worker.MaintenancePolicy{Every: 300 * time.Millisecond, Batch: 5},
+			Maintenance: worker.MaintenancePolicy{Every: 300 * time.Millisecond, Batch: 5, PurgeRuns: true},
 			Random:      rand.New(rand.NewPCG(seed, uint64(200+i))), Logger: slog.New(slog.DiscardHandler)}
 		if i < 2 {
 			wc.Batch = worker.BatchPolicy{Size: 4, Linger: 20 * time.Millisecond}
@@ -222,8 +224,8 @@ func runtimeOnce(t *testing.T, store string, f storetest.Factory, seed uint64) r
 		if res, err := retrying(ctx, func() (spec.CreateRunResult, error) { return api.CreateRun(ctx, req) }); err == nil && !res.Replayed {
 			created = append(created, runRef{res.Run.Tenant, res.Run.ID})
 		}
-		if r.IntN(4) > 0 {
-			continue // a burst: workers claim several at once and complete them in batches
+		if i%4 != 3 {
+			continue // bursts of four: workers claim several at once and complete them in batches
 		}
 		waitClock(ctx, clk, int64(200+r.IntN(800)))
 		if len(created) > 0 && r.IntN(7) == 0 {

@@ -83,9 +83,23 @@ func account(h *History, drained bool) (violations []string) {
 	claimed := map[attemptKey]int64{} // -> Return of the claim that handed it out
 	maybeClaimTenants := map[string]bool{}
 	reserved := map[string]bool{}
+	// What the history deleted: runs a purge of runs returned, and the
+	// tenants of a purge whose outcome is unknown (it may have deleted any
+	// of their finished runs).
+	purged := map[runKey]bool{}
+	maybePurgedTenants := map[string]bool{}
 	for _, e := range h.Entries {
 		ok := !e.Out.Unknown && e.Out.Result.Err == nil
 		switch req := e.Op.Req.(type) {
+		case spec.PurgeRunsRequest:
+			if e.Out.Unknown {
+				maybePurgedTenants[req.Tenant] = true
+			}
+			if ok {
+				for _, id := range e.Out.Result.Value.([]string) {
+					purged[runKey{req.Tenant, id}] = true
+				}
+			}
 		case spec.CreateRunRequest:
 			k := runKey{req.Tenant, req.RunID}
 			if ok && !e.Out.Result.Value.(spec.CreateRunResult).Replayed {
@@ -131,8 +145,8 @@ func account(h *History, drained bool) (violations []string) {
 	for _, k := range slices.SortedFunc(maps.Keys(acknowledged), func(a, b runKey) int {
 		return cmp.Or(cmp.Compare(a.tenant, b.tenant), cmp.Compare(a.id, b.id))
 	}) {
-		if _, ok := finalRuns[k]; !ok {
-			violations = append(violations, fmt.Sprintf("lost: run %s/%s was acknowledged but is not in the store", k.tenant, k.id))
+		if _, ok := finalRuns[k]; !ok && !purged[k] && !maybePurgedTenants[k.tenant] {
+			violations = append(violations, fmt.Sprintf("lost: run %s/%s was acknowledged but is not in the store (and no purge of runs deleted it)", k.tenant, k.id))
 		}
 	}
 	for _, a := range final.Attempts {

@@ -11,8 +11,10 @@ import (
 var linPayloads = []string{`{"n":1,"tags":["a","b"]}`, `{ "tags" : ["a","b"], "n" : 1.0 }`, `{"n":2,"tags":["a","b"]}`}
 
 // apiStep is one operation of an API client: mostly admissions (with keys
-// reused so that replays and conflicts happen), and cancels, replays, reaps,
-// purges and clock moves.
+// reused so that replays and conflicts happen; one in five scheduled, with
+// a delay from a short list, so that a retry repeats its schedule or
+// conflicts with another), and cancels, replays, reaps, purges of
+// idempotency records and of retired runs, and clock moves.
 func (c *client) apiStep(ctx context.Context) error {
 	r := c.r
 	tenant := c.w.Tenants[r.IntN(len(c.w.Tenants))]
@@ -21,8 +23,12 @@ func (c *client) apiStep(ctx context.Context) error {
 	case p < 45:
 		id := fmt.Sprintf("%s-%d", c.Name, c.created)
 		c.created++
-		op = model.Op{Req: spec.CreateRunRequest{Tenant: tenant, Operation: "work",
-			IdempotencyKey: fmt.Sprintf("k%d", r.IntN(12)), RunID: id, Payload: []byte(linPayloads[r.IntN(len(linPayloads))])}}
+		create := spec.CreateRunRequest{Tenant: tenant, Operation: "work",
+			IdempotencyKey: fmt.Sprintf("k%d", r.IntN(12)), RunID: id, Payload: []byte(linPayloads[r.IntN(len(linPayloads))])}
+		if r.IntN(5) == 0 {
+			create.DelayMs = []int64{5, 20, 60}[r.IntN(3)]
+		}
+		op = model.Op{Req: create}
 	case p < 60:
 		book := c.runs
 		if r.IntN(2) == 0 {
@@ -45,6 +51,8 @@ func (c *client) apiStep(ctx context.Context) error {
 		op = model.Op{Req: spec.ReapRequest{Tenant: tenant, Limit: 3}}
 	case p < 81 && c.w.Purge:
 		op = model.Op{Req: spec.PurgeRequest{Limit: 5}}
+	case p < 85:
+		op = model.Op{Req: spec.PurgeRunsRequest{Tenant: tenant, Limit: 3}}
 	default:
 		return c.advance()
 	}

@@ -8,7 +8,8 @@ import (
 )
 
 // createRun is CreateRun: idempotent admission of a run, its run_queued event,
-// its job and its idempotency record, all or nothing.
+// its job (available now, or at its schedule) and its idempotency record, all
+// or nothing.
 func (m Model) createRun(s State, now int64, req spec.CreateRunRequest) (State, Result) {
 	n, err := m.normalizeCreate(req, now)
 	if err != nil {
@@ -44,7 +45,7 @@ func (m Model) createRun(s State, now int64, req spec.CreateRunRequest) (State, 
 		},
 		job: spec.Job{
 			Tenant: n.Tenant, RunID: n.RunID, Operation: n.Operation, State: spec.JobQueued,
-			AvailableAt: now, MaxAttempts: n.MaxAttempts,
+			AvailableAt: n.AvailableAt, MaxAttempts: n.MaxAttempts,
 		},
 	}
 	r.appendEvent(spec.EventRunQueued, now, spec.QueuedPayload("", "", 0))

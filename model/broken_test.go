@@ -22,6 +22,8 @@ func TestExploreCatchesBrokenVariants(t *testing.T) {
 		{"retry resets generation", 3},     // create, claim, retry
 		{"reserve reopens succeeded", 5},   // create, claim, reserve, record succeeded, reserve
 		{"replay resets generation", 4},    // create, claim, fail, replay
+		{"purge runs splits lineage", 7},   // create, claim, fail, replay, cancel, wait, purge
+		{"purge runs ignores records", 4},  // create, cancel, wait, purge
 	} {
 		t.Run(tc.variant, func(t *testing.T) {
 			sc := model.DefaultScope()

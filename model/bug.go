@@ -33,4 +33,11 @@ const (
 	// bugReplayResetsGeneration: a replayed run's job starts again at
 	// generation 0 instead of the original's.
 	bugReplayResetsGeneration
+	// bugPurgeRunsSplitsLineage: a run purge deletes a lineage's leaf and
+	// keeps its original, which can then be replayed a second time.
+	bugPurgeRunsSplitsLineage
+	// bugPurgeRunsIgnoresRecords: a run purge deletes runs a live
+	// idempotency record names (and the record with them), so a retried
+	// request creates a second run.
+	bugPurgeRunsIgnoresRecords
 )

@@ -1,6 +1,7 @@
 package model
 
 import (
+	"slices"
 	"strings"
 	"testing"
 
@@ -161,6 +162,86 @@ func TestCheckStepDetectsEachTransitionInvariant(t *testing.T) {
 			next := tc.next()
 			err := m.CheckStep(s, tc.op, next)
 			if err == nil || !strings.Contains(err.Error(), "invariant "+tc.inv+":") {
+				t.Fatalf("CheckStep returned %v, want a violation of invariant %s", err, tc.inv)
+			}
+		})
+	}
+}
+
+// TestCheckStepJudgesRunDeletion: CheckStep allows exactly the deletions
+// PurgeRuns may make and names the rule each other one breaks.
+func TestCheckStepJudgesRunDeletion(t *testing.T) {
+	cfg := spec.DefaultConfig()
+	cfg.Tenants = []string{"t1", "t2"}
+	cfg.IdempotencyRetentionMs, cfg.RunRetentionMs = 50, 100
+	m := Model{Config: cfg}
+	s := m.Init()
+	step := func(now int64, req spec.Request) {
+		t.Helper()
+		var res Result
+		if s, res = m.Step(s, Op{Now: now, Req: req}); res.Err != nil {
+			t.Fatalf("setup %s: %v", req.Op(), res.Err)
+		}
+	}
+	create := func(tenant, id string) spec.Request {
+		return spec.CreateRunRequest{Tenant: tenant, Operation: "work", IdempotencyKey: "k-" + id, RunID: id, Payload: []byte(`{}`)}
+	}
+	step(0, create("t1", "r1"))
+	step(0, create("t1", "r2"))
+	step(0, create("t1", "r3"))
+	step(0, create("t2", "x"))
+	step(1, spec.CancelRequest{Tenant: "t1", RunID: "r1"})
+	step(1, spec.CancelRequest{Tenant: "t2", RunID: "x"})
+	step(1, spec.ClaimRequest{Tenant: "t1", Worker: "w", LeaseMs: 10, Limit: 1}) // r2
+	step(1, spec.FailRequest{Lease: spec.LeaseRef{Tenant: "t1", RunID: "r2", Owner: "w", Generation: 1}, ErrorCode: "fatal"})
+	step(2, spec.ReplayRequest{Tenant: "t1", RunID: "r2", NewRunID: "r2.r", Actor: "ops"})
+	step(2, spec.CancelRequest{Tenant: "t1", RunID: "r2.r"})
+	if err := m.Check(s); err != nil {
+		t.Fatal(err)
+	}
+	without := func(ids ...string) State {
+		n := s
+		n.runs = slices.DeleteFunc(slices.Clone(s.runs), func(r *runRow) bool { return slices.Contains(ids, r.run.Tenant+"/"+r.run.ID) })
+		return n.withoutIdempotency(func(rec spec.IdempotencyRecord) bool { return slices.Contains(ids, rec.Tenant+"/"+rec.RunID) })
+	}
+	purge := func(now int64) Op { return Op{Now: now, Req: spec.PurgeRunsRequest{Tenant: "t1", Limit: 10}} }
+	off := m
+	off.Config.RunRetentionMs = 0
+	held := m
+	held.Config.IdempotencyRetentionMs = 500 // the records written at 0 would live until 500
+	heldState := s
+	heldState.idem = slices.Clone(s.idem)
+	for i := range heldState.idem {
+		heldState.idem[i].ExpiresAt = 500
+	}
+	for _, tc := range []struct {
+		name string
+		m    Model
+		prev State
+		op   Op
+		next State
+		inv  string // "" for a legal deletion
+	}{
+		{"a retired run", m, s, purge(101), without("t1/r1"), ""},
+		{"a whole retired lineage", m, s, purge(102), without("t1/r2", "t1/r2.r"), ""},
+		{"a run not terminal", m, s, purge(1000), without("t1/r3"), "7"},
+		{"a run finished less than the retention ago", m, s, purge(100), without("t1/r1"), "7"},
+		{"with retention off", off, s, purge(1000), without("t1/r1"), "7"},
+		{"a run a live record names", held, heldState, purge(101), without("t1/r1"), "9"},
+		{"another tenant's run", m, s, purge(1000), without("t2/x"), "13"},
+		{"an original without its replay", m, s, purge(1000), without("t1/r2"), "R"},
+		{"a replay without its original", m, s, purge(1000), without("t1/r2.r"), "R"},
+		{"by another operation", m, s, Op{Now: 1000, Req: spec.CancelRequest{Tenant: "t1", RunID: "r1"}}, without("t1/r1"), "7"},
+		{"the expired record of a run it kept", m, s, purge(1000),
+			s.withoutIdempotency(func(rec spec.IdempotencyRecord) bool { return rec.RunID == "r3" }), "9"},
+		{"a change to a run it kept", m, s, purge(1000), corrupt(without("t1/r1"), "r3", func(r *runRow) { r.job.AvailableAt = 9 }), "7"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			err := tc.m.CheckStep(tc.prev, tc.op, tc.next)
+			switch {
+			case tc.inv == "" && err != nil:
+				t.Fatalf("a deletion PurgeRuns may make was refused: %v", err)
+			case tc.inv != "" && (err == nil || !strings.Contains(err.Error(), "invariant "+tc.inv+":")):
 				t.Fatalf("CheckStep returned %v, want a violation of invariant %s", err, tc.inv)
 			}
 		})

@@ -17,14 +17,20 @@ import (
 //   - 10: a guarded write (Renew, Complete, Retry, Fail, Release and the
 //     effect calls) changes nothing unless op's lease was current and
 //     unexpired in prev, and then only that run's rows.
-//   - 12: a succeeded effect never changes again; effects are never deleted.
+//   - 12: a succeeded effect never changes again; effects are never deleted
+//     but with their run.
 //   - 13: an operation naming a tenant changes only that tenant's rows.
 //   - and the history rules the invariants rest on (reported under the
 //     invariant they protect, or "H"): runs, events and attempt rows are
-//     never deleted; events are append-only; a finished attempt and a
-//     terminal run never change; every change to a run row raises its version
-//     by exactly one (H); idempotency records are never rewritten and are
-//     deleted only once expired (by CreateRun of their scope, or Purge).
+//     never deleted, except by PurgeRuns, which deletes a run with all its
+//     rows only when it is retired (terminal, finished at least
+//     RunRetentionMs before op.Now, named by no live idempotency record, in
+//     op's tenant) and only together with its whole replay lineage, and
+//     changes nothing else; events are append-only; a finished attempt and
+//     a terminal run never change; every change to a run row raises its
+//     version by exactly one (H); idempotency records are never rewritten
+//     and are deleted only once expired (by CreateRun of their scope, Purge,
+//     or PurgeRuns with the run they name).
 //
 // It does not recompute Step: it holds for any next a correct store may
 // reach, including Observe's non-FIFO claims.
@@ -34,6 +40,7 @@ func (m Model) CheckStep(prev State, op Op, next State) error {
 	guardRefs := op.Req.Leases()
 	claimReq, isClaim := op.Req.(spec.ClaimRequest)
 
+	var deleted []*runRow
 	// Both run lists are sorted by (tenant, run id): walk them together.
 	pi, ni := 0, 0
 	for pi < len(prev.runs) || ni < len(next.runs) {
@@ -54,7 +61,8 @@ func (m Model) CheckStep(prev State, op Op, next State) error {
 		}
 		switch {
 		case n == nil:
-			v.add("7", "run %s/%s was deleted", p.run.Tenant, p.run.ID)
+			deleted = append(deleted, p)
+			m.checkDeleted(&v, op, tenant, prev, p)
 		case p == nil:
 			checkNewRun(&v, op, tenant, scoped, prev, n)
 		case !n.equal(p):
@@ -65,14 +73,62 @@ func (m Model) CheckStep(prev State, op Op, next State) error {
 			if op.Kind() == spec.OpPurge {
 				v.add("13", "purge_idempotency changed run %s (it may only delete idempotency records)", name)
 			}
+			if op.Kind() == spec.OpPurgeRuns {
+				v.add("7", "purge_runs changed run %s (it may only delete whole retired lineages)", name)
+			}
 			if guardRefs != nil {
 				checkGuarded(&v, op, guardRefs, p, name)
 			}
 			checkRunStep(&v, op, isClaim, claimReq, name, p, n)
 		}
 	}
+	checkLineagesWhole(&v, prev, next, deleted)
 	checkIdempotencyStep(&v, op, tenant, scoped, prev, next)
 	return v.err()
+}
+
+// checkDeleted checks a run that op deleted: only purge_runs deletes runs,
+// only its tenant's, and only a retired one.
+func (m Model) checkDeleted(v *Violations, op Op, tenant string, prev State, p *runRow) {
+	name := p.run.Tenant + "/" + p.run.ID
+	if op.Kind() != spec.OpPurgeRuns {
+		v.add("7", "run %s was deleted by %s (only purge_runs deletes runs)", name, op.Kind())
+		return
+	}
+	if p.run.Tenant != tenant {
+		v.add("13", "purge_runs for tenant %s deleted run %s of another tenant", tenant, name)
+	}
+	// Stated here again, not through the step's helpers: the judge must not
+	// share a defect of what it judges.
+	held := slices.ContainsFunc(prev.idem, func(rec spec.IdempotencyRecord) bool {
+		return rec.Tenant == p.run.Tenant && rec.RunID == p.run.ID && rec.ExpiresAt > op.Now
+	})
+	switch {
+	case m.Config.RunRetentionMs == 0:
+		v.add("7", "purge_runs deleted run %s with retention off (RunRetentionMs 0)", name)
+	case !p.run.State.Terminal() || len(p.events) == 0:
+		v.add("7", "purge_runs deleted run %s, which is %s (only terminal runs are deleted)", name, p.run.State)
+	case p.events[len(p.events)-1].At > op.Now-m.Config.RunRetentionMs:
+		v.add("7", "purge_runs at %d deleted run %s, finished at %d: not %d ms ago yet", op.Now, name, p.events[len(p.events)-1].At, m.Config.RunRetentionMs)
+	case held:
+		v.add("9", "purge_runs deleted run %s, which a live idempotency record names (its retried request must still get it)", name)
+	}
+}
+
+// checkLineagesWhole checks that every deleted run went with its whole
+// replay lineage: its original and its replay, if any, were deleted too.
+func checkLineagesWhole(v *Violations, prev, next State, deleted []*runRow) {
+	for _, p := range deleted {
+		name := p.run.Tenant + "/" + p.run.ID
+		if o := p.run.ReplayOf; o != "" && next.row(p.run.Tenant, o) != nil {
+			v.add("R", "replay %s was deleted but its original %s was kept (it could be replayed a second time)", name, o)
+		}
+		for _, r := range prev.runs {
+			if r.run.Tenant == p.run.Tenant && r.run.ReplayOf == p.run.ID && next.row(r.run.Tenant, r.run.ID) != nil {
+				v.add("R", "run %s was deleted but its replay %s was kept (its replay_of link would dangle)", name, r.run.ID)
+			}
+		}
+	}
 }
 
 // checkNewRun checks a run that op created.
@@ -173,7 +229,9 @@ func checkIdempotencyStep(v *Violations, op Op, tenant string, scoped bool, prev
 		switch {
 		case rec.ExpiresAt > op.Now:
 			v.add("9", "%s changed or deleted a live idempotency record (%s/%s/%s, expires %d, now %d)", op.Kind(), rec.Tenant, rec.Operation, spec.ShortHash(rec.Key), rec.ExpiresAt, op.Now)
-		case op.Kind() != spec.OpPurge && op.Kind() != spec.OpCreateRun:
+		case op.Kind() == spec.OpPurgeRuns && next.row(rec.Tenant, rec.RunID) != nil:
+			v.add("9", "purge_runs deleted the idempotency record of %s/%s, a run it kept", rec.Tenant, rec.RunID)
+		case op.Kind() != spec.OpPurge && op.Kind() != spec.OpCreateRun && op.Kind() != spec.OpPurgeRuns:
 			v.add("9", "%s deleted an idempotency record", op.Kind())
 		}
 	}

@@ -26,6 +26,8 @@ var BrokenVariants = map[string]bug{
 	"retry resets generation":     bugRetryResetsGeneration,
 	"reserve reopens succeeded":   bugReserveReopensSucceeded,
 	"replay resets generation":    bugReplayResetsGeneration,
+	"purge runs splits lineage":   bugPurgeRunsSplitsLineage,
+	"purge runs ignores records":  bugPurgeRunsIgnoresRecords,
 }
 
 // HasStep reports whether the model has a step for op.

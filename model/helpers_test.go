@@ -16,6 +16,7 @@ func testConfig() spec.Config {
 		},
 		Tenants:                []string{"t1", "t2"},
 		IdempotencyRetentionMs: 50,
+		RunRetentionMs:         100,
 		MaxLeaseMs:             100,
 		MaxReplays:             1,
 		Backoff:                spec.Backoff{BaseMs: 10, CapMs: 40, JitterMs: 5, RetryAfterCapMs: 30},
@@ -32,8 +33,12 @@ type world struct {
 	now int64
 }
 
-func newWorld(t *testing.T) *world {
-	m := model.Model{Config: testConfig()}
+func newWorld(t *testing.T, mods ...func(*spec.Config)) *world {
+	cfg := testConfig()
+	for _, mod := range mods {
+		mod(&cfg)
+	}
+	m := model.Model{Config: cfg}
 	return &world{t: t, m: m, s: m.Init()}
 }
 

@@ -32,7 +32,9 @@ func (m Model) normalizeCreate(req spec.CreateRunRequest, now int64) (spec.Norma
 		b.WriteByte(':')
 		b.WriteString(f)
 	}
-	b.WriteString(strconv.Itoa(req.MaxAttempts) + ";" + strconv.FormatInt(req.TimeoutMs, 10) + ";" + strconv.FormatInt(now, 10))
+	for _, v := range []int64{int64(req.MaxAttempts), req.TimeoutMs, req.AvailableAt, req.DelayMs, now} {
+		b.WriteString(strconv.FormatInt(v, 10) + ";")
+	}
 	k := b.String()
 	if v, found := m.memo.creates.Load(k); found {
 		r := v.(normalized)

@@ -42,7 +42,7 @@ type Result struct {
 	// Value is exactly what the method returns on success:
 	// spec.CreateRunResult (CreateRun), []spec.Lease (Claim), spec.Lease
 	// (Renew), spec.Run (Complete, Fail, Cancel, Replay), spec.Job (Retry,
-	// Release), []string (Reap), int (PurgeIdempotency),
+	// Release), []string (Reap, PurgeRuns), int (PurgeIdempotency),
 	// spec.EffectReservation (ReserveEffect), spec.Effect (RecordEffect,
 	// ReconcileEffect). Nil when Err is set.
 	Value any
@@ -118,6 +118,7 @@ var steps = map[spec.Op]stepFunc{
 	spec.OpRelease:         typed(Model.release),
 	spec.OpReap:            typed(Model.reap),
 	spec.OpPurge:           typed(Model.purge),
+	spec.OpPurgeRuns:       typed(Model.purgeRuns),
 	spec.OpReplay:          typed(Model.replay),
 	spec.OpReserveEffect:   typed(Model.reserveEffect),
 	spec.OpRecordEffect:    typed(Model.recordEffect),

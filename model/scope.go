@@ -34,10 +34,11 @@ type Scope struct {
 	RetryAfterMs int64
 	// Effect is the (step, key) workers reserve and record; "" for none.
 	EffectStep, EffectKey string
-	// Cancel, Release, Reap, Purge and Replay switch those operations on.
-	// Guarded writes are tried through every lease ever handed out (every
-	// attempt row), so stale workers are always in the scope.
-	Cancel, Release, Reap, Purge, Replay bool
+	// Cancel, Release, Reap, Purge, PurgeRuns and Replay switch those
+	// operations on. Guarded writes are tried through every lease ever
+	// handed out (every attempt row), so stale workers are always in the
+	// scope.
+	Cancel, Release, Reap, Purge, PurgeRuns, Replay bool
 	// MaxGeneration bounds every job's generation: the explorer drops a
 	// claim that would pass it. Without it, claim and release (which refunds
 	// the attempt) would cycle forever without the clock moving.
@@ -53,8 +54,8 @@ type Scope struct {
 
 // smallConfig is the configuration of the built-in scopes: one operation
 // with two attempts, leases of at most 1 ms, run deadlines 2 ms after
-// admission, idempotency keys kept 2 ms, one replay per lineage, and a
-// backoff of 1 ms plus a jitter of at most 1 ms. With a clock that moves 1 ms
+// admission, idempotency keys kept 2 ms, finished runs kept 1 ms, one
+// replay per lineage, and a backoff of 1 ms plus a jitter of at most 1 ms. With a clock that moves 1 ms
 // at a time every deadline of the contract is crossed within a few steps.
 func smallConfig() spec.Config {
 	return spec.Config{
@@ -63,6 +64,7 @@ func smallConfig() spec.Config {
 		},
 		Tenants:                []string{"t1", "t2"},
 		IdempotencyRetentionMs: 2,
+		RunRetentionMs:         1,
 		MaxLeaseMs:             1,
 		MaxReplays:             1,
 		Backoff:                spec.Backoff{BaseMs: 1, CapMs: 2, JitterMs: 1, RetryAfterCapMs: 0},
@@ -74,16 +76,20 @@ func smallConfig() spec.Config {
 // workers (one of them stale whenever the other reclaimed), two attempts per
 // run, one effect key, and a clock moving 1 ms at a time up to 4 ms. Within
 // seven steps it reaches every operation and every outcome the contract
-// names: a new run, an idempotent replay, an idempotency conflict, a taken
-// run id, the same key and run id in another tenant, key expiry and purge,
-// batch and out-of-order claims, lease expiry and reclaim, every stale write,
-// renewal past the deadline, retries below and at the budget, reap, cancel in
-// every job state, replay, and every effect ledger transition.
+// names: a new run, an idempotent replay, an idempotency conflict (of the
+// payload, and of the schedule), a taken run id, the same key and run id in
+// another tenant, a scheduled run, key expiry and purge, batch and
+// out-of-order claims, lease expiry and reclaim, every stale write, renewal
+// past the deadline, retries below and at the budget, reap, cancel in every
+// job state, replay, the retention purge of runs and lineages, and every
+// effect ledger transition.
 func DefaultScope() Scope {
 	p1, p2 := []byte(`{"n":1}`), []byte(`{ "n" : 2 }`)
 	create := func(tenant, key, run string, payload []byte) spec.CreateRunRequest {
 		return spec.CreateRunRequest{Tenant: tenant, Operation: "work", IdempotencyKey: key, RunID: run, Payload: payload}
 	}
+	delayed := create("t1", "k1", "r2", p1)
+	delayed.DelayMs = 1
 	return Scope{
 		Name:   "default",
 		Config: smallConfig(),
@@ -93,6 +99,7 @@ func DefaultScope() Scope {
 			create("t1", "k1", "r3", p2), // same key, another request: idempotency_conflict
 			create("t1", "k2", "r1", p1), // another key, a taken run id: already_exists
 			create("t2", "k1", "r1", p1), // the same key and run id in another tenant: a distinct run
+			delayed,                      // k1's request, scheduled: a conflict while k1 lives, then a run claimable 1 ms later
 		},
 		Claims: []spec.ClaimRequest{
 			{Tenant: "t1", Worker: "w1", LeaseMs: 1, Limit: 1},
@@ -106,7 +113,7 @@ func DefaultScope() Scope {
 		RenewMs:       1,
 		Jitters:       []int64{1},
 		EffectStep:    "charge", EffectKey: "e1",
-		Cancel: true, Release: true, Reap: true, Purge: true, Replay: true,
+		Cancel: true, Release: true, Reap: true, Purge: true, PurgeRuns: true, Replay: true,
 		MaxDepth: 7,
 	}
 }
@@ -179,9 +186,14 @@ func (sc *Scope) actions(now int64, s State) []action {
 		if sc.Replay && run.State == spec.RunFailed {
 			do(spec.ReplayRequest{Tenant: run.Tenant, RunID: run.ID, NewRunID: run.ID + ".r", Actor: "ops"})
 		}
-		if sc.Reap && !tenants[run.Tenant] {
+		if !tenants[run.Tenant] {
 			tenants[run.Tenant] = true
-			do(spec.ReapRequest{Tenant: run.Tenant, Limit: 2})
+			if sc.Reap {
+				do(spec.ReapRequest{Tenant: run.Tenant, Limit: 2})
+			}
+			if sc.PurgeRuns {
+				do(spec.PurgeRunsRequest{Tenant: run.Tenant, Limit: 1})
+			}
 		}
 		for _, a := range r.attempts {
 			sc.guardedActions(do, spec.LeaseRef{Tenant: a.Tenant, RunID: a.RunID, Owner: a.Worker, Generation: a.Generation}, now, &acts)

@@ -76,18 +76,22 @@ func TestModelJudgesBrokenExpectations(t *testing.T) {
 	 {"op":"complete","client":"A","lease":"a1","expect":{"ok":{"state":"completed"}}},
 	 {"op":"complete","client":"B","lease":"b1","expect":{"error":"already_terminal","error_state":"completed"}}],
 	"final":{"runs":{"r1":{"state":"completed","job_state":"completed","generation":2,"attempts":2,
-	  "events":["run_queued","run_completed"],"attempt_outcomes":["expired","running"],"effects":[]}}}}`
-	sc, err := Parse([]byte(body))
-	if err != nil {
-		t.Fatal(err)
-	}
+	  "events":["run_queued","run_completed"],"attempt_outcomes":ATTEMPTS,"effects":[]}}}}`
 	for _, store := range []struct {
 		name   string
 		opener func(testing.TB) Opener
-	}{{"sqlite", sqliteOpener}, {"postgres", postgresOpener}} {
+		// What each broken store leaves of B's attempt: SQLite closes the
+		// attempt of the generation presented (A's, already expired), the
+		// PostgreSQL store the job row's latest (B's).
+		attempts string
+	}{{"sqlite", sqliteOpener, `["expired","running"]`}, {"postgres", postgresOpener, `["expired","completed"]`}} {
 		t.Run(store.name, func(t *testing.T) {
 			if store.name == "postgres" {
 				pgtest.DSN(t)
+			}
+			sc, err := Parse([]byte(strings.Replace(body, "ATTEMPTS", store.attempts, 1)))
+			if err != nil {
+				t.Fatal(err)
 			}
 			defer mutant.Set(mutant.CompleteIgnoresGeneration)()
 			res := Run(context.Background(), sc, store.opener(t))

@@ -50,8 +50,9 @@ func canonicalJCS(text []byte) (out []byte, err error) {
 }
 
 // FingerprintInput is everything the fingerprint binds: the operation and its
-// schema version, the tenant scope, the normalized policy fields and the
-// canonical payload. Never the run id.
+// schema version, the tenant scope, the normalized policy fields, the
+// canonical payload and the schedule as the request gave it. Never the run
+// id.
 type FingerprintInput struct {
 	Tenant        string
 	Operation     string
@@ -59,16 +60,34 @@ type FingerprintInput struct {
 	MaxAttempts   int
 	TimeoutMs     int64
 	Payload       string // canonical JSON
+	// AvailableAt and DelayMs are the request's schedule, not the time it
+	// resolved to (a delay resolves to another time on every retry); 0 is
+	// not set.
+	AvailableAt int64
+	DelayMs     int64
 }
 
 // Fingerprint returns "fp1:" + hex(SHA-256(JCS(object))) where object is
 // {"max_attempts", "operation", "payload", "schema_version", "tenant",
-// "timeout_ms"} built from in.
+// "timeout_ms"} built from in, with "available_at" and "delay_ms" added
+// only when set: an unscheduled request's fingerprint is the one it had
+// before scheduling existed, so records written then still match.
 func Fingerprint(in FingerprintInput) string {
 	// The members are written in JCS key order, and every value is already
 	// canonical, so this text is the canonical form of the object.
-	b := make([]byte, 0, 128+len(in.Payload))
-	b = append(b, `{"max_attempts":`...)
+	b := make([]byte, 0, 160+len(in.Payload))
+	b = append(b, '{')
+	if in.AvailableAt != 0 {
+		b = append(b, `"available_at":`...)
+		b = strconv.AppendInt(b, in.AvailableAt, 10)
+		b = append(b, ',')
+	}
+	if in.DelayMs != 0 {
+		b = append(b, `"delay_ms":`...)
+		b = strconv.AppendInt(b, in.DelayMs, 10)
+		b = append(b, ',')
+	}
+	b = append(b, `"max_attempts":`...)
 	b = strconv.AppendInt(b, int64(in.MaxAttempts), 10)
 	b = append(b, `,"operation":`...)
 	b = appendJSONString(b, in.Operation)

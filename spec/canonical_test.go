@@ -133,6 +133,14 @@ func TestFingerprint(t *testing.T) {
 	if sum := sha256Hex(canon); fp != FingerprintVersion+":"+sum {
 		t.Fatalf("Fingerprint = %s, want %s:%s (hash of %s)", fp, FingerprintVersion, sum, canon)
 	}
+	// Pinned: the fingerprint of an unscheduled request is byte for byte
+	// what it was before requests could be scheduled, so records written
+	// then still match their retries.
+	const pinned = "fp1:a2a986ebd37be2c910bfbc35e1d96f85b42ad48d367fae48eae48c7d3ef6d828"
+	if fp != pinned {
+		t.Fatalf("Fingerprint(%+v) = %s, want the pinned %s: existing idempotency records would no longer match", base, fp, pinned)
+	}
+	seen := map[string]string{fp: "base"}
 	for name, change := range map[string]func(*FingerprintInput){
 		"tenant":         func(f *FingerprintInput) { f.Tenant = "other" },
 		"operation":      func(f *FingerprintInput) { f.Operation = "other" },
@@ -140,11 +148,44 @@ func TestFingerprint(t *testing.T) {
 		"max attempts":   func(f *FingerprintInput) { f.MaxAttempts = 4 },
 		"timeout":        func(f *FingerprintInput) { f.TimeoutMs = 1001 },
 		"payload":        func(f *FingerprintInput) { f.Payload = `{"a":2}` },
+		"available at":   func(f *FingerprintInput) { f.AvailableAt = 5000 },
+		"another time":   func(f *FingerprintInput) { f.AvailableAt = 5001 },
+		"delay":          func(f *FingerprintInput) { f.DelayMs = 5000 },
+		"another delay":  func(f *FingerprintInput) { f.DelayMs = 5001 },
 	} {
 		in := base
 		change(&in)
-		if Fingerprint(in) == fp {
-			t.Errorf("changing the %s did not change the fingerprint", name)
+		got := Fingerprint(in)
+		if other, dup := seen[got]; dup {
+			t.Errorf("changing the %s gave the fingerprint of %s (%s)", name, other, got)
+		}
+		seen[got] = name
+	}
+	// A schedule is a member of the canonical object only when set, by its
+	// wire name: an absolute time and a delay of the same value differ.
+	for _, sched := range []struct {
+		in  FingerprintInput
+		obj map[string]any
+	}{
+		{FingerprintInput{AvailableAt: 5000}, map[string]any{"available_at": 5000}},
+		{FingerprintInput{DelayMs: 5000}, map[string]any{"delay_ms": 5000}},
+	} {
+		in := base
+		in.AvailableAt, in.DelayMs = sched.in.AvailableAt, sched.in.DelayMs
+		o := map[string]any{}
+		for k, v := range obj {
+			o[k] = v
+		}
+		for k, v := range sched.obj {
+			o[k] = v
+		}
+		text, _ := json.Marshal(o)
+		canon, err := jcs.Transform(text)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got, want := Fingerprint(in), FingerprintVersion+":"+sha256Hex(canon); got != want {
+			t.Errorf("Fingerprint(%+v) = %s, want %s (hash of %s)", in, got, want, canon)
 		}
 	}
 }

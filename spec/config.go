@@ -14,7 +14,7 @@ const (
 	MaxStepBytes     = 64
 	MaxPayloadBytes  = 64 << 10 // request payloads and results, before and after canonicalization
 	MaxProviderBytes = 512
-	MaxBatch         = 1000 // Claim, Reap and Purge limits
+	MaxBatch         = 1000 // Claim, Reap, PurgeIdempotency and PurgeRuns limits
 )
 
 // ReapErrorCode is the run error code Reap records.
@@ -51,9 +51,15 @@ type Config struct {
 	// Tenants, when non-empty, is the allowlist of tenant names.
 	Tenants                []string `json:"tenants"`
 	IdempotencyRetentionMs int64    `json:"idempotency_retention_ms"`
-	MaxLeaseMs             int64    `json:"max_lease_ms"`
-	MaxReplays             int      `json:"max_replays"`
-	Backoff                Backoff  `json:"backoff"`
+	// RunRetentionMs is how long a terminal run is kept after it finished
+	// before PurgeRuns may delete it; 0 turns retention off (PurgeRuns
+	// deletes nothing). Keep it at least IdempotencyRetentionMs: a run a
+	// live idempotency record names is never deleted, so a shorter
+	// retention only defers those runs to the record's expiry.
+	RunRetentionMs int64   `json:"run_retention_ms"`
+	MaxLeaseMs     int64   `json:"max_lease_ms"`
+	MaxReplays     int     `json:"max_replays"`
+	Backoff        Backoff `json:"backoff"`
 }
 
 // DefaultConfig is a small, valid configuration with one operation, "work".
@@ -89,9 +95,9 @@ func (c Config) Validate() error {
 		}
 	}
 	b := c.Backoff
-	if c.IdempotencyRetentionMs < 1 || c.MaxLeaseMs < 1 || c.MaxReplays < 0 ||
+	if c.IdempotencyRetentionMs < 1 || c.MaxLeaseMs < 1 || c.MaxReplays < 0 || c.RunRetentionMs < 0 ||
 		b.BaseMs < 0 || b.CapMs < b.BaseMs || b.JitterMs < 0 || b.RetryAfterCapMs < 0 {
-		return Errorf(CodeInvalidArgument, "config: retention and max lease must be >= 1 ms, MaxReplays >= 0, 0 <= BaseMs <= CapMs, JitterMs and RetryAfterCapMs >= 0")
+		return Errorf(CodeInvalidArgument, "config: idempotency retention and max lease must be >= 1 ms, RunRetentionMs >= 0 (0: off), MaxReplays >= 0, 0 <= BaseMs <= CapMs, JitterMs and RetryAfterCapMs >= 0")
 	}
 	if b.CapMs > math.MaxInt64-b.JitterMs {
 		return Errorf(CodeInvalidArgument, "config: Backoff.CapMs + JitterMs overflows")

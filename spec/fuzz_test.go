@@ -34,13 +34,14 @@ func FuzzCanonicalize(f *testing.F) {
 // FuzzNormalizeCreate: argument validation never panics, returns only
 // invalid_argument errors, and whatever it accepts satisfies the limits.
 func FuzzNormalizeCreate(f *testing.F) {
-	f.Add("acme", "work", "key-1", "run-1", []byte(`{}`), 0, int64(0), int64(0))
-	f.Add("", "nope", "k", "r", []byte(`{"a":1,"a":1}`), -1, int64(-5), int64(-1))
-	f.Add("t", "work", "k\x00", "run/1", []byte(`null`), 99, int64(1<<62), int64(1<<62))
+	f.Add("acme", "work", "key-1", "run-1", []byte(`{}`), 0, int64(0), int64(0), int64(0), int64(0))
+	f.Add("", "nope", "k", "r", []byte(`{"a":1,"a":1}`), -1, int64(-5), int64(-1), int64(-1), int64(-1))
+	f.Add("t", "work", "k\x00", "run/1", []byte(`null`), 99, int64(1<<62), int64(1<<62), int64(1<<62), int64(1<<62))
+	f.Add("acme", "work", "key-1", "run-1", []byte(`{}`), 0, int64(0), int64(5000), int64(0), int64(1000))
 	cfg := DefaultConfig()
-	f.Fuzz(func(t *testing.T, tenant, op, key, runID string, payload []byte, maxAttempts int, timeoutMs, now int64) {
+	f.Fuzz(func(t *testing.T, tenant, op, key, runID string, payload []byte, maxAttempts int, timeoutMs, availableAt, delayMs, now int64) {
 		n, err := cfg.NormalizeCreate(CreateRunRequest{Tenant: tenant, Operation: op, IdempotencyKey: key, RunID: runID,
-			Payload: payload, MaxAttempts: maxAttempts, TimeoutMs: timeoutMs}, now)
+			Payload: payload, MaxAttempts: maxAttempts, TimeoutMs: timeoutMs, AvailableAt: availableAt, DelayMs: delayMs}, now)
 		if err != nil {
 			if CodeOf(err) != CodeInvalidArgument {
 				t.Fatalf("error %v has code %s, want invalid_argument", err, CodeOf(err))
@@ -57,6 +58,10 @@ func FuzzNormalizeCreate(f *testing.F) {
 			t.Fatalf("deadline %d for now %d + timeout %d", n.DeadlineAt, now, n.TimeoutMs)
 		case n.ExpiresAt <= now:
 			t.Fatalf("idempotency expiry %d not after now %d", n.ExpiresAt, now)
+		case availableAt != 0 && delayMs != 0, availableAt < 0, delayMs < 0:
+			t.Fatalf("accepted the schedule available_at %d, delay_ms %d", availableAt, delayMs)
+		case n.AvailableAt != max(now+delayMs, availableAt) || n.AvailableAt < now || n.AvailableAt >= n.DeadlineAt:
+			t.Fatalf("available at %d for now %d, available_at %d, delay_ms %d, deadline %d", n.AvailableAt, now, availableAt, delayMs, n.DeadlineAt)
 		}
 	})
 }

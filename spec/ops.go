@@ -87,6 +87,11 @@ var (
 		"NOT EXISTS run(tenant, run_id)"}
 	// GuardExpiredRecord selects the idempotency records a purge deletes.
 	GuardExpiredRecord = Guard{"expired_record", "idempotency.expires_at <= now"}
+	// GuardRetired selects what a run purge deletes: whole replay lineages
+	// (an original and its chain of replays) of the tenant, every run of
+	// which is retired.
+	GuardRetired = Guard{"retired", "run_retention > 0 AND every run of the lineage: run.state IN (completed, failed, cancelled) AND " +
+		"run.finished_at <= now - run_retention AND NOT EXISTS live idempotency(run)"}
 	// GuardReplayable guards a replay.
 	GuardReplayable = Guard{"replayable", "original.state = failed AND original.replay_depth + 1 <= max_replays AND " +
 		"NOT EXISTS run(replay_of = original) AND NOT EXISTS run(tenant, new_run_id)"}
@@ -104,6 +109,7 @@ var operations = []Operation{
 	row(Store.Release, "Release", true, GuardLease),
 	row(Store.Reap, "Reap", true, GuardReapable),
 	row(Store.PurgeIdempotency, "PurgeIdempotency", true, GuardExpiredRecord),
+	row(Store.PurgeRuns, "PurgeRuns", true, GuardRetired),
 	row(Store.Replay, "Replay", true, GuardReplayable),
 	row(Store.ReserveEffect, "ReserveEffect", true, GuardLease),
 	row(Store.RecordEffect, "RecordEffect", true, GuardLease),

@@ -16,6 +16,7 @@ const (
 	OpRelease         Op = "release"
 	OpReap            Op = "reap"
 	OpPurge           Op = "purge_idempotency"
+	OpPurgeRuns       Op = "purge_runs"
 	OpReplay          Op = "replay"
 	OpReserveEffect   Op = "reserve_effect"
 	OpRecordEffect    Op = "record_effect"
@@ -58,8 +59,17 @@ type CreateRunRequest struct {
 	RunID   string `json:"run_id"`
 	Payload []byte `json:"payload,omitempty"` // JSON; canonicalized with RFC 8785 before storing and hashing
 	// MaxAttempts and TimeoutMs default to the operation's policy when zero.
+	// TimeoutMs counts from admission: the run's deadline is now+TimeoutMs.
 	MaxAttempts int   `json:"max_attempts,omitempty"`
 	TimeoutMs   int64 `json:"timeout_ms,omitempty"`
+	// AvailableAt and DelayMs schedule the run: no claim takes its job before
+	// AvailableAt (an absolute time, ms; a time in the past means now) or
+	// before DelayMs after admission. Zero means not set (available now); at
+	// most one may be set, and the job must become available before the
+	// run's deadline. The schedule is part of the fingerprint as given, so a
+	// retry must send the same field with the same value to be a replay.
+	AvailableAt int64 `json:"available_at,omitempty"`
+	DelayMs     int64 `json:"delay_ms,omitempty"`
 }
 
 // CreateRunResult is the admitted run; Replayed is true when an earlier
@@ -125,6 +135,15 @@ type ReapRequest struct {
 // PurgeRequest asks for expired idempotency records to be deleted.
 type PurgeRequest struct {
 	Limit int `json:"limit,omitempty"`
+}
+
+// PurgeRunsRequest asks for up to Limit retired replay lineages of one
+// tenant to be deleted with every row that belongs to them (SPEC.md,
+// PurgeRuns): a run is retired once it has been terminal for
+// Config.RunRetentionMs and no live idempotency record names it.
+type PurgeRunsRequest struct {
+	Tenant string `json:"tenant"`
+	Limit  int    `json:"limit,omitempty"`
 }
 
 // ReplayRequest asks for a dead run to be run again under a new identity.
@@ -208,6 +227,7 @@ func (CancelRequest) Op() Op          { return OpCancel }
 func (ReleaseRequest) Op() Op         { return OpRelease }
 func (ReapRequest) Op() Op            { return OpReap }
 func (PurgeRequest) Op() Op           { return OpPurge }
+func (PurgeRunsRequest) Op() Op       { return OpPurgeRuns }
 func (ReplayRequest) Op() Op          { return OpReplay }
 func (ReserveEffectRequest) Op() Op   { return OpReserveEffect }
 func (RecordEffectRequest) Op() Op    { return OpRecordEffect }
@@ -229,6 +249,7 @@ func (r CancelRequest) TenantScope() (string, bool)          { return r.Tenant, 
 func (r ReleaseRequest) TenantScope() (string, bool)         { return r.Lease.Tenant, true }
 func (r ReapRequest) TenantScope() (string, bool)            { return r.Tenant, true }
 func (PurgeRequest) TenantScope() (string, bool)             { return "", false }
+func (r PurgeRunsRequest) TenantScope() (string, bool)       { return r.Tenant, true }
 func (r ReplayRequest) TenantScope() (string, bool)          { return r.Tenant, true }
 func (r ReserveEffectRequest) TenantScope() (string, bool)   { return r.Lease.Tenant, true }
 func (r RecordEffectRequest) TenantScope() (string, bool)    { return r.Lease.Tenant, true }
@@ -250,6 +271,7 @@ func (CancelRequest) Leases() []LeaseRef            { return nil }
 func (r ReleaseRequest) Leases() []LeaseRef         { return []LeaseRef{r.Lease} }
 func (ReapRequest) Leases() []LeaseRef              { return nil }
 func (PurgeRequest) Leases() []LeaseRef             { return nil }
+func (PurgeRunsRequest) Leases() []LeaseRef         { return nil }
 func (ReplayRequest) Leases() []LeaseRef            { return nil }
 func (r ReserveEffectRequest) Leases() []LeaseRef   { return []LeaseRef{r.Lease} }
 func (r RecordEffectRequest) Leases() []LeaseRef    { return []LeaseRef{r.Lease} }

@@ -13,11 +13,12 @@ import "context"
 type Store interface {
 	// CreateRun admits a run idempotently. With no live record for (tenant,
 	// operation, key) it commits the run (queued), its run_queued event
-	// (seq 1), its job (queued, available now, generation 0) and the record,
-	// together. With a live record of the same fingerprint it returns the
-	// original run with Replayed set and writes nothing. With a live record of
-	// another fingerprint it returns CodeIdempotencyConflict. If the proposed
-	// run id is taken for the tenant: CodeAlreadyExists, nothing written.
+	// (seq 1), its job (queued, available now or at the request's schedule,
+	// generation 0) and the record, together. With a live record of the
+	// same fingerprint it returns the original run with Replayed set and
+	// writes nothing. With a live record of another fingerprint it returns
+	// CodeIdempotencyConflict. If the proposed run id is taken for the
+	// tenant: CodeAlreadyExists, nothing written.
 	CreateRun(ctx context.Context, req CreateRunRequest) (CreateRunResult, error)
 
 	// Claim leases up to req.Limit eligible jobs of req.Tenant, in (available_at,
@@ -74,6 +75,17 @@ type Store interface {
 	// PurgeIdempotency deletes up to req.Limit records with expires_at <= now,
 	// oldest first, and returns how many it deleted.
 	PurgeIdempotency(ctx context.Context, req PurgeRequest) (int, error)
+
+	// PurgeRuns applies the run retention policy to req.Tenant: it deletes
+	// up to req.Limit replay lineages (a run that was never replayed is a
+	// lineage of one) every run of which has been terminal for at least
+	// Config.RunRetentionMs and is named by no live idempotency record,
+	// oldest first, each run with its events, job, attempts, effects and
+	// expired idempotency records. It returns the deleted run ids, each
+	// lineage newest run first. With RunRetentionMs = 0 (retention off) it
+	// deletes nothing. Exact under concurrency: it waits for rows others
+	// hold rather than skipping them.
+	PurgeRuns(ctx context.Context, req PurgeRunsRequest) ([]string, error)
 
 	// Replay starts a new run from a failed (dead) run: same tenant,
 	// operation, payload and budget, a fresh attempt budget, the job's

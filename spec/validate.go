@@ -121,6 +121,9 @@ type NormalizedCreate struct {
 	TimeoutMs                     int64
 	DeadlineAt                    int64
 	ExpiresAt                     int64 // idempotency record expiry
+	// AvailableAt is when the job becomes claimable: the request's
+	// AvailableAt (a time in the past means now), now + its DelayMs, or now.
+	AvailableAt int64
 }
 
 // NormalizeCreate validates req at time now and fills in defaults.
@@ -166,11 +169,39 @@ func (c Config) NormalizeCreate(req CreateRunRequest, now int64) (NormalizedCrea
 	if n.ExpiresAt, err = Deadline(now, c.IdempotencyRetentionMs, "idempotency expiry"); err != nil {
 		return NormalizedCreate{}, err
 	}
+	if n.AvailableAt, err = schedule(req, now, n.DeadlineAt); err != nil {
+		return NormalizedCreate{}, err
+	}
 	n.Fingerprint = Fingerprint(FingerprintInput{
 		Tenant: n.Tenant, Operation: n.Operation, SchemaVersion: policy.SchemaVersion,
 		MaxAttempts: n.MaxAttempts, TimeoutMs: n.TimeoutMs, Payload: n.Payload,
+		AvailableAt: req.AvailableAt, DelayMs: req.DelayMs,
 	})
 	return n, nil
+}
+
+// schedule returns when a created run's job becomes claimable: now, or the
+// request's AvailableAt (not before now), or now + DelayMs (checked). The
+// time must be before the run's deadline, which counts from admission: a job
+// that became available after it could never renew its lease.
+func schedule(req CreateRunRequest, now, deadline int64) (int64, error) {
+	switch {
+	case req.AvailableAt != 0 && req.DelayMs != 0:
+		return 0, Errorf(CodeInvalidArgument, "available_at %d and delay_ms %d are both set; send at most one", req.AvailableAt, req.DelayMs)
+	case req.AvailableAt < 0:
+		return 0, Errorf(CodeInvalidArgument, "available_at %d is negative: times are ms since the epoch, >= 0", req.AvailableAt)
+	case req.DelayMs < 0:
+		return 0, Errorf(CodeInvalidArgument, "delay_ms %d is negative", req.DelayMs)
+	}
+	at, err := Deadline(now, req.DelayMs, "available time")
+	if err != nil {
+		return 0, err
+	}
+	at = max(at, req.AvailableAt)
+	if at >= deadline {
+		return 0, Errorf(CodeInvalidArgument, "the run would become available at %d, not before its deadline %d (admission + timeout_ms): schedule it sooner or raise timeout_ms", at, deadline)
+	}
+	return at, nil
 }
 
 // CheckClaim validates a claim at time now and returns the lease expiry.
@@ -289,6 +320,28 @@ func CheckPurge(req PurgeRequest, now int64) error {
 		return err
 	}
 	return CheckLimit(req.Limit)
+}
+
+// CheckPurgeRuns validates a run purge.
+func (c Config) CheckPurgeRuns(req PurgeRunsRequest, now int64) error {
+	if err := CheckNow(now); err != nil {
+		return err
+	}
+	if err := c.CheckTenant(req.Tenant); err != nil {
+		return err
+	}
+	return CheckLimit(req.Limit)
+}
+
+// RetiredBy returns the latest finishing time of a run that is retired at
+// now (a run whose terminal event is at or before it has been terminal for
+// RunRetentionMs), and false when retention is off. The result may be
+// negative: then no run is retired yet.
+func (c Config) RetiredBy(now int64) (int64, bool) {
+	if c.RunRetentionMs == 0 {
+		return 0, false
+	}
+	return now - c.RunRetentionMs, true // both are >= 0: no overflow
 }
 
 // CheckReplay validates a replay.

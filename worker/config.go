@@ -166,11 +166,17 @@ type MaintenancePolicy struct {
 	// Every is the time between rounds, plus a jitter drawn from [0,
 	// Jitter]. Defaults 30s and Every/2.
 	Every, Jitter time.Duration
-	// Batch is the Limit of each Reap and PurgeIdempotency call. A round
-	// calls again while a call comes back full, up to MaxBatches calls per
-	// tenant for Reap and MaxBatches for purge; the rest waits for the next
-	// round. Defaults 100 and 10.
+	// Batch is the Limit of each Reap, PurgeRuns and PurgeIdempotency call.
+	// A round calls again while a call comes back full, up to MaxBatches
+	// calls per tenant for Reap and PurgeRuns and MaxBatches for the
+	// idempotency purge; the rest waits for the next round. Defaults 100
+	// and 10.
 	Batch, MaxBatches int
+	// PurgeRuns makes each round also delete, per tenant, the finished runs
+	// past the store's retention (Store.PurgeRuns; spec.Config's
+	// RunRetentionMs, 0: retention off, nothing deleted) with every row of
+	// theirs. Off by default: deleting history is the operator's choice.
+	PurgeRuns bool
 }
 
 // Defaults.

@@ -22,51 +22,65 @@ func (w *Worker) maintainLoop(ctx context.Context) {
 	}
 }
 
-// maintain is one housekeeping round: Reap for each tenant, then
-// PurgeIdempotency, each repeated while a call comes back full, up to
-// MaxBatches calls. A failed call ends that part of the round; the next
-// round tries again.
+// maintain is one housekeeping round: Reap for each tenant, PurgeRuns for
+// each tenant when configured, then PurgeIdempotency, each repeated while a
+// call comes back full, up to MaxBatches calls. A failed call ends that part
+// of the round; the next round tries again.
 func (w *Worker) maintain(ctx context.Context) {
 	m := w.cfg.Maintenance
 	for _, tenant := range w.cfg.Tenants {
-		for range m.MaxBatches {
-			if ctx.Err() != nil {
-				return
-			}
-			cctx, cancel := context.WithTimeout(w.bg, w.cfg.StoreTimeout)
+		n := w.repeat(ctx, "reap", func(cctx context.Context) (int, error) {
 			ids, err := w.cfg.Store.Reap(cctx, spec.ReapRequest{Tenant: tenant, Limit: m.Batch})
-			cancel()
-			if err != nil {
-				w.log.Warn("housekeeping: reap failed; the next round tries again", "tenant", tenant, "code", spec.CodeOf(err), "err", err)
-				break
-			}
 			if len(ids) > 0 {
-				w.stats.reaped.Add(uint64(len(ids)))
-				w.log.Info("housekeeping: runs whose lease expired with no attempts left failed (lease_expired)", "tenant", tenant, "runs", len(ids))
 				w.log.Debug("housekeeping: reaped", "tenant", tenant, "run_ids", ids)
 			}
-			if len(ids) < m.Batch {
-				break
+			return len(ids), err
+		})
+		if n > 0 {
+			w.stats.reaped.Add(uint64(n))
+			w.log.Info("housekeeping: runs whose lease expired with no attempts left failed (lease_expired)", "tenant", tenant, "runs", n)
+		}
+		if m.PurgeRuns {
+			n := w.repeat(ctx, "purging finished runs", func(cctx context.Context) (int, error) {
+				ids, err := w.cfg.Store.PurgeRuns(cctx, spec.PurgeRunsRequest{Tenant: tenant, Limit: m.Batch})
+				return len(ids), err
+			})
+			if n > 0 {
+				w.stats.purgedRuns.Add(uint64(n))
+				w.log.Debug("housekeeping: finished runs past retention deleted", "tenant", tenant, "runs", n)
 			}
 		}
 	}
+	n := w.repeat(ctx, "purging expired idempotency records", func(cctx context.Context) (int, error) {
+		return w.cfg.Store.PurgeIdempotency(cctx, spec.PurgeRequest{Limit: m.Batch})
+	})
+	if n > 0 {
+		w.stats.purged.Add(uint64(n))
+		w.log.Debug("housekeeping: expired idempotency records purged", "records", n)
+	}
+}
+
+// repeat calls call (each under StoreTimeout) while it comes back full (n
+// == Batch), up to MaxBatches times, and returns the sum. A failure ends it;
+// the next round tries again.
+func (w *Worker) repeat(ctx context.Context, what string, call func(context.Context) (int, error)) int {
+	m := w.cfg.Maintenance
+	total := 0
 	for range m.MaxBatches {
 		if ctx.Err() != nil {
-			return
+			return total
 		}
 		cctx, cancel := context.WithTimeout(w.bg, w.cfg.StoreTimeout)
-		n, err := w.cfg.Store.PurgeIdempotency(cctx, spec.PurgeRequest{Limit: m.Batch})
+		n, err := call(cctx)
 		cancel()
+		total += n
 		if err != nil {
-			w.log.Warn("housekeeping: purging expired idempotency records failed; the next round tries again", "code", spec.CodeOf(err), "err", err)
-			return
-		}
-		if n > 0 {
-			w.stats.purged.Add(uint64(n))
-			w.log.Debug("housekeeping: expired idempotency records purged", "records", n)
+			w.log.Warn("housekeeping: "+what+" failed; the next round tries again", "code", spec.CodeOf(err), "err", err)
+			return total
 		}
 		if n < m.Batch {
-			return
+			return total
 		}
 	}
+	return total
 }

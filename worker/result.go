@@ -71,16 +71,18 @@ type Stats struct {
 	Batched uint64
 	// Reaped counts the runs this worker's housekeeping failed because their
 	// lease expired with no attempts left; Purged the expired idempotency
-	// records it deleted.
-	Reaped   uint64
-	Purged   uint64
-	InFlight int
+	// records it deleted; PurgedRuns the finished runs past retention it
+	// deleted (MaintenancePolicy.PurgeRuns).
+	Reaped     uint64
+	Purged     uint64
+	PurgedRuns uint64
+	InFlight   int
 }
 
 // counters is the atomic form of Stats.
 type counters struct {
-	claimed, completed, retried, failed, released, lost, cancelled, terminal, abandoned, batches, batched, reaped, purged atomic.Uint64
-	inFlight                                                                                                              atomic.Int64
+	claimed, completed, retried, failed, released, lost, cancelled, terminal, abandoned, batches, batched, reaped, purged, purgedRuns atomic.Uint64
+	inFlight                                                                                                                          atomic.Int64
 }
 
 func (c *counters) count(o Outcome) {
@@ -108,7 +110,7 @@ func (c *counters) snapshot() Stats {
 	return Stats{
 		Claimed: c.claimed.Load(), Completed: c.completed.Load(), Retried: c.retried.Load(), Failed: c.failed.Load(),
 		Released: c.released.Load(), Lost: c.lost.Load(), Cancelled: c.cancelled.Load(), AlreadyTerminal: c.terminal.Load(),
-		Abandoned: c.abandoned.Load(), Batches: c.batches.Load(), Batched: c.batched.Load(), Reaped: c.reaped.Load(), Purged: c.purged.Load(),
+		Abandoned: c.abandoned.Load(), Batches: c.batches.Load(), Batched: c.batched.Load(), Reaped: c.reaped.Load(), Purged: c.purged.Load(), PurgedRuns: c.purgedRuns.Load(),
 		InFlight: int(c.inFlight.Load()),
 	}
 }

@@ -52,7 +52,7 @@ var postgresTests = []string{
 	"TestDeadlockIsUnavailable", "TestCompleteTx", "TestListenDeliversCommittedChanges", "TestChannelNames", "TestDisableNotify",
 	"TestMigrateConcurrentlyAndAgain", "TestMigrateRefusesAnEditedMigration", "TestSchemasAreIsolated", "TestOpenRejectsBadOptions",
 	"TestMigrationMovesRunStateToJobRows", "TestPlansAtDepth", "TestBatchPlansAfterGrowth", "TestSweepStaleSchemas",
-	"TestServerNotReady", "TestOpenWaitsForServer",
+	"TestServerNotReady", "TestOpenWaitsForServer", "TestPurgeRunsWaitsForAReplay", "TestPurgeRunsWaitsForAnAdmission",
 }
 
 // runtimeFaultTests are the worker runtime's fault tests: a worker killed,

@@ -589,3 +589,186 @@ func TestPurgeWaitsForAnAbortedAdmission(t *testing.T) {
 		t.Fatalf("run of the aborted admission: %v; want not_found", err)
 	}
 }
+
+// TestPurgeRunsWaitsForAReplay: a replay of a retired run holds that run's
+// job row (its transaction is held at BeforeCommit) when a purge of runs
+// starts. The purge must wait for it, not skip the run, and then pick
+// again from what the replay left: if the replay rolls back, the purge
+// deletes the same runs as a purge before it; if it commits, the replayed
+// run has a replay that is not finished, so its lineage is kept, and the
+// purge takes the next lineage instead, as a purge after the replay would.
+// A purge that skipped the locked row returned one lineage short; one that
+// deleted what it first picked broke the replay's replay_of link.
+func TestPurgeRunsWaitsForAReplay(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		commit bool
+		want   []string
+	}{
+		{"the replay rolls back", false, []string{"r0", "r1"}},
+		{"the replay commits", true, []string{"r0", "r2"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+			defer cancel()
+			dsn, schema := pgtest.Schema(t)
+			clk := clock.NewManual(t0)
+			cfg := spec.DefaultConfig()
+			cfg.RunRetentionMs, cfg.IdempotencyRetentionMs = 10_000, 5_000
+			arrived, resume := make(chan struct{}), make(chan struct{})
+			replayer := openOn(t, dsn, schema, postgres.Options{Config: cfg, Clock: clk,
+				Hook: onceAt(spec.OpReplay, spec.BeforeCommit, func(context.Context) error {
+					close(arrived)
+					<-resume
+					if tc.commit {
+						return nil
+					}
+					return errors.New("injected rollback")
+				})})
+			var release sync.Once
+			resumeReplay := func() { release.Do(func() { close(resume) }) }
+			t.Cleanup(resumeReplay) // before the store closes, even when the test fails
+			app := "lh-purge-runs-" + schema[len(schema)-8:]
+			janitor := openOn(t, dsn, schema, postgres.Options{Config: cfg, Clock: clk, ApplicationName: app})
+			// r0, r1 and r2 fail 1 ms apart: the purge order.
+			createRuns(t, janitor, clk, 1, "r0", "r1", "r2")
+			for _, id := range []string{"r0", "r1", "r2"} {
+				leases, err := janitor.Claim(ctx, spec.ClaimRequest{Tenant: "acme", Worker: "w", LeaseMs: 1000, Limit: 1})
+				if err != nil || len(leases) != 1 || leases[0].RunID != id {
+					t.Fatalf("claim %s: %+v, %v", id, leases, err)
+				}
+				if _, err := janitor.Fail(ctx, spec.FailRequest{Lease: leases[0].Ref(), ErrorCode: "fatal"}); err != nil {
+					t.Fatalf("fail %s: %v", id, err)
+				}
+				if _, err := clk.Advance(1); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if _, err := clk.Advance(cfg.RunRetentionMs); err != nil {
+				t.Fatal(err)
+			}
+
+			replayErr := make(chan error, 1)
+			go func() {
+				_, err := replayer.Replay(ctx, spec.ReplayRequest{Tenant: "acme", RunID: "r1", NewRunID: "r1-again", Actor: "ops"})
+				replayErr <- err
+			}()
+			<-arrived
+			type purged struct {
+				ids []string
+				err error
+			}
+			purgeDone := make(chan purged, 1)
+			go func() {
+				ids, err := janitor.PurgeRuns(ctx, spec.PurgeRunsRequest{Tenant: "acme", Limit: 2})
+				purgeDone <- purged{ids, err}
+			}()
+			// Barrier: the purge waits for the row the replay holds. A purge
+			// that does not wait returns first, and that is the failure.
+			watcher := pgtest.Conn(t, dsn, schema)
+			for waiting := 0; waiting == 0; {
+				select {
+				case p := <-purgeDone:
+					t.Fatalf("the purge returned %v, %v while a replay held a run it picked: it must wait for the replay", p.ids, p.err)
+				default:
+				}
+				if err := watcher.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity
+					WHERE application_name = $1 AND wait_event_type = 'Lock'`, app).Scan(&waiting); err != nil {
+					t.Fatalf("waiting for the purge to block on the replay's row: %v", err)
+				}
+			}
+			resumeReplay()
+			if err := <-replayErr; (err == nil) != tc.commit {
+				t.Fatalf("replay: %v; want committed %v", err, tc.commit)
+			}
+			if p := <-purgeDone; p.err != nil || !slices.Equal(p.ids, tc.want) {
+				t.Fatalf("purge after the replay ended: %v, %v; want %v", p.ids, p.err, tc.want)
+			}
+			run, err := janitor.GetRun(ctx, "acme", "r1")
+			if tc.commit && (err != nil || run.State != spec.RunFailed) {
+				t.Fatalf("the replayed run after the purge: %+v, %v; want it kept, failed", run, err)
+			}
+			if !tc.commit && spec.CodeOf(err) != spec.CodeNotFound {
+				t.Fatalf("r1 after the purge: %v; want not_found", err)
+			}
+		})
+	}
+}
+
+// TestPurgeRunsWaitsForAnAdmission: an admission whose own clock finds a
+// run's idempotency record live is a replay: it reads the record, then the
+// run, in two statements. A purge whose clock finds the record expired
+// deletes the run with it. The purge must wait for the admission's lock of
+// the key, or the run could be deleted between the admission's two
+// statements and the retried request get not_found instead of its run. Here
+// the admission is held at BeforeCommit, holding that lock: the purge waits
+// for it, and then deletes the run.
+func TestPurgeRunsWaitsForAnAdmission(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	dsn, schema := pgtest.Schema(t)
+	cfg := spec.DefaultConfig()
+	cfg.RunRetentionMs, cfg.IdempotencyRetentionMs = 10_000, 5_000
+	setup := openOn(t, dsn, schema, postgres.Options{Config: cfg, Clock: clock.NewManual(t0)})
+	create := spec.CreateRunRequest{Tenant: "acme", Operation: "work", IdempotencyKey: "order-1", RunID: "r1", Payload: []byte(`{}`)}
+	if _, err := setup.CreateRun(ctx, create); err != nil { // the record lives until t0+5000
+		t.Fatal(err)
+	}
+	if _, err := setup.Cancel(ctx, spec.CancelRequest{Tenant: "acme", RunID: "r1"}); err != nil { // retired at t0+10,000
+		t.Fatal(err)
+	}
+	arrived, resume := make(chan struct{}), make(chan struct{})
+	admitter := openOn(t, dsn, schema, postgres.Options{Config: cfg, Clock: clock.NewManual(t0 + 1000),
+		Hook: onceAt(spec.OpCreateRun, spec.BeforeCommit, func(context.Context) error {
+			close(arrived)
+			<-resume
+			return nil
+		})})
+	var release sync.Once
+	resumeAdmission := func() { release.Do(func() { close(resume) }) }
+	t.Cleanup(resumeAdmission) // before the store closes, even when the test fails
+	app := "lh-purge-admit-" + schema[len(schema)-8:]
+	janitor := openOn(t, dsn, schema, postgres.Options{Config: cfg, Clock: clock.NewManual(t0 + 20_000), ApplicationName: app})
+
+	type admitted struct {
+		res spec.CreateRunResult
+		err error
+	}
+	admitDone := make(chan admitted, 1)
+	retry := create
+	retry.RunID = "r1-retry"
+	go func() {
+		res, err := admitter.CreateRun(ctx, retry)
+		admitDone <- admitted{res, err}
+	}()
+	<-arrived
+	type purged struct {
+		ids []string
+		err error
+	}
+	purgeDone := make(chan purged, 1)
+	go func() {
+		ids, err := janitor.PurgeRuns(ctx, spec.PurgeRunsRequest{Tenant: "acme", Limit: 10})
+		purgeDone <- purged{ids, err}
+	}()
+	// Barrier: the purge waits for the admission's lock of the key.
+	watcher := pgtest.Conn(t, dsn, schema)
+	for waiting := 0; waiting == 0; {
+		select {
+		case p := <-purgeDone:
+			t.Fatalf("the purge returned %v, %v while an admission that found the run's record live held its key: it must wait", p.ids, p.err)
+		default:
+		}
+		if err := watcher.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity
+			WHERE application_name = $1 AND wait_event_type = 'Lock'`, app).Scan(&waiting); err != nil {
+			t.Fatalf("waiting for the purge to block on the admission: %v", err)
+		}
+	}
+	resumeAdmission()
+	if a := <-admitDone; a.err != nil || !a.res.Replayed || a.res.Run.ID != "r1" {
+		t.Fatalf("the retried request: %+v, %v; want r1 replayed", a.res, a.err)
+	}
+	if p := <-purgeDone; p.err != nil || !slices.Equal(p.ids, []string{"r1"}) {
+		t.Fatalf("purge after the admission: %v, %v; want [r1]", p.ids, p.err)
+	}
+}

@@ -9,6 +9,7 @@ var (
 	ReapSQL        = selectReapable
 	IdempotencySQL = selectIdempotency
 	PurgeSQL       = purgeIdempotency
+	RetiredSQL     = selectRetiredLeaves
 	LockJobSQL     = lockJob
 	ClockSQL       = clockQuery
 )

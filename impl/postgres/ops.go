@@ -58,6 +58,12 @@ func (t *txn) lockedNow(tenant, runID string) (int64, error) {
 	return t.clock()
 }
 
+// admissionScope names the admission lock (lockAdmission) of one
+// idempotency scope.
+func (s *Store) admissionScope(tenant, operation, key string) string {
+	return "leasehold.admit/" + s.schema + "/" + tenant + "/" + operation + "/" + key
+}
+
 // CreateRun implements spec.Store.
 func (s *Store) CreateRun(ctx context.Context, req spec.CreateRunRequest) (res spec.CreateRunResult, err error) {
 	if err := s.precheck(func(now int64) error { _, err := s.cfg.NormalizeCreate(req, now); return err }); err != nil {
@@ -65,8 +71,7 @@ func (s *Store) CreateRun(ctx context.Context, req spec.CreateRunRequest) (res s
 	}
 	err = s.write(ctx, spec.OpCreateRun, func(t *txn) error {
 		scope := args{"tenant": req.Tenant, "operation": req.Operation, "key": req.IdempotencyKey}
-		lockName := "leasehold.admit/" + s.schema + "/" + req.Tenant + "/" + req.Operation + "/" + req.IdempotencyKey
-		if _, err := t.exec(lockAdmission, args{"scope": lockName}); err != nil {
+		if _, err := t.exec(lockAdmission, args{"scope": s.admissionScope(req.Tenant, req.Operation, req.IdempotencyKey)}); err != nil {
 			return err
 		}
 		now, err := t.clock()
@@ -100,7 +105,7 @@ func (s *Store) CreateRun(ctx context.Context, req spec.CreateRunRequest) (res s
 		}
 		a := scope.with(args{"run_id": n.RunID, "payload": n.Payload, "fingerprint": n.Fingerprint, "max_attempts": n.MaxAttempts,
 			"now": now, "deadline_at": n.DeadlineAt, "expires_at": n.ExpiresAt, "replay_of": nil, "replay_depth": 0,
-			"generation": 0})
+			"generation": 0, "available_at": n.AvailableAt})
 		run, err := scanRun(t.QueryRow(ctx, insertRun, a))
 		if errors.Is(err, pgx.ErrNoRows) {
 			return spec.Errorf(spec.CodeAlreadyExists, "run %s already exists for tenant %s; propose a new run id", n.RunID, n.Tenant)
@@ -553,6 +558,160 @@ func (s *Store) PurgeIdempotency(ctx context.Context, req spec.PurgeRequest) (de
 	return deleted, nil
 }
 
+// purgeRounds bounds how often PurgeRuns picks again after its locks
+// found the lineages it picked changed.
+const purgeRounds = 4
+
+// PurgeRuns implements spec.Store. It reads the clock, picks the retired
+// lineages (retiredLineages), locks their job rows and the admission locks
+// of their records, and picks again: when the second pick holds no run
+// the locks do not cover, nothing can change what it picked before the
+// commit, and it deletes them. A pick changed by a concurrent write (a
+// replay of a leaf, a run finishing, another purge) is locked too and the
+// pick repeated, up to purgeRounds times, after which it gives up with
+// unavailable, having written nothing.
+func (s *Store) PurgeRuns(ctx context.Context, req spec.PurgeRunsRequest) (deleted []string, err error) {
+	if err := s.precheck(func(now int64) error { return s.cfg.CheckPurgeRuns(req, now) }); err != nil {
+		return nil, err
+	}
+	err = s.write(ctx, spec.OpPurgeRuns, func(t *txn) error {
+		now, err := t.clock()
+		if err != nil {
+			return err
+		}
+		if err := s.cfg.CheckPurgeRuns(req, now); err != nil {
+			return err
+		}
+		deleted = []string{}
+		by, on := s.cfg.RetiredBy(now)
+		if !on {
+			return nil
+		}
+		locked := map[string]bool{}
+		for round := 0; ; round++ {
+			lineages, err := t.retiredLineages(req.Tenant, by, now, req.Limit)
+			if err != nil {
+				return err
+			}
+			picked, unlocked := []string{}, []string(nil)
+			for _, l := range lineages {
+				for _, id := range l {
+					picked = append(picked, id)
+					if !locked[id] {
+						unlocked = append(unlocked, id)
+					}
+				}
+			}
+			if len(unlocked) == 0 {
+				deleted = picked
+				break
+			}
+			if round == purgeRounds {
+				return spec.Errorf(spec.CodeUnavailable, "purge_runs: the runs it picked kept changing under concurrent writes (%d rounds); nothing was written, retry", purgeRounds)
+			}
+			if err := t.lockPurged(req.Tenant, unlocked); err != nil {
+				return err
+			}
+			for _, id := range unlocked {
+				locked[id] = true
+			}
+		}
+		if len(deleted) == 0 {
+			return nil
+		}
+		a := args{"tenant": req.Tenant, "run_ids": deleted, "now": now}
+		for _, q := range []string{deletePurgedEffects, deletePurgedAttempts, deletePurgedJobs, deletePurgedEvents,
+			deletePurgedIdempotency, deletePurgedRuns} {
+			if _, err := t.exec(q, a); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return deleted, nil
+}
+
+// lockPurged takes the job row locks of runIDs, then the admission locks of
+// the records that name them, in one order (lockPurged, selectPurgedKeys).
+func (t *txn) lockPurged(tenant string, runIDs []string) error {
+	a := args{"tenant": tenant, "run_ids": runIDs}
+	if _, err := t.exec(lockPurged, a); err != nil {
+		return err
+	}
+	rows, err := t.Query(t.ctx, selectPurgedKeys, a)
+	if err != nil {
+		return err
+	}
+	scopes, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (string, error) {
+		var op, key string
+		err := row.Scan(&op, &key)
+		return t.s.admissionScope(tenant, op, key), err
+	})
+	if err != nil {
+		return err
+	}
+	for _, scope := range scopes {
+		if _, err := t.exec(lockAdmission, args{"scope": scope}); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// retiredLineages is the SQLite store's retiredLineages on this schema: up
+// to limit lineages of the tenant every run of which is retired, each leaf
+// first, in (leaf finished, leaf run id) order, reading the leaves a page at
+// a time and walking each one's replay_of links.
+func (t *txn) retiredLineages(tenant string, by, now int64, limit int) ([][]string, error) {
+	a := args{"tenant": tenant, "retired_by": by, "now": now, "after_at": int64(-1), "after_id": ""}
+	var out [][]string
+	for len(out) < limit {
+		want := limit - len(out)
+		type leaf struct {
+			runID, replayOf string
+			at              int64
+		}
+		rows, err := t.Query(t.ctx, selectRetiredLeaves, a.with(args{"limit": want}))
+		if err != nil {
+			return nil, err
+		}
+		page, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (leaf, error) {
+			var l leaf
+			return l, row.Scan(&l.runID, &l.replayOf, &l.at)
+		})
+		if err != nil {
+			return nil, err
+		}
+		for _, l := range page {
+			lineage, up := []string{l.runID}, l.replayOf
+			for up != "" {
+				var next string
+				err := t.QueryRow(t.ctx, selectRetiredRun, a.with(args{"run_id": up})).Scan(&next)
+				if errors.Is(err, pgx.ErrNoRows) {
+					lineage = nil // a run of it is not retired: the lineage stays whole
+					break
+				}
+				if err != nil {
+					return nil, err
+				}
+				lineage, up = append(lineage, up), next
+			}
+			if lineage != nil {
+				out = append(out, lineage)
+			}
+		}
+		if len(page) < want {
+			break // no leaf left
+		}
+		last := page[len(page)-1]
+		a = a.with(args{"after_at": last.at, "after_id": last.runID})
+	}
+	return out, nil
+}
+
 // Replay implements spec.Store.
 func (s *Store) Replay(ctx context.Context, req spec.ReplayRequest) (run spec.Run, err error) {
 	if err := s.precheck(func(now int64) error { return s.cfg.CheckReplay(req, now) }); err != nil {
@@ -608,7 +767,7 @@ func (s *Store) Replay(ctx context.Context, req spec.ReplayRequest) (run spec.Ru
 		}
 		a := args{"tenant": req.Tenant, "run_id": req.NewRunID, "operation": orig.Operation, "payload": orig.Payload,
 			"fingerprint": orig.Fingerprint, "max_attempts": orig.MaxAttempts, "now": now, "deadline_at": deadline,
-			"replay_of": orig.ID, "replay_depth": depth, "generation": origJob.Generation}
+			"replay_of": orig.ID, "replay_depth": depth, "generation": origJob.Generation, "available_at": now}
 		run, err = scanRun(t.QueryRow(ctx, insertRun, a))
 		if errors.Is(err, pgx.ErrNoRows) {
 			return spec.Errorf(spec.CodeAlreadyExists, "run %s already exists for tenant %s; propose a new run id", req.NewRunID, req.Tenant)

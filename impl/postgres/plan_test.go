@@ -178,6 +178,10 @@ func TestPlansAtDepth(t *testing.T) {
 		{"idempotency lookup", postgres.IdempotencySQL, pgx.NamedArgs{"tenant": "acme", "operation": "work", "key": "key-4242"},
 			"idempotency_keys_pkey", 1, 0},
 		{"purge", postgres.PurgeSQL, pgx.NamedArgs{"now": depthNow, "limit": 100}, "idempotency_keys_expiry", 0, 0},
+		// The completed runs finished at 0 and their records have expired by
+		// 1+depthTotal: a purge of runs reads the first 100 in finishing order.
+		{"purge runs", postgres.RetiredSQL, pgx.NamedArgs{"tenant": "acme", "retired_by": depthNow, "now": 1_000_000,
+			"after_at": int64(-1), "after_id": "", "limit": 100}, "jobs_finished", 100, 100},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

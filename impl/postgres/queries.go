@@ -286,7 +286,7 @@ const (
 	), j AS (
 		INSERT INTO jobs (tenant, run_id, operation, state, available_at, lease_generation, attempts, max_attempts,
 			run_state, run_version, run_last_seq)
-		SELECT tenant, run_id, operation, 'queued', @now, @generation, 0, max_attempts, 'queued', 1, 1 FROM r
+		SELECT tenant, run_id, operation, 'queued', @available_at, @generation, 0, max_attempts, 'queued', 1, 1 FROM r
 		RETURNING *
 	)
 	SELECT ` + runRow + ` FROM r JOIN j ON j.tenant = r.tenant AND j.run_id = r.run_id`
@@ -358,6 +358,51 @@ const (
 		SELECT ctid FROM idempotency_keys WHERE expires_at <= @now
 		ORDER BY expires_at, tenant, operation, idempotency_key LIMIT @limit
 		FOR UPDATE))`
+
+	// runRetired is the retention predicate for one run of the tenant, j
+	// its job row (which holds its terminal event's time): it finished by
+	// @retired_by and no live idempotency record names it (a retried
+	// request must still get it back).
+	runRetired = `j.tenant = @tenant AND j.run_finished_at IS NOT NULL AND j.run_finished_at <= @retired_by
+		AND NOT EXISTS (SELECT 1 FROM idempotency_keys AS k
+			WHERE k.tenant = j.tenant AND k.run_id = j.run_id AND k.expires_at > @now)`
+	// selectRetiredLeaves lists the tenant's retired runs that nobody
+	// replayed (the leaves of their lineages) in (finished, run id) order,
+	// after the cursor (@after_at, @after_id), from jobs_finished. It locks
+	// nothing: PurgeRuns locks what it picked, then picks again.
+	selectRetiredLeaves = `SELECT j.run_id, coalesce(r.replay_of, ''), j.run_finished_at FROM jobs AS j
+		JOIN runs AS r ON r.tenant = j.tenant AND r.run_id = j.run_id
+		WHERE ` + runRetired + ` AND (j.run_finished_at, j.run_id) > (@after_at::bigint, @after_id::text)
+			AND NOT EXISTS (SELECT 1 FROM runs AS x WHERE x.tenant = j.tenant AND x.replay_of = j.run_id)
+		ORDER BY j.run_finished_at, j.run_id LIMIT @limit`
+	// selectRetiredRun returns the original of run @run_id if the run is
+	// retired, and no row if it is not.
+	selectRetiredRun = `SELECT coalesce(r.replay_of, '') FROM jobs AS j
+		JOIN runs AS r ON r.tenant = j.tenant AND r.run_id = j.run_id
+		WHERE ` + runRetired + ` AND j.run_id = @run_id`
+	// lockPurged locks the job rows of the runs a purge picked, in run id
+	// order, waiting for any other holder (never SKIP LOCKED: a skipped row
+	// whose holder then rolls back would leave the purge short of any serial
+	// order). Every writer of a run locks its job row, so once these are
+	// held nothing can replay, purge or otherwise write them.
+	lockPurged = `SELECT run_id FROM jobs WHERE tenant = @tenant AND run_id = ANY (@run_ids)
+		ORDER BY run_id FOR UPDATE`
+	// selectPurgedKeys lists the idempotency scopes of the records that name
+	// the picked runs, whose admission locks the purge then takes: an
+	// admission that read such a record (live at its own time) must finish
+	// before the run it would return is deleted.
+	selectPurgedKeys = `SELECT operation, idempotency_key FROM idempotency_keys
+		WHERE tenant = @tenant AND run_id = ANY (@run_ids) ORDER BY operation, idempotency_key`
+	// The rows of the purged runs, children first; the runs in one
+	// statement, so each replay_of link among them is checked at its end. A
+	// live record is never deleted: the runs delete would then fail on its
+	// foreign key.
+	deletePurgedEffects     = `DELETE FROM effects WHERE tenant = @tenant AND run_id = ANY (@run_ids)`
+	deletePurgedAttempts    = `DELETE FROM attempts WHERE tenant = @tenant AND run_id = ANY (@run_ids)`
+	deletePurgedJobs        = `DELETE FROM jobs WHERE tenant = @tenant AND run_id = ANY (@run_ids)`
+	deletePurgedEvents      = `DELETE FROM run_events WHERE tenant = @tenant AND run_id = ANY (@run_ids)`
+	deletePurgedIdempotency = `DELETE FROM idempotency_keys WHERE tenant = @tenant AND run_id = ANY (@run_ids) AND expires_at <= @now`
+	deletePurgedRuns        = `DELETE FROM runs WHERE tenant = @tenant AND run_id = ANY (@run_ids)`
 
 	selectReplayOf = `SELECT run_id FROM runs WHERE tenant = @tenant AND replay_of = @run_id`
 

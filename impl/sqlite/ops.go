@@ -91,7 +91,7 @@ func (s *Store) CreateRun(ctx context.Context, req spec.CreateRunRequest) (res s
 		}
 		a := scope.with(args{"run_id": n.RunID, "payload": n.Payload, "fingerprint": n.Fingerprint, "max_attempts": n.MaxAttempts,
 			"now": now, "deadline_at": n.DeadlineAt, "expires_at": n.ExpiresAt, "replay_of": nil, "replay_depth": 0,
-			"seq": 1, "kind": spec.EventRunQueued, "generation": 0})
+			"seq": 1, "kind": spec.EventRunQueued, "generation": 0, "available_at": n.AvailableAt})
 		for _, q := range []string{insertRun, insertJob, insertIdempotency} {
 			if _, err := exec(ctx, tx, q, a); err != nil {
 				return err
@@ -516,6 +516,96 @@ func (s *Store) PurgeIdempotency(ctx context.Context, req spec.PurgeRequest) (de
 	return deleted, err
 }
 
+// PurgeRuns implements spec.Store. The writer lock orders it against every
+// other writer, so the lineages it picks cannot change before it commits.
+func (s *Store) PurgeRuns(ctx context.Context, req spec.PurgeRunsRequest) (deleted []string, err error) {
+	err = s.write(ctx, spec.OpPurgeRuns, func(tx *sql.Tx, now int64) error {
+		if err := s.cfg.CheckPurgeRuns(req, now); err != nil {
+			return err
+		}
+		deleted = []string{}
+		by, on := s.cfg.RetiredBy(now)
+		if !on {
+			return nil
+		}
+		lineages, err := retiredLineages(ctx, tx, req.Tenant, by, now, req.Limit)
+		if err != nil {
+			return err
+		}
+		for _, l := range lineages {
+			for _, runID := range l { // leaf first: a replay goes before the run it references
+				a := args{"tenant": req.Tenant, "run_id": runID, "now": now}
+				for _, q := range []string{deleteRunEffects, deleteRunAttempts, deleteRunJob, deleteRunEvents, deleteRunIdempotency, deleteRun} {
+					if _, err := exec(ctx, tx, q, a); err != nil {
+						return err
+					}
+				}
+				deleted = append(deleted, runID)
+			}
+		}
+		return nil
+	})
+	return deleted, err
+}
+
+// retiredLineages returns up to limit lineages of the tenant every run of
+// which is retired (SPEC.md, PurgeRuns), each leaf first, in (leaf finished,
+// leaf run id) order. It reads the retired leaves a page at a time and walks
+// each one's replay_of links (at most MaxReplays); a lineage with a run that
+// is not retired is passed over, and the next page read, until limit
+// lineages are found or no leaf is left.
+func retiredLineages(ctx context.Context, tx *sql.Tx, tenant string, by, now int64, limit int) ([][]string, error) {
+	a := args{"tenant": tenant, "retired_by": by, "now": now, "after_at": int64(-1), "after_id": ""}
+	var out [][]string
+	for len(out) < limit {
+		want := limit - len(out)
+		type leaf struct {
+			runID, replayOf string
+			at              int64
+		}
+		var page []leaf
+		rows, err := tx.QueryContext(ctx, selectRetiredLeaves, a.with(args{"limit": want}).list()...)
+		if err != nil {
+			return nil, err
+		}
+		for rows.Next() {
+			var l leaf
+			if err := rows.Scan(&l.runID, &l.replayOf, &l.at); err != nil {
+				rows.Close()
+				return nil, err
+			}
+			page = append(page, l)
+		}
+		if err := rows.Close(); err != nil {
+			return nil, err
+		}
+		for _, l := range page {
+			lineage, up := []string{l.runID}, l.replayOf
+			for up != "" {
+				var next string
+				err := tx.QueryRowContext(ctx, selectRetiredRun, a.with(args{"run_id": up}).list()...).Scan(&next)
+				if errors.Is(err, sql.ErrNoRows) {
+					lineage = nil // a run of it is not retired: the lineage stays whole
+					break
+				}
+				if err != nil {
+					return nil, err
+				}
+				lineage, up = append(lineage, up), next
+			}
+			if lineage != nil {
+				out = append(out, lineage)
+			}
+		}
+		if len(page) < want {
+			break // no leaf left
+		}
+		last := page[len(page)-1]
+		a = a.with(args{"after_at": last.at, "after_id": last.runID})
+	}
+	return out, nil
+}
+
 // Replay implements spec.Store.
 func (s *Store) Replay(ctx context.Context, req spec.ReplayRequest) (run spec.Run, err error) {
 	err = s.write(ctx, spec.OpReplay, func(tx *sql.Tx, now int64) error {
@@ -557,7 +647,7 @@ func (s *Store) Replay(ctx context.Context, req spec.ReplayRequest) (run spec.Ru
 		}
 		a := args{"tenant": req.Tenant, "run_id": req.NewRunID, "operation": orig.Operation, "payload": orig.Payload,
 			"fingerprint": orig.Fingerprint, "max_attempts": orig.MaxAttempts, "now": now, "deadline_at": deadline,
-			"replay_of": orig.ID, "replay_depth": depth, "generation": origJob.Generation}
+			"replay_of": orig.ID, "replay_depth": depth, "generation": origJob.Generation, "available_at": now}
 		for _, q := range []string{insertRun, insertJob} {
 			if _, err := exec(ctx, tx, q, a); err != nil {
 				return err

@@ -13,7 +13,7 @@ import (
 // index, read in the branch's order: a plan that scans the tenant's jobs
 // and sorts them makes every claim cost grow with depth. Only the claim's
 // final merge of the two branches' (at most 2×limit) rows may sort. Reap
-// and purge are held to their indexes too.
+// and the purges are held to their indexes too.
 func TestClaimPlanUsesIndex(t *testing.T) {
 	s, err := Open(context.Background(), filepath.Join(t.TempDir(), "plan.db"), Options{Config: spec.DefaultConfig()})
 	if err != nil {
@@ -28,11 +28,13 @@ func TestClaimPlanUsesIndex(t *testing.T) {
 		{"claim", claimCandidates, []string{"INDEX jobs_due", "INDEX jobs_reap"}, 1},
 		{"reap", selectReapable, []string{"INDEX jobs_reap"}, 0},
 		{"purge", purgeIdempotency, []string{"INDEX idempotency_keys_expiry"}, 0},
+		{"purge runs", selectRetiredLeaves, []string{"INDEX run_events_finished", "INDEX idempotency_keys_run"}, 0},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			rows, err := s.DB().Query("EXPLAIN QUERY PLAN "+c.query, leaseArgs(spec.LeaseRef{}, 0).with(args{
-				"worker": "w", "expires_at": 1, "limit": 1, "operation": "o", "key": "k"}).list()...)
+				"worker": "w", "expires_at": 1, "limit": 1, "operation": "o", "key": "k",
+				"retired_by": 0, "after_at": 0, "after_id": ""}).list()...)
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -39,7 +39,7 @@ const (
 	insertEvent = `INSERT INTO run_events (tenant, run_id, seq, kind, at, payload)
 		VALUES (:tenant, :run_id, :seq, :kind, :now, :payload)`
 	insertJob = `INSERT INTO jobs (tenant, run_id, operation, state, available_at, lease_generation, attempts, max_attempts)
-		VALUES (:tenant, :run_id, :operation, 'queued', :now, :generation, 0, :max_attempts)`
+		VALUES (:tenant, :run_id, :operation, 'queued', :available_at, :generation, 0, :max_attempts)`
 	insertIdempotency = `INSERT INTO idempotency_keys (tenant, operation, idempotency_key, fingerprint, run_id, created_at, expires_at)
 		VALUES (:tenant, :operation, :key, :fingerprint, :run_id, :now, :expires_at)`
 
@@ -119,6 +119,35 @@ const (
 	purgeIdempotency = `DELETE FROM idempotency_keys WHERE (tenant, operation, idempotency_key) IN (
 		SELECT tenant, operation, idempotency_key FROM idempotency_keys WHERE expires_at <= :now
 		ORDER BY expires_at, tenant, operation, idempotency_key LIMIT :limit)`
+
+	// runRetired is the retention predicate for one run of the tenant, e
+	// its terminal event and r its run: it finished by :retired_by and no
+	// live idempotency record names it (a retried request must still get
+	// it back).
+	runRetired = `e.tenant = :tenant AND e.kind IN ('run_completed', 'run_failed', 'run_cancelled') AND e.at <= :retired_by
+		AND NOT EXISTS (SELECT 1 FROM idempotency_keys AS k
+			WHERE k.tenant = e.tenant AND k.run_id = e.run_id AND k.expires_at > :now)`
+	// selectRetiredLeaves lists the tenant's retired runs that nobody
+	// replayed (the leaves of their lineages) in (finished, run id) order,
+	// after the cursor (:after_at, :after_id), from run_events_finished.
+	selectRetiredLeaves = `SELECT e.run_id, coalesce(r.replay_of, ''), e.at FROM run_events AS e
+		JOIN runs AS r ON r.tenant = e.tenant AND r.run_id = e.run_id
+		WHERE ` + runRetired + ` AND (e.at, e.run_id) > (:after_at, :after_id)
+			AND NOT EXISTS (SELECT 1 FROM runs AS x WHERE x.tenant = e.tenant AND x.replay_of = e.run_id)
+		ORDER BY e.at, e.run_id LIMIT :limit`
+	// selectRetiredRun returns the original of run :run_id if the run is
+	// retired, and no row if it is not.
+	selectRetiredRun = `SELECT coalesce(r.replay_of, '') FROM run_events AS e
+		JOIN runs AS r ON r.tenant = e.tenant AND r.run_id = e.run_id
+		WHERE ` + runRetired + ` AND e.run_id = :run_id`
+	// The rows of one purged run, children first. A live record is never
+	// deleted: the run delete would then fail on its foreign key.
+	deleteRunEffects     = `DELETE FROM effects WHERE tenant = :tenant AND run_id = :run_id`
+	deleteRunAttempts    = `DELETE FROM attempts WHERE tenant = :tenant AND run_id = :run_id`
+	deleteRunJob         = `DELETE FROM jobs WHERE tenant = :tenant AND run_id = :run_id`
+	deleteRunEvents      = `DELETE FROM run_events WHERE tenant = :tenant AND run_id = :run_id`
+	deleteRunIdempotency = `DELETE FROM idempotency_keys WHERE tenant = :tenant AND run_id = :run_id AND expires_at <= :now`
+	deleteRun            = `DELETE FROM runs WHERE tenant = :tenant AND run_id = :run_id`
 
 	selectReplayOf = `SELECT run_id FROM runs WHERE tenant = :tenant AND replay_of = :run_id`
 

@@ -122,6 +122,22 @@ func atomicCases() []atomicCase {
 			e.set(t0 + e.cfg.IdempotencyRetentionMs)
 			return func() error { _, err := e.s.PurgeIdempotency(e.ctx, spec.PurgeRequest{Limit: 10}); return err }
 		}},
+		{op: spec.OpPurgeRuns, name: "PurgeRuns", mods: []func(*spec.Config){retentionConfig}, prepare: func(e *env) func() error {
+			e.failedRun("acme", "r1")
+			_, err := e.s.Replay(e.ctx, spec.ReplayRequest{Tenant: "acme", RunID: "r1", NewRunID: "r1-b", Actor: "ops"})
+			mustOK(e.t, "Replay", err)
+			e.cancel("acme", "r1-b", "")
+			e.set(t0 + e.cfg.RunRetentionMs)
+			return func() error {
+				_, err := e.s.PurgeRuns(e.ctx, spec.PurgeRunsRequest{Tenant: "acme", Limit: 10})
+				return err
+			}
+		}},
+		{op: spec.OpCreateRun, name: "CreateRunScheduled", prepare: func(e *env) func() error {
+			r := req("acme", "r1")
+			r.DelayMs = 1000
+			return func() error { _, err := e.s.CreateRun(e.ctx, r); return err }
+		}},
 		{op: spec.OpReplay, name: "Replay", prepare: func(e *env) func() error {
 			e.failedRun("acme", "r1")
 			return func() error {

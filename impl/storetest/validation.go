@@ -121,6 +121,15 @@ func testInvalidArgumentEverywhere(t *testing.T, f Factory) {
 	// Validation comes before the idempotency lookup: a bad request with a
 	// live key is still invalid, not a replay or a conflict.
 	create("live key, bad payload", func(r *spec.CreateRunRequest) { r.IdempotencyKey, r.Payload = "k-r1", []byte("{") })
+	// A schedule: at most one of its fields, never negative, and before the
+	// run's deadline (now + the default timeout of an hour).
+	for _, v := range []struct{ at, delay int64 }{
+		{t0 + 10, 10}, {-1, 0}, {math.MinInt64, 0}, {0, -1}, {0, math.MinInt64}, {0, math.MaxInt64},
+		{0, 3_600_000}, {t0 + 3_600_000, 0}, {math.MaxInt64, 0},
+	} {
+		create(fmt.Sprintf("available_at %d, delay_ms %d", v.at, v.delay), func(r *spec.CreateRunRequest) { r.AvailableAt, r.DelayMs = v.at, v.delay })
+	}
+	create("live key, bad schedule", func(r *spec.CreateRunRequest) { r.IdempotencyKey, r.DelayMs = "k-r1", -1 })
 
 	// Claim.
 	claim := func(name string, c spec.ClaimRequest) {
@@ -220,6 +229,16 @@ func testInvalidArgumentEverywhere(t *testing.T, f Factory) {
 	for _, v := range badTenants {
 		add(fmt.Sprintf("Reap tenant %q", v), func() error {
 			_, err := e.s.Reap(e.ctx, spec.ReapRequest{Tenant: v, Limit: 1})
+			return err
+		})
+		add(fmt.Sprintf("PurgeRuns tenant %q", v), func() error {
+			_, err := e.s.PurgeRuns(e.ctx, spec.PurgeRunsRequest{Tenant: v, Limit: 1})
+			return err
+		})
+	}
+	for _, v := range []int{0, -1, spec.MaxBatch + 1} {
+		add(fmt.Sprintf("PurgeRuns limit %d", v), func() error {
+			_, err := e.s.PurgeRuns(e.ctx, spec.PurgeRunsRequest{Tenant: "acme", Limit: v})
 			return err
 		})
 	}
@@ -425,6 +444,15 @@ func testSizeLimitsAreExact(t *testing.T, f Factory) {
 				_, err := e.s.PurgeIdempotency(e.ctx, spec.PurgeRequest{Limit: spec.MaxBatch})
 				return err
 			}},
+		{"purge runs limit",
+			func() error {
+				_, err := e.s.PurgeRuns(e.ctx, spec.PurgeRunsRequest{Tenant: "acme", Limit: spec.MaxBatch + 1})
+				return err
+			},
+			func() error {
+				_, err := e.s.PurgeRuns(e.ctx, spec.PurgeRunsRequest{Tenant: "acme", Limit: spec.MaxBatch})
+				return err
+			}},
 	}
 	for _, c := range cases {
 		before := e.snap()
@@ -617,6 +645,10 @@ func writes(e *env, l spec.Lease) []call {
 		{"Cancel", func() error { _, err := e.s.Cancel(e.ctx, spec.CancelRequest{Tenant: "acme", RunID: "r1"}); return err }},
 		{"Reap", func() error { _, err := e.s.Reap(e.ctx, spec.ReapRequest{Tenant: "acme", Limit: 1}); return err }},
 		{"PurgeIdempotency", func() error { _, err := e.s.PurgeIdempotency(e.ctx, spec.PurgeRequest{Limit: 1}); return err }},
+		{"PurgeRuns", func() error {
+			_, err := e.s.PurgeRuns(e.ctx, spec.PurgeRunsRequest{Tenant: "acme", Limit: 1})
+			return err
+		}},
 		{"Replay", func() error {
 			_, err := e.s.Replay(e.ctx, spec.ReplayRequest{Tenant: "acme", RunID: "dead", NewRunID: "dead-r", Actor: "ops"})
 			return err
@@ -657,6 +689,14 @@ func testOverflowingTimesRejected(t *testing.T, f Factory) {
 	r.TimeoutMs = 1
 	_, err = e.s.CreateRun(e.ctx, r)
 	mustCode(t, "CreateRun at MaxInt64", err, spec.CodeInvalidArgument)
+	e.unchanged("overflowing creates", before)
+
+	// now + delay overflows, and so does the deadline it must come before.
+	e.set(base)
+	r = req("acme", "r0")
+	r.TimeoutMs, r.DelayMs = 9_000, math.MaxInt64-base+1
+	_, err = e.s.CreateRun(e.ctx, r)
+	mustCode(t, "CreateRun whose available time overflows", err, spec.CodeInvalidArgument)
 	e.unchanged("overflowing creates", before)
 
 	// Admitted with a deadline 1 s before the end of time.
