@@ -163,13 +163,21 @@ func (m *Manual) BlockUntil(ctx context.Context, n int) error {
 // moved to at, or ctx ends: a narrower BlockUntil for a test that knows the
 // deadline it is waiting for and must not count other waiters' timers.
 func (m *Manual) BlockUntilDue(ctx context.Context, at int64) error {
+	return m.BlockUntilDueN(ctx, at, 1)
+}
+
+// BlockUntilDueN waits until at least n pending timers would fire if the
+// clock were moved to at, or ctx ends: for a test that moves the clock once
+// for several waiters (each of a worker's renewals).
+func (m *Manual) BlockUntilDueN(ctx context.Context, at int64, n int) error {
 	return m.waitFor(ctx, func() bool {
+		due := 0
 		for _, t := range m.timers {
 			if t.deadline <= at {
-				return true
+				due++
 			}
 		}
-		return false
+		return due >= n
 	})
 }
 

@@ -9,6 +9,7 @@ import (
 	"runtime/debug"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/leasehold/leasehold/spec"
 )
@@ -202,8 +203,10 @@ func (a *attempt) renewLoop() {
 		}
 		sent := a.w.cfg.Timers.Monotonic()
 		ctx, cancel := context.WithTimeout(a.w.bg, a.w.cfg.StoreTimeout)
+		began := time.Now()
 		l, err := a.w.cfg.Store.Renew(ctx, spec.RenewRequest{Lease: a.lease.Ref(), LeaseMs: ms(a.w.cfg.Lease)})
 		cancel()
+		a.w.tel.renewed(time.Since(began), renewalResult(err))
 		if err == nil {
 			a.extend(sent)
 			a.log.Debug("lease renewed", "expires_at", l.ExpiresAt)
@@ -228,6 +231,19 @@ func (a *attempt) renewLoop() {
 		a.log.Warn("renewal failed; trying again sooner", "code", code, "err", err)
 		wait = max(every/4, 1)
 	}
+}
+
+// renewalResult names a renewal's result for telemetry.
+func renewalResult(err error) string {
+	switch {
+	case err == nil:
+		return "ok"
+	case fenceFor(err) != nil || spec.CodeOf(err) == spec.CodeNotFound:
+		return "refused"
+	case spec.CodeOf(err) == spec.CodeDeadlineExceeded:
+		return "deadline"
+	}
+	return "error"
 }
 
 // stopRenewing stops the renewal loop and waits for it (and any renewal in
@@ -491,6 +507,7 @@ func (a *attempt) shown(want Outcome, job spec.Job) Outcome {
 // report counts, logs and delivers the attempt's one result.
 func (a *attempt) report(r Result) {
 	a.w.stats.count(r.Outcome)
+	a.w.tel.ended(a.lease.Tenant, r.Outcome)
 	a.log.Debug("attempt ended", "outcome", r.Outcome, "code", r.ErrorCode)
 	if a.w.cfg.OnResult != nil {
 		a.w.cfg.OnResult(r)
@@ -593,5 +610,6 @@ func (w *Worker) retryWait(try int, deadline int64) bool {
 		return false
 	}
 	<-w.cfg.Timers.NewTimer(d).C()
+	w.tel.retried()
 	return true
 }

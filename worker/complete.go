@@ -116,6 +116,7 @@ func (c *completer) flush(batch []*completion) {
 	}
 	w.stats.batches.Add(1)
 	w.stats.batched.Add(uint64(len(batch)))
+	w.tel.flushed(len(batch))
 	reqs := make([]spec.CompleteRequest, len(batch))
 	for i, m := range batch {
 		reqs[i] = m.req

@@ -11,6 +11,8 @@ import (
 	"sync"
 	"time"
 
+	"go.opentelemetry.io/otel/metric"
+
 	"github.com/leasehold/leasehold/clock"
 	"github.com/leasehold/leasehold/spec"
 )
@@ -98,6 +100,19 @@ type Config struct {
 	// Logger receives structured logs (run id, tenant, generation, attempt;
 	// never payloads, results or idempotency keys). Default: discarded.
 	Logger *slog.Logger
+	// Meter receives the worker's OpenTelemetry metrics (default: the global
+	// MeterProvider's meter "github.com/leasehold/leasehold/worker", which
+	// records nothing until the application installs a provider; the worker
+	// forces no exporter). Every instrument has the attribute worker.id:
+	//   leasehold.worker.claimed            counter, jobs claimed (tenant)
+	//   leasehold.worker.attempts           counter, attempts ended (tenant, outcome)
+	//   leasehold.worker.lost_leases        counter, leases lost before publishing (tenant)
+	//   leasehold.worker.in_flight          up-down counter, attempts holding a slot
+	//   leasehold.worker.renewal.duration   histogram, seconds (result: ok, refused, deadline, error)
+	//   leasehold.worker.store_retries      counter, writes sent again after the store could not run them
+	//   leasehold.worker.completion.batches counter, batched completions flushed (members)
+	//   leasehold.worker.housekeeping       counter, rows (kind: reaped, idempotency_purged, runs_purged)
+	Meter metric.Meter
 	// OnResult, when set, is called once per attempt when it ends (from the
 	// attempt's goroutine; it must not block for long).
 	OnResult func(Result)

@@ -240,6 +240,14 @@ func (e *env) due(at int64, what string) {
 	}
 }
 
+// dueN waits until the workers' clock has n timers due at or before at.
+func (e *env) dueN(at int64, n int, what string) {
+	e.t.Helper()
+	if err := e.wc.BlockUntilDueN(e.ctx, at, n); err != nil {
+		e.t.Fatalf("waiting for %s (%d timers due at %d): %v", what, n, at, err)
+	}
+}
+
 // advance moves the workers' clock (and the store's, when they are one).
 func (e *env) advance(d int64) {
 	e.t.Helper()

@@ -38,6 +38,7 @@ func (w *Worker) maintain(ctx context.Context) {
 		})
 		if n > 0 {
 			w.stats.reaped.Add(uint64(n))
+			w.tel.housekept("reaped", n)
 			w.log.Info("housekeeping: runs whose lease expired with no attempts left failed (lease_expired)", "tenant", tenant, "runs", n)
 		}
 		if m.PurgeRuns {
@@ -47,6 +48,7 @@ func (w *Worker) maintain(ctx context.Context) {
 			})
 			if n > 0 {
 				w.stats.purgedRuns.Add(uint64(n))
+				w.tel.housekept("runs_purged", n)
 				w.log.Debug("housekeeping: finished runs past retention deleted", "tenant", tenant, "runs", n)
 			}
 		}
@@ -56,6 +58,7 @@ func (w *Worker) maintain(ctx context.Context) {
 	})
 	if n > 0 {
 		w.stats.purged.Add(uint64(n))
+		w.tel.housekept("idempotency_purged", n)
 		w.log.Debug("housekeeping: expired idempotency records purged", "records", n)
 	}
 }

@@ -40,6 +40,7 @@ type Worker struct {
 
 	completer  *completer
 	stats      counters
+	tel        *telemetry
 	started    atomic.Bool
 	nextTenant int // only the claim loop touches it
 }
@@ -60,6 +61,9 @@ func New(cfg Config) (*Worker, error) {
 		stopping: make(chan struct{}),
 		hardStop: make(chan struct{}),
 		active:   map[runKey]*attempt{},
+	}
+	if w.tel, err = newTelemetry(cfg.Meter, cfg.ID); err != nil {
+		return nil, fmt.Errorf("worker: OpenTelemetry instruments: %w", err)
 	}
 	if b, ok := cfg.Store.(spec.BatchCompleter); ok {
 		w.batcher = b
@@ -317,6 +321,7 @@ func (w *Worker) start(ctx context.Context, l spec.Lease, sent int64) {
 	a := newAttempt(w, l, sent)
 	w.stats.claimed.Add(1)
 	w.stats.inFlight.Add(1)
+	w.tel.claim(l.Tenant)
 	w.mu.Lock()
 	w.active[runKey{l.Tenant, l.RunID}] = a
 	w.mu.Unlock()
