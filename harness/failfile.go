@@ -7,7 +7,6 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
-	"sort"
 	"strings"
 	"time"
 	"unicode"
@@ -32,6 +31,9 @@ type Kept struct {
 	// (replay must still fail).
 	Expect  string `json:"expect"`
 	Command string `json:"command"`
+	// Transient: the store came from outside the repository (Target.Transient),
+	// so rapid's copy under testdata/ was moved out, not copied.
+	Transient bool `json:"transient,omitempty"`
 }
 
 // RepoRoot returns the directory holding go.mod, searching up from the
@@ -73,9 +75,11 @@ func ReportsDir() (string, error) {
 // out of testdata, so the mutant test starts from scratch each time and its
 // figures stay honest; it is kept only if none is kept for that test yet, so
 // that runs do not churn the repository (delete the directory to renew it,
-// for example when `leasehold replay` says it no longer reproduces).
+// for example when `leasehold replay` says it no longer reproduces). A
+// transient store's failfile (k.Transient) is moved out too, and always
+// kept.
 func KeepFailfile(testName string, since time.Time, k Kept) (Kept, error) {
-	move := k.Expect == "fail"
+	move := k.Expect == "fail" || k.Transient
 	safe := rapidSafeName(testName)
 	matches, _ := filepath.Glob(filepath.Join("testdata", "rapid", safe, safe+"-*.fail"))
 	var newest string
@@ -104,7 +108,7 @@ func KeepFailfile(testName string, since time.Time, k Kept) (Kept, error) {
 	if move {
 		os.Remove(newest)
 		os.Remove(filepath.Dir(newest)) // only if empty
-		if kept, _ := filepath.Glob(filepath.Join(dir, "*.fail.json")); len(kept) > 0 {
+		if kept, _ := filepath.Glob(filepath.Join(dir, "*.fail.json")); len(kept) > 0 && !k.Transient {
 			return readKept(kept[0])
 		}
 	}
@@ -136,20 +140,11 @@ func KeepFailfile(testName string, since time.Time, k Kept) (Kept, error) {
 // ReplayCommand is the one-line shell command, run from the repository root,
 // that replays a kept failfile.
 func ReplayCommand(k Kept) string {
-	var env []string
-	for name, v := range k.Env {
-		env = append(env, name+"="+v)
-	}
-	sort.Strings(env)
-	cmd := strings.Join(env, " ")
-	if cmd != "" {
-		cmd += " "
-	}
-	cmd += "go test"
+	cmd := envPrefix(k.Env) + "go test"
 	if k.Tags != "" {
 		cmd += " -tags " + k.Tags
 	}
-	return fmt.Sprintf(`%s %s -count=1 -run '^%s$' -rapid.failfile="$PWD/%s"`, cmd, k.Package, k.Test, k.File)
+	return fmt.Sprintf(`%s %s -count=1 -run %s -rapid.failfile="$PWD/%s"`, cmd, k.Package, ShellQuote(RunPattern(k.Test)), k.File)
 }
 
 // failfileSeed reads the seed from a rapid failfile ("<version>#<seed>").

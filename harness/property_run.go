@@ -22,15 +22,23 @@ import (
 // reports its figures on a metrics line. Any store that passes storetest can
 // be checked this way; store names the store in reports.
 func RunProperty(t *testing.T, store string, f storetest.Factory) {
+	RunPropertyOn(t, Target{Name: store, Factory: f})
+}
+
+// RunPropertyOn is RunProperty on a Target: its replay command carries the
+// target's environment and build tags.
+func RunPropertyOn(t *testing.T, target Target) {
 	longerSequences()
-	p := &Property{Factory: f, Config: TestConfig()}
+	p := &Property{Factory: target.Factory, Config: TestConfig()}
+	store := target.Name
 	budget := Budget(t, 0)
 	start := time.Now()
 	t.Cleanup(func() {
 		if !t.Failed() {
 			return
 		}
-		k, err := KeepFailfile(t.Name(), start, Kept{Test: t.Name(), Expect: "pass"})
+		k, err := KeepFailfile(t.Name(), start, Kept{Test: t.Name(), Expect: "pass", Env: target.Env, Tags: target.Tags,
+			Transient: target.Transient})
 		if err != nil {
 			t.Logf("could not keep the failfile: %v", err)
 			return

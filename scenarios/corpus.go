@@ -9,6 +9,8 @@ import (
 	"path"
 	"testing"
 
+	"github.com/leasehold/leasehold/harness"
+	"github.com/leasehold/leasehold/impl/storetest"
 	"github.com/leasehold/leasehold/metrics"
 )
 
@@ -46,26 +48,72 @@ func Corpus() ([]*Scenario, error) {
 // factory into one), and fails each subtest whose scenario does not run as
 // its file says or whose history the model does not accept. It reports the
 // steps played and the scenarios failed on a metrics line; store names the
-// store there.
+// store there. Every scenario is played: the stores open must call their
+// hooks (RunCorpusOn finds out).
 func RunCorpus(t *testing.T, store string, open func(testing.TB) Opener) {
+	runCorpus(t, harness.Target{Name: store}, open, true)
+}
+
+// RunCorpusOn plays the corpus on a Target, as RunCorpus does on
+// FromFactory(target.Factory). A scenario that holds an operation at a hook
+// point needs hooks (storetest.CapHooks); on a store without them it is
+// not applicable. A failing scenario's log ends with the command that plays
+// it again. It returns how each scenario ended, by name.
+func RunCorpusOn(t *testing.T, target harness.Target) storetest.Summary {
+	hooks := len(storetest.Missing(storetest.Declared(t, target.Factory), storetest.CapHooks)) == 0
+	return runCorpus(t, target, func(t testing.TB) Opener { return FromFactory(t, target.Factory) }, hooks)
+}
+
+// NeedsHooks reports whether the scenario holds an operation at a hook
+// point (pause_at), which only a store that calls its hooks can play.
+func (sc *Scenario) NeedsHooks() bool {
+	for _, st := range sc.Steps {
+		if st.PauseAt != "" {
+			return true
+		}
+	}
+	return false
+}
+
+func runCorpus(t *testing.T, target harness.Target, open func(testing.TB) Opener, hooks bool) storetest.Summary {
+	var sum storetest.Summary
 	corpus, err := Corpus()
 	if err != nil {
 		t.Fatal(err)
 	}
+	store := target.Name
 	var steps, failed int64
+	var replay string
 	for _, sc := range corpus {
-		t.Run(sc.Name, func(t *testing.T) {
+		na := sc.NeedsHooks() && !hooks
+		ok := t.Run(sc.Name, func(t *testing.T) {
+			if na {
+				storetest.NotApplicable(t, storetest.CapHooks, "scenario "+sc.Name+" (it holds an operation at a hook point)")
+			}
 			res := Run(context.Background(), sc, open(t))
 			steps += int64(len(res.Steps))
 			var b bytes.Buffer
 			res.Report(&b)
 			if !res.OK() {
 				failed++
-				t.Errorf("scenario %s (%s) does not pass on %s:\n%s", sc.Name, sc.File, store, b.String())
+				cmd := harness.TestCommand(target.Env, target.Tags, t.Name())
+				if replay == "" {
+					replay = cmd
+				}
+				t.Errorf("scenario %s (%s) does not pass on %s:\n%s\nreplay: %s", sc.Name, sc.File, store, b.String(), cmd)
 				return
 			}
 			t.Logf("%s\n%s", sc.Description, b.String())
 		})
+		switch {
+		case !ok:
+			sum.Failed = append(sum.Failed, sc.Name)
+		case na:
+			sum.NotApplicable = append(sum.NotApplicable, sc.Name)
+		default:
+			sum.Passed = append(sum.Passed, sc.Name)
+		}
 	}
-	metrics.Report(t, metrics.Line{Check: "scenarios", Store: store, Operations: steps, Violations: failed})
+	metrics.Report(t, metrics.Line{Check: "scenarios", Store: store, Operations: steps, Violations: failed, Replay: replay})
+	return sum
 }
