@@ -101,9 +101,9 @@ type Conn struct {
 
 	w       io.WriteCloser
 	lines   chan lineOrErr
-	proc    *exec.Cmd      // nil when not a process of ours
-	exited  chan struct{}  // closed when proc has exited
-	waitErr error          // proc's exit, once exited is closed
+	proc    *exec.Cmd     // nil when not a process of ours
+	exited  chan struct{} // closed when proc has exited
+	waitErr error         // proc's exit, once exited is closed
 	stderr  *tail
 	closeFn func()
 
