@@ -119,7 +119,9 @@ func KeepFailfile(testName string, since time.Time, k Kept) (Kept, error) {
 	if err := os.WriteFile(dst, body, 0o644); err != nil {
 		return k, err
 	}
-	if rel, err := filepath.Rel(root, dst); err == nil {
+	// Relative to the repository root when it is inside it (replay commands
+	// run from there), else absolute (reports written elsewhere).
+	if rel, err := filepath.Rel(root, dst); err == nil && filepath.IsLocal(rel) {
 		k.File = rel
 	} else {
 		k.File = dst
@@ -144,7 +146,11 @@ func ReplayCommand(k Kept) string {
 	if k.Tags != "" {
 		cmd += " -tags " + k.Tags
 	}
-	return fmt.Sprintf(`%s %s -count=1 -run %s -rapid.failfile="$PWD/%s"`, cmd, k.Package, ShellQuote(RunPattern(k.Test)), k.File)
+	file := `"$PWD/` + k.File + `"`
+	if filepath.IsAbs(k.File) {
+		file = ShellQuote(k.File)
+	}
+	return fmt.Sprintf(`%s %s -count=1 -run %s -rapid.failfile=%s`, cmd, k.Package, ShellQuote(RunPattern(k.Test)), file)
 }
 
 // failfileSeed reads the seed from a rapid failfile ("<version>#<seed>").

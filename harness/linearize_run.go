@@ -16,6 +16,11 @@ import (
 	"github.com/leasehold/leasehold/model"
 )
 
+// EnvKeepHistory, set to 1, keeps every history of a linearizability run
+// under reports/lin/, the passing ones too (`leasehold verify
+// --keep-histories` sets it); a failing history is always kept.
+const EnvKeepHistory = "LEASEHOLD_KEEP_HISTORY"
+
 // linOps is the size of each history's concurrent phase.
 const linOps = 2500
 
@@ -106,6 +111,14 @@ func checkOne(t *testing.T, target Target, w Workload) (Verdict, int) {
 	t.Logf("seed %d: %d operations, %s in %s (partitioned %v), races %s", w.Seed, len(h.Entries), v.Linearizable,
 		v.CheckTime.Round(time.Millisecond), !w.Purge, v.Races)
 	if v.Violations() == 0 {
+		if os.Getenv(EnvKeepHistory) == "1" {
+			dir := reportDir(t, fmt.Sprintf("lin/%s-%s-seed%d", rapidSafeName(t.Name()), store, w.Seed))
+			if err := WriteReport(dir, m, h, v, j, store, w.Seed, w.Config, replayLin(t, target, w.Seed)); err != nil {
+				t.Errorf("keeping the history: %v", err)
+			} else {
+				t.Logf("seed %d: history kept (%s=1) in %s", w.Seed, EnvKeepHistory, dir)
+			}
+		}
 		return v, len(h.Entries)
 	}
 	// The report directory does not outlive a CI run: the log must say

@@ -44,6 +44,8 @@ func RunPropertyOn(t *testing.T, target Target) {
 			return
 		}
 		t.Logf("seed %s; failfile kept at %s\nreplay: %s\n   or: make replay FILE=%s", k.Seed, k.File, k.Command, k.File)
+		metrics.Report(t, metrics.Line{Check: "rapid", Store: store, Operations: int64(p.Counters.Operations), Violations: 1,
+			Seed: k.Seed, Replay: k.Command})
 	})
 	rounds := 0
 	for {

@@ -10,10 +10,16 @@ import (
 	"github.com/leasehold/leasehold/model"
 )
 
-// lincheck re-checks a recorded history (history.json from a report) with the
-// same layered checks the harness ran: linearizability against the model,
-// then the accounting.
-func lincheck(out io.Writer, path string, timeout time.Duration) error {
+// lincheck re-checks a recorded history (history.json from a report; the
+// format is docs/HISTORY.md) with the same layered checks the harness ran:
+// linearizability against the model, then the accounting. A file that is
+// not a complete history is an error, never a pass.
+func lincheck(out io.Writer, path string, timeout time.Duration) (err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			err = fmt.Errorf("%s could not be checked: panic: %v (a bug of leasehold's checker: please report it with the file)", path, r)
+		}
+	}()
 	data, err := os.ReadFile(path)
 	if err != nil {
 		return err

@@ -13,7 +13,9 @@ import (
 	"strings"
 	"time"
 
+	"github.com/leasehold/leasehold/impl/storetest"
 	"github.com/leasehold/leasehold/metrics"
+	"github.com/leasehold/leasehold/storeproto"
 )
 
 // A check is one named verification on one store, run as `go test` with the
@@ -48,6 +50,16 @@ var checks = []check{
 	{Name: "mutants-scenarios", Store: "sqlite+postgres", Package: "./scenarios", Run: "^(TestMutantsScenarios|TestModelJudgesBrokenExpectations)", Tags: "leasehold_mutants", NeedsPG: true, Share: 0.03},
 }
 
+// storeCmdChecks are the checks of `verify --store-cmd CMD`: the store
+// protocol's tests (storeproto/cmdtest) on the command, which they read from
+// LEASEHOLD_STORE_CMD.
+var storeCmdChecks = []check{
+	{Name: "conformance", Store: "store-cmd", Package: "./storeproto/cmdtest", Run: "^TestConformance$", Share: 0.1},
+	{Name: "rapid", Store: "store-cmd", Package: "./storeproto/cmdtest", Run: "^TestProperty$", Share: 0.45},
+	{Name: "linearizability", Store: "store-cmd", Package: "./storeproto/cmdtest", Run: "^TestLinearizable$", Share: 0.35},
+	{Name: "scenarios", Store: "store-cmd", Package: "./storeproto/cmdtest", Run: "^TestScenarios$", Share: 0.1},
+}
+
 // checkResult is one row of verify.json.
 type checkResult struct {
 	Name           string   `json:"name"`
@@ -62,6 +74,9 @@ type checkResult struct {
 	DurationMs     int64    `json:"duration_ms"`
 	Failures       []string `json:"failures,omitempty"`
 	Skipped        []string `json:"skipped,omitempty"`
+	// NotApplicable are the tests that need a capability the store does
+	// not offer: neither passed nor failed, and not counted in Tests.
+	NotApplicable []string `json:"not_applicable,omitempty"`
 	Replay         string   `json:"replay,omitempty"`
 	Note           string   `json:"note,omitempty"`
 }
@@ -71,6 +86,7 @@ type verifyReport struct {
 	Started    string        `json:"started"`
 	Budget     string        `json:"budget"`
 	PostgreSQL string        `json:"postgresql"`
+	StoreCmd   string        `json:"store_cmd,omitempty"`
 	DurationMs int64         `json:"duration_ms"`
 	Violations int64         `json:"violations"`
 	Checks     []checkResult `json:"checks"`
@@ -81,7 +97,10 @@ type verifyOptions struct {
 	reports   string
 	only      string // substring filter on "name/store"
 	requirePG bool
-	out       io.Writer
+	// storeCmd, when set, is a store command to check through the store
+	// protocol instead of leasehold's own stores.
+	storeCmd string
+	out      io.Writer
 }
 
 func verify(ctx context.Context, o verifyOptions) error {
@@ -97,14 +116,22 @@ func verify(ctx context.Context, o verifyOptions) error {
 			pg = "not configured, but required: the PostgreSQL tests provision one or fail"
 		}
 	}
-	rep := verifyReport{Commit: gitCommit(), Started: start.UTC().Format(time.RFC3339), Budget: o.budget.String(), PostgreSQL: pg}
+	all := checks
+	if o.storeCmd != "" {
+		all, pg = storeCmdChecks, "not used"
+	}
+	rep := verifyReport{Commit: gitCommit(), Started: start.UTC().Format(time.RFC3339), Budget: o.budget.String(), PostgreSQL: pg,
+		StoreCmd: o.storeCmd}
 	var selected []check
-	for _, c := range checks {
+	for _, c := range all {
 		if o.only == "" || strings.Contains(c.Name+"/"+c.Store, o.only) {
 			selected = append(selected, c)
 		}
 	}
 	fmt.Fprintf(o.out, "leasehold verify: %d checks, budget %s, PostgreSQL %s\n", len(selected), o.budget, pg)
+	if o.storeCmd != "" {
+		fmt.Fprintf(o.out, "store command: %s (through the store protocol, docs/PROTOCOL.md)\n", o.storeCmd)
+	}
 	for i, c := range selected {
 		label := fmt.Sprintf("[%d/%d] %s/%s", i+1, len(selected), c.Name, c.Store)
 		if c.NeedsPG && dsn == "" && !o.requirePG {
@@ -132,6 +159,9 @@ func verify(ctx context.Context, o verifyOptions) error {
 			label, r.Status, r.Tests, r.Operations, r.Histories, r.StatesExplored, r.Violations, float64(r.DurationMs)/1000)
 		for _, f := range r.Failures {
 			fmt.Fprintf(o.out, "    FAIL %s\n", f)
+		}
+		if len(r.NotApplicable) > 0 {
+			fmt.Fprintf(o.out, "    not applicable (a capability the store does not offer): %s\n", strings.Join(r.NotApplicable, ", "))
 		}
 		if r.Replay != "" {
 			fmt.Fprintf(o.out, "    replay: %s\n", r.Replay)
@@ -173,6 +203,11 @@ func runCheck(ctx context.Context, c check, budget time.Duration, o verifyOption
 	cmd.Env = append(os.Environ(), "LEASEHOLD_BUDGET="+budget.String(), "LEASEHOLD_REPORTS="+absPath(o.reports))
 	if o.requirePG {
 		cmd.Env = append(cmd.Env, "LEASEHOLD_REQUIRE_PG=1")
+	}
+	if o.storeCmd != "" {
+		// The command runs where verify was started, whatever package's
+		// test starts it.
+		cmd.Env = append(cmd.Env, storeproto.EnvCmd+"="+o.storeCmd, storeproto.EnvDir+"="+absPath("."))
 	}
 	stdout, err := cmd.StdoutPipe()
 	if err != nil {
@@ -217,6 +252,11 @@ func runCheck(ctx context.Context, c check, budget time.Duration, o verifyOption
 				}
 			}
 		case "pass", "fail", "skip":
+			if ev.Action == "skip" && ev.Test != "" && storetest.IsNotApplicable(strings.Join(failedOutput[ev.Test], "\n")) {
+				res.NotApplicable = append(res.NotApplicable, ev.Test)
+				delete(failedOutput, ev.Test)
+				continue
+			}
 			if ev.Test == "" {
 				if ev.Action == "fail" && res.Status == "" {
 					res.Status = "fail"
@@ -261,6 +301,8 @@ func runCheck(ctx context.Context, c check, budget time.Duration, o verifyOption
 				res.Note = waitErr.Error()
 			}
 		}
+	case res.Tests == 0 && len(res.NotApplicable) > 0:
+		res.Status, res.Note = "n/a", "not applicable: the store does not offer a capability the check needs"
 	case res.Tests == 0 && len(c.Fuzz) == 0:
 		res.Status, res.Violations, res.Note = "fail", 1, "no test matched "+c.Run+" in "+c.Package+": the check ran nothing"
 	case res.Tests > 0 && len(res.Skipped) == res.Tests:
@@ -303,6 +345,9 @@ func writeVerifyReports(dir string, rep verifyReport) error {
 	}
 	fmt.Fprintf(&b, "# leasehold verify\n\n%s. Commit `%s`, started %s, budget %s, %.1f s. PostgreSQL: %s.\n\n",
 		verdict, rep.Commit, rep.Started, rep.Budget, float64(rep.DurationMs)/1000, rep.PostgreSQL)
+	if rep.StoreCmd != "" {
+		fmt.Fprintf(&b, "Store command: `%s`, through the store protocol (docs/PROTOCOL.md).\n\n", rep.StoreCmd)
+	}
 	b.WriteString("| check | store | status | tests | operations | histories | states explored | violations | seconds |\n|---|---|---|---:|---:|---:|---:|---:|---:|\n")
 	for _, c := range rep.Checks {
 		fmt.Fprintf(&b, "| %s | %s | %s | %d | %d | %d | %d | %d | %.1f |\n", c.Name, c.Store, c.Status, c.Tests,
@@ -318,6 +363,10 @@ func writeVerifyReports(dir string, rep verifyReport) error {
 		}
 		if c.Note != "" {
 			notes = append(notes, fmt.Sprintf("- %s/%s: %s", c.Name, c.Store, c.Note))
+		}
+		if len(c.NotApplicable) > 0 {
+			notes = append(notes, fmt.Sprintf("- %s/%s: %d tests not applicable (a capability the store does not offer): %s",
+				c.Name, c.Store, len(c.NotApplicable), strings.Join(c.NotApplicable, ", ")))
 		}
 	}
 	if len(notes) > 0 {
