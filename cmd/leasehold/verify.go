@@ -77,8 +77,8 @@ type checkResult struct {
 	// NotApplicable are the tests that need a capability the store does
 	// not offer: neither passed nor failed, and not counted in Tests.
 	NotApplicable []string `json:"not_applicable,omitempty"`
-	Replay         string   `json:"replay,omitempty"`
-	Note           string   `json:"note,omitempty"`
+	Replay        string   `json:"replay,omitempty"`
+	Note          string   `json:"note,omitempty"`
 }
 
 type verifyReport struct {

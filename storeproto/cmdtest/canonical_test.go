@@ -248,4 +248,3 @@ func corrupt(r *rand.Rand, x []byte) []byte {
 	}
 	return y
 }
-
