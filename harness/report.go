@@ -21,6 +21,7 @@ import (
 // HistoryFile is a recorded history as JSON: enough to check it again, with
 // `leasehold lincheck FILE`, without the store that produced it. Requests and
 // results are in their spec JSON form, decoded by the operation table.
+// docs/HISTORY.md documents the format.
 type HistoryFile struct {
 	Store       string         `json:"store"`
 	Seed        uint64         `json:"seed"`

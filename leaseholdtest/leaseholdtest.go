@@ -41,6 +41,7 @@ import (
 	"github.com/leasehold/leasehold/impl/storetest"
 	"github.com/leasehold/leasehold/metrics"
 	"github.com/leasehold/leasehold/scenarios"
+	"github.com/leasehold/leasehold/spec"
 )
 
 // The conformance suite's types, so that a porter needs no other package of
@@ -60,6 +61,9 @@ type (
 	// Layout is how a store's tables hold the records, for the schema tests
 	// (storetest.Layout).
 	Layout = storetest.Layout
+	// Contract is the interface every store implements (spec.Store): what
+	// Handle.Reopen and Handle.OpenWith return.
+	Contract = spec.Store
 )
 
 // The capabilities and layouts.
