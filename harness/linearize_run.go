@@ -103,7 +103,12 @@ func checkOne(t *testing.T, target Target, w Workload) (Verdict, int) {
 	defer scope.close()
 	h, err := w.Record(ctx, scope)
 	if err != nil {
-		t.Fatalf("seed %d: recording the history: %v", w.Seed, err)
+		// A store that breaks the harness's rules (an untyped error, a write
+		// that read no clock, a protocol finding) stops the recording.
+		replay := replayLin(t, target, w.Seed)
+		metrics.Report(t, metrics.Line{Check: "linearizability", Store: store, Violations: 1,
+			Seed: strconv.FormatUint(w.Seed, 10), Replay: replay})
+		t.Fatalf("seed %d: recording the history: %v\nreplay: %s", w.Seed, err, replay)
 	}
 	m := model.Model{Config: w.Config}
 	j := Judgement{Partition: !w.Purge, Timeout: 2 * time.Minute, Drained: true}

@@ -53,7 +53,7 @@ func main() {
 		fs := flag.NewFlagSet("verify", flag.ExitOnError)
 		budget := fs.Duration("budget", 5*time.Minute, "total time budget, shared among the checks (deeper runs: 30m)")
 		reports := fs.String("reports", "reports", "directory for verify.json and verify.md")
-		only := fs.String("only", "", "run only the checks whose name/store contains this")
+		only := fs.String("only", "", "run only the checks whose name/store contains this (several: comma-separated)")
 		storeCmd := fs.String("store-cmd", "", "check this store command (run with sh -c from here) through the store protocol "+
 			"(docs/PROTOCOL.md) instead of leasehold's own stores: conformance, rapid, linearizability, scenarios")
 		keep := fs.Bool("keep-histories", false, "keep every linearizability history under REPORTS/lin/, the passing ones too ("+

@@ -95,7 +95,7 @@ type verifyReport struct {
 type verifyOptions struct {
 	budget    time.Duration
 	reports   string
-	only      string // substring filter on "name/store"
+	only      string // substring filters on "name/store", comma-separated
 	requirePG bool
 	// storeCmd, when set, is a store command to check through the store
 	// protocol instead of leasehold's own stores.
@@ -124,7 +124,7 @@ func verify(ctx context.Context, o verifyOptions) error {
 		StoreCmd: o.storeCmd}
 	var selected []check
 	for _, c := range all {
-		if o.only == "" || strings.Contains(c.Name+"/"+c.Store, o.only) {
+		if selectedBy(o.only, c) {
 			selected = append(selected, c)
 		}
 	}
@@ -182,6 +182,20 @@ func verify(ctx context.Context, o verifyOptions) error {
 	return nil
 }
 
+// selectedBy reports whether the --only filters (comma-separated
+// substrings of "name/store"; none: every check) select c.
+func selectedBy(only string, c check) bool {
+	if only == "" {
+		return true
+	}
+	for _, f := range strings.Split(only, ",") {
+		if f != "" && strings.Contains(c.Name+"/"+c.Store, f) {
+			return true
+		}
+	}
+	return false
+}
+
 // runCheck runs one check's tests with go test -json and folds the events
 // into a result. A failing test counts as at least one violation.
 func runCheck(ctx context.Context, c check, budget time.Duration, o verifyOptions) checkResult {
@@ -221,6 +235,7 @@ func runCheck(ctx context.Context, c check, budget time.Duration, o verifyOption
 		return res
 	}
 	failedOutput := map[string][]string{}
+	shownSubtests := 0
 	sc := bufio.NewScanner(stdout)
 	sc.Buffer(make([]byte, 1<<20), 1<<24)
 	for sc.Scan() {
@@ -267,7 +282,16 @@ func runCheck(ctx context.Context, c check, budget time.Duration, o verifyOption
 			if strings.Contains(ev.Test, "/") {
 				if ev.Action == "fail" {
 					res.Failures = append(res.Failures, ev.Test)
+					// What a failed subtest said is the finding: show the
+					// first few in full.
+					if shownSubtests++; shownSubtests <= 8 {
+						fmt.Fprintf(o.out, "    --- FAIL %s (%.1fs)\n", ev.Test, ev.Elapsed)
+						for _, l := range failedOutput[ev.Test] {
+							fmt.Fprintf(o.out, "      %s\n", l)
+						}
+					}
 				}
+				delete(failedOutput, ev.Test)
 				continue
 			}
 			switch ev.Action {
