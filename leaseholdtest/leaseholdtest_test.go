@@ -1,6 +1,7 @@
 package leaseholdtest_test
 
 import (
+	"context"
 	"slices"
 	"testing"
 
@@ -104,5 +105,32 @@ func TestChecksNotApplicable(t *testing.T) {
 	if !slices.Equal(sum.NotApplicable, want) || len(sum.Failed) > 0 || len(sum.Passed)+len(want) != len(corpus) {
 		t.Errorf("scenarios on a store without hooks: not applicable %v (want %v), failed %v, passed %v",
 			sum.NotApplicable, want, sum.Failed, sum.Passed)
+	}
+}
+
+// everything is a store that implements every optional interface.
+type everything struct{ plainStore }
+
+func (everything) CompleteBatch(context.Context, []spec.CompleteRequest) ([]spec.BatchOutcome, error) {
+	return nil, nil
+}
+
+func (everything) Listen(context.Context, func(spec.Notification)) error { return nil }
+
+// TestEveryCapabilityIsFound: a handle that declares and implements
+// everything offers every capability of storetest.Capabilities, one that
+// declares and implements nothing offers none.
+func TestEveryCapabilityIsFound(t *testing.T) {
+	full := storetest.Handle{Store: everything{}, Exec: func(context.Context, string) error { return nil },
+		Caps: storetest.Caps{Hooks: true, SQL: true, DatabaseClock: true}}
+	if got, want := full.Offered(), storetest.Capabilities(); !slices.Equal(got, want) {
+		t.Errorf("a store with everything offers %v, want %v", got, want)
+	}
+	if got := (storetest.Handle{Store: plainStore{}}).Offered(); len(got) != 0 {
+		t.Errorf("a store with nothing offers %v", got)
+	}
+	// SQL needs Exec as well as the declaration.
+	if (storetest.Handle{Store: plainStore{}, Caps: storetest.Caps{SQL: true}}).Has(storetest.CapSQL) {
+		t.Error("a handle without Exec offers SQL")
 	}
 }

@@ -498,6 +498,11 @@ func (c *Conn) Close() error {
 	}
 	c.closed = true
 	c.w.Close()
+	// Whatever the store still says is not read: let its reader finish.
+	go func() {
+		for range c.lines {
+		}
+	}()
 	if c.closeFn != nil {
 		defer c.closeFn()
 	}

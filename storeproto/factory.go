@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -145,11 +146,10 @@ func (c Command) Factory() storetest.Factory {
 				t.Errorf("%v", f)
 			}
 		})
-		first := true
+		var opened atomic.Bool
 		open := func(t testing.TB, o storetest.Options) spec.Store {
 			t.Helper()
-			s := Session{Database: db, Create: first, Config: o.Config, Clock: o.Clock, Random: o.Random, Hook: o.Hook}
-			first = false
+			s := Session{Database: db, Create: !opened.Swap(true), Config: o.Config, Clock: o.Clock, Random: o.Random, Hook: o.Hook}
 			ctx, cancel := context.WithTimeout(context.Background(), c.timeout()+10*time.Second)
 			defer cancel()
 			conn, err := c.Start(ctx, s, fs)
@@ -188,12 +188,11 @@ func (c Command) timeout() time.Duration {
 // Exec runs one SQL statement on a store that offers CapSQL: nil when the
 // database accepted it, an error saying why not otherwise.
 func (c *Conn) Exec(ctx context.Context, query string) error {
-	raw, err := c.call(ctx, OpExec, ExecParams{Query: query}, func(raw json.RawMessage) string {
+	_, err := c.call(ctx, OpExec, ExecParams{Query: query}, func(raw json.RawMessage) string {
 		if string(raw) != "{}" {
 			return "the result of exec is {} (or an error), got " + excerpt(raw)
 		}
 		return ""
 	})
-	_ = raw
 	return err
 }
