@@ -107,7 +107,12 @@ func KeepFailfile(testName string, since time.Time, k Kept) (Kept, error) {
 	dir := filepath.Join(reports, "failfiles", safe)
 	if move {
 		os.Remove(newest)
-		os.Remove(filepath.Dir(newest)) // only if empty
+		// testdata/rapid/<test>, testdata/rapid, testdata: each only if empty.
+		for d := filepath.Dir(newest); d != "." && d != ""; d = filepath.Dir(d) {
+			if os.Remove(d) != nil {
+				break
+			}
+		}
 		if kept, _ := filepath.Glob(filepath.Join(dir, "*.fail.json")); len(kept) > 0 && !k.Transient {
 			return readKept(kept[0])
 		}
