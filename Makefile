@@ -12,7 +12,7 @@ FUZZTIME  ?= 10s
 REPORTS   ?= reports/latest
 TESTFLAGS ?=
 
-.PHONY: all test test-race verify evidence replay demo fmt lint fuzz bench clean
+.PHONY: all test test-race verify evidence replay demo fmt lint fuzz bench clean verify-port verify-port-broken test-outside test-python
 
 all: test
 
@@ -65,6 +65,26 @@ lint:
 BENCHFLAGS ?=
 bench:
 	$(GO) run ./cmd/leasehold bench --reports $(REPORTS) $(BENCHFLAGS)
+
+## verify-port: the checks on a store command through the store protocol (docs/PROTOCOL.md);
+## PORT_CMD defaults to the Python port, PORT_BUDGET to 2m; reports in $(REPORTS)/port
+PORT_CMD          ?= python3 ports/python-sqlite/store.py
+PORT_BUDGET       ?= 2m
+PORT_BROKEN_BUDGET ?= 1m
+verify-port:
+	$(GO) run ./cmd/leasehold verify --store-cmd '$(PORT_CMD)' --budget $(PORT_BUDGET) --reports $(REPORTS)/port
+
+## verify-port-broken: every deliberately broken variant of the Python port must be caught
+verify-port-broken:
+	ports/python-sqlite/check_broken.sh $(PORT_BROKEN_BUDGET) $(REPORTS)/port-broken
+
+## test-outside: a module of its own runs the whole proof through leaseholdtest alone
+test-outside:
+	cd ports/go-outside && $(GO) test -count=1 $(TESTFLAGS) ./...
+
+## test-python: the Python port's own tests (RFC 8785 vectors, fingerprint, payloads)
+test-python:
+	python3 -m unittest discover -s ports/python-sqlite -p 'test_*.py'
 
 clean:
 	rm -rf reports/latest reports/tmp

@@ -7,7 +7,6 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
-	"sort"
 	"strings"
 	"time"
 	"unicode"
@@ -33,6 +32,9 @@ type Kept struct {
 	// (replay must still fail).
 	Expect  string `json:"expect"`
 	Command string `json:"command"`
+	// Transient: the store came from outside the repository (Target.Transient),
+	// so rapid's copy under testdata/ was moved out, not copied.
+	Transient bool `json:"transient,omitempty"`
 }
 
 // RepoRoot returns the directory holding go.mod, searching up from the
@@ -87,9 +89,11 @@ func FailfilesDir() (string, error) {
 // out of testdata, so the mutant test starts from scratch each time and its
 // figures stay honest; it is kept only if none is kept for that test yet, so
 // that runs do not churn the repository (delete the directory to renew it,
-// for example when `leasehold replay` says it no longer reproduces).
+// for example when `leasehold replay` says it no longer reproduces). A
+// transient store's failfile (k.Transient) is moved out too, and always
+// kept.
 func KeepFailfile(testName string, since time.Time, k Kept) (Kept, error) {
-	move := k.Expect == "fail"
+	move := k.Expect == "fail" || k.Transient
 	safe := rapidSafeName(testName)
 	matches, _ := filepath.Glob(filepath.Join("testdata", "rapid", safe, safe+"-*.fail"))
 	var newest string
@@ -117,8 +121,13 @@ func KeepFailfile(testName string, since time.Time, k Kept) (Kept, error) {
 	dir := filepath.Join(failfiles, safe)
 	if move {
 		os.Remove(newest)
-		os.Remove(filepath.Dir(newest)) // only if empty
-		if kept, _ := filepath.Glob(filepath.Join(dir, "*.fail.json")); len(kept) > 0 {
+		// testdata/rapid/<test>, testdata/rapid, testdata: each only if empty.
+		for d := filepath.Dir(newest); d != "." && d != ""; d = filepath.Dir(d) {
+			if os.Remove(d) != nil {
+				break
+			}
+		}
+		if kept, _ := filepath.Glob(filepath.Join(dir, "*.fail.json")); len(kept) > 0 && !k.Transient {
 			return readKept(kept[0])
 		}
 	}
@@ -129,7 +138,9 @@ func KeepFailfile(testName string, since time.Time, k Kept) (Kept, error) {
 	if err := os.WriteFile(dst, body, 0o644); err != nil {
 		return k, err
 	}
-	if rel, err := filepath.Rel(root, dst); err == nil {
+	// Relative to the repository root when it is inside it (replay commands
+	// run from there), else absolute (reports written elsewhere).
+	if rel, err := filepath.Rel(root, dst); err == nil && filepath.IsLocal(rel) {
 		k.File = rel
 	} else {
 		k.File = dst
@@ -150,20 +161,15 @@ func KeepFailfile(testName string, since time.Time, k Kept) (Kept, error) {
 // ReplayCommand is the one-line shell command, run from the repository root,
 // that replays a kept failfile.
 func ReplayCommand(k Kept) string {
-	var env []string
-	for name, v := range k.Env {
-		env = append(env, name+"="+v)
-	}
-	sort.Strings(env)
-	cmd := strings.Join(env, " ")
-	if cmd != "" {
-		cmd += " "
-	}
-	cmd += "go test"
+	cmd := envPrefix(k.Env) + "go test"
 	if k.Tags != "" {
 		cmd += " -tags " + k.Tags
 	}
-	return fmt.Sprintf(`%s %s -count=1 -run '^%s$' -rapid.failfile="$PWD/%s"`, cmd, k.Package, k.Test, k.File)
+	file := `"$PWD/` + k.File + `"`
+	if filepath.IsAbs(k.File) {
+		file = ShellQuote(k.File)
+	}
+	return fmt.Sprintf(`%s %s -count=1 -run %s -rapid.failfile=%s`, cmd, k.Package, ShellQuote(RunPattern(k.Test)), file)
 }
 
 // failfileSeed reads the seed from a rapid failfile ("<version>#<seed>").

@@ -17,6 +17,11 @@ import (
 	"github.com/leasehold/leasehold/spec"
 )
 
+// EnvKeepHistory, set to 1, keeps every history of a linearizability run
+// under reports/lin/, the passing ones too (`leasehold verify
+// --keep-histories` sets it); a failing history is always kept.
+const EnvKeepHistory = "LEASEHOLD_KEEP_HISTORY"
+
 // linOps is the size of each history's concurrent phase.
 const linOps = 2500
 
@@ -29,9 +34,20 @@ var linRaces = []Race{RaceStaleWriteRefused, RaceLeaseReclaimed, RaceCancelVsFin
 // LEASEHOLD_BUDGET is spent under leasehold verify. LEASEHOLD_SEED pins the
 // first seed. A violation writes a report under reports/lin/ and fails with
 // the replay commands; a run in which a race of linRaces never happened fails
-// as vacuous. The store must honour storetest.Options.Hook (the faults are
-// injected through it). store names the store in reports.
+// as vacuous. The store must offer hooks (storetest.CapHooks: the faults
+// are injected through them); without them the check is not applicable.
+// store names the store in reports.
 func RunLinearizable(t *testing.T, store string, f storetest.Factory) {
+	RunLinearizableOn(t, Target{Name: store, Factory: f})
+}
+
+// RunLinearizableOn is RunLinearizable on a Target: its replay command
+// carries the target's environment and build tags.
+func RunLinearizableOn(t *testing.T, target Target) {
+	store, f := target.Name, target.Factory
+	if missing := storetest.Missing(storetest.Declared(t, f), storetest.CapHooks); len(missing) > 0 {
+		storetest.NotApplicable(t, storetest.CapHooks, "the linearizability check (its faults are injected through the hooks)")
+	}
 	seed := uint64(time.Now().UnixNano())
 	if s := os.Getenv("LEASEHOLD_SEED"); s != "" {
 		var err error
@@ -58,7 +74,7 @@ func RunLinearizable(t *testing.T, store string, f storetest.Factory) {
 		if purge {
 			w.Ops, w.MaxUnknown = linOps/2, 0
 		}
-		v, h := checkOne(t, store, w)
+		v, h := checkOne(t, target, w)
 		histories++
 		ops += int64(len(h.Entries))
 		s, p := retention(h)
@@ -71,7 +87,7 @@ func RunLinearizable(t *testing.T, store string, f storetest.Factory) {
 	}
 	t.Logf("%d histories, %d operations, first seed %d, races %s, %s", histories, ops, seed, total, time.Since(start).Round(time.Millisecond))
 	metrics.Report(t, metrics.Line{Check: "linearizability", Store: store, Operations: ops, Histories: histories, Violations: violations,
-		Seed: strconv.FormatUint(seed, 10), Replay: replayLin(t, seed)})
+		Seed: strconv.FormatUint(seed, 10), Replay: replayLin(t, target, seed)})
 	// Vacuity: a run where the named races never happened proved nothing.
 	for _, race := range linRaces {
 		if total[race] == 0 {
@@ -104,15 +120,21 @@ func retention(h *History) (scheduled, purged int64) {
 }
 
 // checkOne records and judges one history, writing a report on violation.
-func checkOne(t *testing.T, store string, w Workload) (Verdict, *History) {
+func checkOne(t *testing.T, target Target, w Workload) (Verdict, *History) {
 	t.Helper()
+	store := target.Name
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	scope := &scopedTB{TB: t}
 	defer scope.close()
 	h, err := w.Record(ctx, scope)
 	if err != nil {
-		t.Fatalf("seed %d: recording the history: %v", w.Seed, err)
+		// A store that breaks the harness's rules (an untyped error, a write
+		// that read no clock, a protocol finding) stops the recording.
+		replay := replayLin(t, target, w.Seed)
+		metrics.Report(t, metrics.Line{Check: "linearizability", Store: store, Violations: 1,
+			Seed: strconv.FormatUint(w.Seed, 10), Replay: replay})
+		t.Fatalf("seed %d: recording the history: %v\nreplay: %s", w.Seed, err, replay)
 	}
 	m := model.Model{Config: w.Config}
 	j := Judgement{Partition: !w.Purge, Timeout: 2 * time.Minute, Drained: true}
@@ -120,6 +142,14 @@ func checkOne(t *testing.T, store string, w Workload) (Verdict, *History) {
 	t.Logf("seed %d: %d operations, %s in %s (partitioned %v), races %s", w.Seed, len(h.Entries), v.Linearizable,
 		v.CheckTime.Round(time.Millisecond), !w.Purge, v.Races)
 	if v.Violations() == 0 {
+		if os.Getenv(EnvKeepHistory) == "1" {
+			dir := reportDir(t, fmt.Sprintf("lin/%s-%s-seed%d", rapidSafeName(t.Name()), store, w.Seed))
+			if err := WriteReport(dir, m, h, v, j, store, w.Seed, w.Config, replayLin(t, target, w.Seed)); err != nil {
+				t.Errorf("keeping the history: %v", err)
+			} else {
+				t.Logf("seed %d: history kept (%s=1) in %s", w.Seed, EnvKeepHistory, dir)
+			}
+		}
 		return v, h
 	}
 	// The report directory does not outlive a CI run: the log must say
@@ -128,8 +158,8 @@ func checkOne(t *testing.T, store string, w Workload) (Verdict, *History) {
 	if v.Culprit != nil {
 		t.Logf("seed %d: %s", w.Seed, v.Culprit)
 	}
-	dir := reportDir(t, fmt.Sprintf("lin/%s-%s-seed%d", t.Name(), store, w.Seed))
-	replay := replayLin(t, w.Seed)
+	dir := reportDir(t, fmt.Sprintf("lin/%s-%s-seed%d", rapidSafeName(t.Name()), store, w.Seed))
+	replay := replayLin(t, target, w.Seed)
 	if err := WriteReport(dir, m, h, v, j, store, w.Seed, w.Config, replay); err != nil {
 		t.Errorf("writing the report: %v", err)
 	}
@@ -141,8 +171,14 @@ func checkOne(t *testing.T, store string, w Workload) (Verdict, *History) {
 	return v, h
 }
 
-func replayLin(t *testing.T, seed uint64) string {
-	return fmt.Sprintf("LEASEHOLD_SEED=%d go test ./harness -count=1 -run '^%s$'", seed, t.Name())
+// replayLin is the command that records the history of seed again, with
+// the target's environment.
+func replayLin(t *testing.T, target Target, seed uint64) string {
+	env := map[string]string{"LEASEHOLD_SEED": strconv.FormatUint(seed, 10)}
+	for k, v := range target.Env {
+		env[k] = v
+	}
+	return TestCommand(env, target.Tags, t.Name())
 }
 
 func reportDir(t *testing.T, name string) string {

@@ -138,7 +138,7 @@ func TestMutantsRuntime(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			defer mutant.Set(name)()
 			for seed := uint64(1); seed <= 3; seed++ {
-				if r := runtimeOnce(t, "sqlite", sqlitetest.Factory, seed); r.failure != "" {
+				if r := runtimeOnce(t, Target{Name: "sqlite", Factory: sqlitetest.Factory}, seed); r.failure != "" {
 					t.Logf("mutant %s caught by the runtime run on seed %d: %s", name, seed, firstLines(r.failure, 2))
 					return
 				}

@@ -22,20 +22,30 @@ import (
 // reports its figures on a metrics line. Any store that passes storetest can
 // be checked this way; store names the store in reports.
 func RunProperty(t *testing.T, store string, f storetest.Factory) {
+	RunPropertyOn(t, Target{Name: store, Factory: f})
+}
+
+// RunPropertyOn is RunProperty on a Target: its replay command carries the
+// target's environment and build tags.
+func RunPropertyOn(t *testing.T, target Target) {
 	longerSequences()
-	p := &Property{Factory: f, Config: TestConfig()}
+	p := &Property{Factory: target.Factory, Config: TestConfig()}
+	store := target.Name
 	budget := Budget(t, 0)
 	start := time.Now()
 	t.Cleanup(func() {
 		if !t.Failed() {
 			return
 		}
-		k, err := KeepFailfile(t.Name(), start, Kept{Test: t.Name(), Store: store, Expect: "pass"})
+		k, err := KeepFailfile(t.Name(), start, Kept{Test: t.Name(), Store: store, Expect: "pass", Env: target.Env, Tags: target.Tags,
+			Transient: target.Transient})
 		if err != nil {
 			t.Logf("could not keep the failfile: %v", err)
 			return
 		}
 		t.Logf("seed %s; failfile kept at %s\nreplay: %s\n   or: make replay FILE=%s", k.Seed, k.File, k.Command, k.File)
+		metrics.Report(t, metrics.Line{Check: "rapid", Store: store, Operations: int64(p.Counters.Operations), Violations: 1,
+			Seed: k.Seed, Replay: k.Command})
 	})
 	rounds := 0
 	for {

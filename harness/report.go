@@ -5,7 +5,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"maps"
+	"math"
 	"os"
 	"path/filepath"
 	"strings"
@@ -19,6 +21,7 @@ import (
 // HistoryFile is a recorded history as JSON: enough to check it again, with
 // `leasehold lincheck FILE`, without the store that produced it. Requests and
 // results are in their spec JSON form, decoded by the operation table.
+// docs/HISTORY.md documents the format.
 type HistoryFile struct {
 	Store       string         `json:"store"`
 	Seed        uint64         `json:"seed"`
@@ -72,16 +75,21 @@ func EncodeHistory(h *History, store string, seed uint64, j Judgement, cfg spec.
 	return json.MarshalIndent(f, "", " ")
 }
 
-// DecodeHistory parses a HistoryFile back into a History. Decoding is
-// strict: an unknown field, an unknown operation, an entry without its
-// request or with both a value and an error, and a history with no entries
-// are errors, never an empty history that would check as linearizable.
+// DecodeHistory parses a HistoryFile back into a History (the format is
+// docs/HISTORY.md). Decoding is strict: an unknown field, trailing data, an
+// unknown operation, an entry without its request, without an outcome (a
+// value, an error or unknown) or with two, an unknown outcome that returns,
+// an error code the contract does not have, and a history with no entries
+// are errors, never a history that would check as linearizable by default.
 func DecodeHistory(data []byte) (*History, HistoryFile, error) {
 	var f HistoryFile
 	dec := json.NewDecoder(bytes.NewReader(data))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(&f); err != nil {
 		return nil, f, fmt.Errorf("not a history file: %w", err)
+	}
+	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
+		return nil, f, errors.New("not a history file: trailing data after the JSON object")
 	}
 	if len(f.Entries) == 0 {
 		return nil, f, errors.New("the history has no entries: there is nothing to check")
@@ -109,10 +117,16 @@ func DecodeHistory(data []byte) (*History, HistoryFile, error) {
 		switch {
 		case j.Unknown && (len(j.Value) > 0 || j.Err != nil):
 			return nil, f, fmt.Errorf("entry %d (%s): an unknown outcome has neither a value nor an error", i, j.Kind)
+		case j.Unknown && j.Return != math.MaxInt64:
+			return nil, f, fmt.Errorf("entry %d (%s): an unknown outcome never returns (return %d, want %d)", i, j.Kind, j.Return, int64(math.MaxInt64))
 		case len(j.Value) > 0 && j.Err != nil:
 			return nil, f, fmt.Errorf("entry %d (%s): both a value and an error", i, j.Kind)
+		case !j.Unknown && len(j.Value) == 0 && j.Err == nil:
+			return nil, f, fmt.Errorf("entry %d (%s): no outcome: want a value, an error or \"unknown\": true", i, j.Kind)
 		case j.Call > j.Return:
 			return nil, f, fmt.Errorf("entry %d (%s): returns (%d) before it is called (%d)", i, j.Kind, j.Return, j.Call)
+		case j.Err != nil && !knownCode(j.Err.Code):
+			return nil, f, fmt.Errorf("entry %d (%s): error code %q is not a code of the contract", i, j.Kind, j.Err.Code)
 		case len(j.Value) > 0:
 			if e.Out.Result.Value, err = o.DecodeResult(j.Value); err != nil {
 				return nil, f, fmt.Errorf("entry %d (%s) value: %w", i, j.Kind, err)
@@ -121,6 +135,15 @@ func DecodeHistory(data []byte) (*History, HistoryFile, error) {
 		h.Entries = append(h.Entries, e)
 	}
 	return h, f, nil
+}
+
+func knownCode(c spec.Code) bool {
+	for _, k := range spec.Codes {
+		if k == c {
+			return true
+		}
+	}
+	return false
 }
 
 // WriteReport writes, under dir, what a person needs to study a failed

@@ -64,6 +64,13 @@ var runtimeRaces = []Race{RaceLeaseReclaimed, RaceStaleWriteRefused, RaceFaultRo
 // LEASEHOLD_BUDGET is spent under leasehold verify; LEASEHOLD_SEED pins the
 // first seed.
 func RunRuntime(t *testing.T, store string, f storetest.Factory) {
+	RunRuntimeOn(t, Target{Name: store, Factory: f})
+}
+
+// RunRuntimeOn is RunRuntime on a Target: its replay command carries the
+// target's environment and build tags.
+func RunRuntimeOn(t *testing.T, target Target) {
+	store := target.Name
 	seed := uint64(time.Now().UnixNano())
 	if s := os.Getenv("LEASEHOLD_SEED"); s != "" {
 		var err error
@@ -77,7 +84,7 @@ func RunRuntime(t *testing.T, store string, f storetest.Factory) {
 	var ops, histories, violations, maxRecovery int64
 	var stats worker.Stats
 	for i := uint64(0); ; i++ {
-		r := runtimeOnce(t, store, f, seed+i)
+		r := runtimeOnce(t, target, seed+i)
 		if r.failure != "" {
 			t.Error(r.failure)
 		}
@@ -97,7 +104,7 @@ func RunRuntime(t *testing.T, store string, f storetest.Factory) {
 	t.Logf("%d runtime histories, %d operations, first seed %d, races %s, worker stats %+v, faults injected %d, %s",
 		histories, ops, seed, total, stats, injected, time.Since(start).Round(time.Millisecond))
 	metrics.Report(t, metrics.Line{Check: "runtime", Store: store, Operations: ops, Histories: histories, Violations: violations,
-		Seed: strconv.FormatUint(seed, 10), Replay: replayLin(t, seed),
+		Seed: strconv.FormatUint(seed, 10), Replay: replayLin(t, target, seed),
 		Faults: &metrics.Faults{Injected: injected, MaxRecoveryMs: maxRecovery}})
 	for _, race := range runtimeRaces {
 		if total[race] == 0 {
@@ -152,15 +159,16 @@ var runtimeKinds = []string{"ok", "ok", "effect", "effect", "effect", "retry", "
 
 // runtimeOnce records and judges one runtime run, writing a report on a
 // violation (res.failure says where).
-func runtimeOnce(t *testing.T, store string, f storetest.Factory, seed uint64) runtimeResult {
+func runtimeOnce(t *testing.T, target Target, seed uint64) runtimeResult {
 	t.Helper()
+	store := target.Name
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	scope := &scopedTB{TB: t}
 	defer scope.close()
 	cfg := RuntimeConfig()
 	clk := clock.NewManual(1_000)
-	h := f(scope, storetest.Options{Config: cfg, Clock: clk, Random: &ScriptedRandom{}})
+	h := target.Factory(scope, storetest.Options{Config: cfg, Clock: clk, Random: &ScriptedRandom{}})
 	provider := NewProvider()
 	rec := NewRecorder(provider)
 	faults := &Faults{Aborts: 0.02, MaxUnknown: 2, Pauses: 0.15, PauseMs: 2*runtimeLeaseMs + 100,
@@ -290,14 +298,14 @@ func runtimeOnce(t *testing.T, store string, f storetest.Factory, seed uint64) r
 	res.verdict.Explain(m, res.history, time.Minute)
 	res.verdict.Accounting = append(res.verdict.Accounting, res.liveness...)
 	dir := reportDir(t, fmt.Sprintf("lin/%s-%s-seed%d", t.Name(), store, seed))
-	if err := WriteReport(dir, m, res.history, res.verdict, j, store, seed, cfg, replayLin(t, seed)); err != nil {
+	if err := WriteReport(dir, m, res.history, res.verdict, j, store, seed, cfg, replayLin(t, target, seed)); err != nil {
 		t.Errorf("writing the report: %v", err)
 	}
 	if res.verdict.Culprit != nil {
 		t.Logf("seed %d: %s", seed, res.verdict.Culprit)
 	}
 	res.failure = fmt.Sprintf("seed %d: linearizability %s; accounting %q\nreport: %s\nreplay: %s", seed, res.verdict.Linearizable,
-		res.verdict.Accounting, dir, replayLin(t, seed))
+		res.verdict.Accounting, dir, replayLin(t, target, seed))
 	return res
 }
 

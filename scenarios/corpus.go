@@ -9,7 +9,10 @@ import (
 	"path"
 	"testing"
 
+	"github.com/leasehold/leasehold/harness"
+	"github.com/leasehold/leasehold/impl/storetest"
 	"github.com/leasehold/leasehold/metrics"
+	"github.com/leasehold/leasehold/spec"
 )
 
 // corpusFiles is the scenario corpus, built into the package so that a
@@ -46,26 +49,80 @@ func Corpus() ([]*Scenario, error) {
 // factory into one), and fails each subtest whose scenario does not run as
 // its file says or whose history the model does not accept. It reports the
 // steps played and the scenarios failed on a metrics line; store names the
-// store there.
+// store there. Every scenario is played: the stores open must call their
+// hooks and complete batches (RunCorpusOn finds out).
 func RunCorpus(t *testing.T, store string, open func(testing.TB) Opener) {
+	runCorpus(t, harness.Target{Name: store}, open, []storetest.Capability{storetest.CapHooks, storetest.CapCompleteBatch})
+}
+
+// RunCorpusOn plays the corpus on a Target, as RunCorpus does on
+// FromFactory(target.Factory). A scenario that holds an operation at a hook
+// point needs hooks (storetest.CapHooks); on a store without them it is
+// not applicable. A failing scenario's log ends with the command that plays
+// it again. It returns how each scenario ended, by name.
+func RunCorpusOn(t *testing.T, target harness.Target) storetest.Summary {
+	return runCorpus(t, target, func(t testing.TB) Opener { return FromFactory(t, target.Factory) }, storetest.Declared(t, target.Factory))
+}
+
+// Needs returns the capabilities the scenario needs beyond spec.Store:
+// hooks when it holds an operation at a hook point (pause_at), batch
+// completion when it sends complete_batch.
+func (sc *Scenario) Needs() []storetest.Capability {
+	var hooks, batch bool
+	for _, st := range sc.Steps {
+		hooks = hooks || st.PauseAt != ""
+		batch = batch || st.Op == string(spec.OpCompleteBatch)
+	}
+	var out []storetest.Capability
+	if hooks {
+		out = append(out, storetest.CapHooks)
+	}
+	if batch {
+		out = append(out, storetest.CapCompleteBatch)
+	}
+	return out
+}
+
+func runCorpus(t *testing.T, target harness.Target, open func(testing.TB) Opener, offered []storetest.Capability) storetest.Summary {
+	var sum storetest.Summary
 	corpus, err := Corpus()
 	if err != nil {
 		t.Fatal(err)
 	}
+	store := target.Name
 	var steps, failed int64
+	var replay string
 	for _, sc := range corpus {
-		t.Run(sc.Name, func(t *testing.T) {
+		missing := storetest.Missing(offered, sc.Needs()...)
+		na := len(missing) > 0
+		ok := t.Run(sc.Name, func(t *testing.T) {
+			if na {
+				storetest.NotApplicable(t, missing[0], "scenario "+sc.Name)
+			}
 			res := Run(context.Background(), sc, open(t))
 			steps += int64(len(res.Steps))
 			var b bytes.Buffer
 			res.Report(&b)
 			if !res.OK() {
 				failed++
-				t.Errorf("scenario %s (%s) does not pass on %s:\n%s", sc.Name, sc.File, store, b.String())
+				cmd := harness.TestCommand(target.Env, target.Tags, t.Name())
+				if replay == "" {
+					replay = cmd
+				}
+				t.Errorf("scenario %s (%s) does not pass on %s:\n%s\nreplay: %s", sc.Name, sc.File, store, b.String(), cmd)
 				return
 			}
 			t.Logf("%s\n%s", sc.Description, b.String())
 		})
+		switch {
+		case !ok:
+			sum.Failed = append(sum.Failed, sc.Name)
+		case na:
+			sum.NotApplicable = append(sum.NotApplicable, sc.Name)
+		default:
+			sum.Passed = append(sum.Passed, sc.Name)
+		}
 	}
-	metrics.Report(t, metrics.Line{Check: "scenarios", Store: store, Operations: steps, Violations: failed})
+	metrics.Report(t, metrics.Line{Check: "scenarios", Store: store, Operations: steps, Violations: failed, Replay: replay})
+	return sum
 }

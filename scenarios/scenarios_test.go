@@ -43,15 +43,6 @@ func report(res *Result) string {
 	return b.String()
 }
 
-// TestScenariosSQLite plays every scenario file on the SQLite store.
-func TestScenariosSQLite(t *testing.T) { RunCorpus(t, "sqlite", sqliteOpener) }
-
-// TestScenariosPostgres plays every scenario file on the PostgreSQL store.
-func TestScenariosPostgres(t *testing.T) {
-	pgtest.DSN(t) // skip (or fail under CI) once, loudly, before the subtests
-	RunCorpus(t, "postgres", postgresOpener)
-}
-
 // scenarioRaces are the races the corpus must exercise between them.
 var scenarioRaces = []harness.Race{harness.RaceContended, harness.RaceCommittedNotReturned, harness.RaceStaleWriteRefused,
 	harness.RaceLeaseReclaimed, harness.RaceFaultRolledBack, harness.RaceUnknownOutcome, harness.RaceCancelVsFinish}

@@ -17,7 +17,7 @@ var lincheckCommand = &command{
 	summary: "re-check a recorded history (history.json of a report) with the linearizability and accounting checks",
 	usage:   "lincheck [--timeout D] history.json",
 	help: `Re-checks a history file as the harness wrote it (reports/latest/lin/<run>/history.json; the
-format is harness.HistoryFile, documented in docs/PORTING.md): porcupine against the model, then the
+format is docs/HISTORY.md): porcupine against the model, then the
 accounting. A file that is not a history, has an unknown field or operation, an incomplete entry or
 no entries at all is an error, never Ok. Exit status 1 on any violation.`,
 	flags: func(fs *flag.FlagSet, o *streams) func(context.Context, []string) error {
@@ -31,10 +31,16 @@ no entries at all is an error, never Ok. Exit status 1 on any violation.`,
 	},
 }
 
-// lincheck re-checks a recorded history (history.json from a report) with the
-// same layered checks the harness ran: linearizability against the model,
-// then the accounting.
-func lincheck(out io.Writer, path string, timeout time.Duration) error {
+// lincheck re-checks a recorded history (history.json from a report; the
+// format is docs/HISTORY.md) with the same layered checks the harness ran:
+// linearizability against the model, then the accounting. A file that is
+// not a complete history is an error, never a pass.
+func lincheck(out io.Writer, path string, timeout time.Duration) (err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			err = fmt.Errorf("%s could not be checked: panic: %v (a bug of leasehold's checker: please report it with the file)", path, r)
+		}
+	}()
 	data, err := os.ReadFile(path)
 	if err != nil {
 		return err

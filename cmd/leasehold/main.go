@@ -1,6 +1,7 @@
 // Command leasehold runs leasehold's demo, checks and tools.
 //
 //	leasehold verify [--store S] [--budget D]  every check (the main job)
+//	leasehold verify --store-cmd CMD           the checks on a store in any language (docs/PROTOCOL.md)
 //	leasehold demo [--dir DIR]                 the companion example on a fresh SQLite file
 //	leasehold replay [FILE...]                 replay kept failing seeds (reports/failfiles)
 //	leasehold lincheck FILE                    re-check a recorded history

@@ -77,7 +77,7 @@ func replay(ctx context.Context, out io.Writer, reports string, files []string) 
 		if k.Tags != "" {
 			args = append(args, "-tags", k.Tags)
 		}
-		args = append(args, k.Package, "-count=1", "-run", "^"+k.Test+"$", "-rapid.failfile="+abs)
+		args = append(args, k.Package, "-count=1", "-run", harness.RunPattern(k.Test), "-rapid.failfile="+abs)
 		cmd := exec.CommandContext(ctx, "go", args...)
 		// A PostgreSQL test must fail, not skip, when its server is missing.
 		cmd.Env = append(os.Environ(), "LEASEHOLD_REQUIRE_PG=1")

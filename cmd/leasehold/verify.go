@@ -19,7 +19,10 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/leasehold/leasehold/harness"
+	"github.com/leasehold/leasehold/impl/storetest"
 	"github.com/leasehold/leasehold/metrics"
+	"github.com/leasehold/leasehold/storeproto"
 )
 
 // A check is one named verification on one store, run as `go test` of the
@@ -29,7 +32,7 @@ import (
 // can never silently run nothing.
 type check struct {
 	Name    string
-	Store   string // "sqlite", "postgres", "sqlite+postgres", or "any" for store-independent checks
+	Store   string // "sqlite", "postgres", "sqlite+postgres", "store-cmd", or "any" for store-independent checks
 	Package string
 	Tests   []string
 	Tags    string
@@ -87,6 +90,16 @@ var checks = []check{
 		Tags:  "leasehold_mutants", NeedsPG: true, Share: 0.03},
 }
 
+// storeCmdChecks are the checks of `verify --store-cmd CMD`: the store
+// protocol's tests (storeproto/cmdtest) on the command, which they read from
+// LEASEHOLD_STORE_CMD.
+var storeCmdChecks = []check{
+	{Name: "conformance", Store: "store-cmd", Package: "./storeproto/cmdtest", Tests: []string{"TestConformance"}, Share: 0.1},
+	{Name: "rapid", Store: "store-cmd", Package: "./storeproto/cmdtest", Tests: []string{"TestProperty"}, Share: 0.45},
+	{Name: "linearizability", Store: "store-cmd", Package: "./storeproto/cmdtest", Tests: []string{"TestLinearizable"}, Share: 0.35},
+	{Name: "scenarios", Store: "store-cmd", Package: "./storeproto/cmdtest", Tests: []string{"TestScenarios"}, Share: 0.1},
+}
+
 // The status of a check.
 const (
 	statusPass = "pass" // every listed test ran and passed
@@ -97,6 +110,10 @@ const (
 	// statusIncomplete: it ran, nothing failed, but some of its tests
 	// skipped. Never a pass.
 	statusIncomplete = "incomplete"
+	// statusNotApplicable: every test of the check needs a capability the
+	// store does not offer (a port without hooks has no linearizability
+	// check). Never a pass.
+	statusNotApplicable = "n/a"
 )
 
 // checkResult is one row of verify.json.
@@ -114,8 +131,11 @@ type checkResult struct {
 	DurationMs     int64    `json:"duration_ms"`
 	Failures       []string `json:"failures,omitempty"`
 	Skipped        []string `json:"skipped,omitempty"`
-	Replay         string   `json:"replay,omitempty"`
-	Note           string   `json:"note,omitempty"`
+	// NotApplicable are the tests that need a capability the store does
+	// not offer: neither passed nor failed, and not counted in Tests.
+	NotApplicable []string `json:"not_applicable,omitempty"`
+	Replay        string   `json:"replay,omitempty"`
+	Note          string   `json:"note,omitempty"`
 	// Faults sums the fault tests' figures; MaxRecoveryMs is the largest.
 	Faults *metrics.Faults `json:"faults,omitempty"`
 }
@@ -141,22 +161,28 @@ type verifyReport struct {
 	// Verdict is PASS (every selected check passed), FAIL (one failed or
 	// could not run although required) or INCOMPLETE (nothing failed, but a
 	// check was skipped or skipped tests).
-	Verdict    string        `json:"verdict"`
-	Commit     string        `json:"commit"`
-	Started    string        `json:"started"`
-	Budget     string        `json:"budget"`
-	Stores     []string      `json:"stores"`
-	PostgreSQL string        `json:"postgresql"`
+	Verdict    string   `json:"verdict"`
+	Commit     string   `json:"commit"`
+	Started    string   `json:"started"`
+	Budget     string   `json:"budget"`
+	Stores     []string `json:"stores"`
+	PostgreSQL string   `json:"postgresql"`
+	// StoreCmd is the store command checked through the store protocol
+	// (verify --store-cmd), if any.
+	StoreCmd   string        `json:"store_cmd,omitempty"`
 	DurationMs int64         `json:"duration_ms"`
 	Violations int64         `json:"violations"`
 	Checks     []checkResult `json:"checks"`
 }
 
 type verifyOptions struct {
-	budget    time.Duration
-	reports   string
-	only      string // exact "name/store" or name
-	stores    []string
+	budget  time.Duration
+	reports string
+	only    []string // exact names or name/store pairs; none: every check
+	stores  []string
+	// storeCmd, when set, is a store command to check through the store
+	// protocol instead of leasehold's own stores.
+	storeCmd  string
 	requirePG bool
 	out       *streams
 }
@@ -164,11 +190,14 @@ type verifyOptions struct {
 var verifyCommand = &command{
 	name:    "verify",
 	summary: "run every check (conformance, model exploration, property, linearizability, scenarios, mutants): the main job",
-	usage:   "verify [--store all|sqlite|postgres] [--budget D] [--only CHECK] [--reports DIR]",
+	usage:   "verify [--store all|sqlite|postgres | --store-cmd CMD] [--budget D] [--only CHECK,...] [--reports DIR] [--keep-histories]",
 	help: `Runs every check on the selected stores and writes verify.json and verify.md. The verdict is
 PASS only when every selected check ran completely and passed; a check that was skipped (its
 database missing) or skipped some of its tests makes the run INCOMPLETE, never PASS; any failure
 makes it FAIL. Store-independent checks (the model's exploration, fuzzing) always run.
+--store-cmd checks a store written in any language instead, through the store protocol
+(docs/PROTOCOL.md): conformance, rapid, linearizability and scenarios. A test that needs a
+capability the store does not declare is listed as not applicable, never counted as passed.
 Runs write to reports/latest (not committed); reports/ holds the committed evidence, which only
 an explicit --reports reports (make evidence) rewrites. The exit status is 0 for PASS only.`,
 	env: append([]string{
@@ -177,8 +206,11 @@ an explicit --reports reports (make evidence) rewrites. The exit status is 0 for
 	flags: func(fs *flag.FlagSet, o *streams) func(context.Context, []string) error {
 		budget := fs.Duration("budget", 5*time.Minute, "total time budget, shared among the checks (deeper runs: 30m)")
 		reports := fs.String("reports", filepath.Join("reports", "latest"), "directory for verify.json, verify.md and failing histories")
-		only := fs.String("only", "", "run only this check: a name (rapid) or name/store (rapid/sqlite); see the report for the names")
+		only := fs.String("only", "", "run only these checks, comma-separated: a name (rapid) or name/store (rapid/sqlite); see the report for the names")
 		store := fs.String("store", "all", "the stores to verify: all, sqlite or postgres")
+		storeCmd := fs.String("store-cmd", "", "check this store command (run with sh -c from here) through the store protocol "+
+			"(docs/PROTOCOL.md) instead of leasehold's own stores")
+		keep := fs.Bool("keep-histories", false, "keep every linearizability history under REPORTS/lin/, the passing ones too")
 		return func(ctx context.Context, args []string) error {
 			if err := noArgs(args); err != nil {
 				return err
@@ -187,14 +219,31 @@ an explicit --reports reports (make evidence) rewrites. The exit status is 0 for
 			if err != nil {
 				return err
 			}
-			if *only != "" && len(selectChecks(*only, stores)) == 0 {
-				return usagef("--only %q names no check of --store %s (checks: %s)", *only, *store, checkNames())
+			if *storeCmd != "" {
+				if *store != "all" {
+					return usagef("--store %s and --store-cmd: choose one", *store)
+				}
+				stores = []string{"store-cmd"}
+			}
+			var filters []string
+			for _, f := range strings.Split(*only, ",") {
+				if f = strings.TrimSpace(f); f != "" {
+					filters = append(filters, f)
+				}
+			}
+			for _, f := range filters {
+				if len(selectChecks([]string{f}, stores)) == 0 {
+					return usagef("--only %q names no check of %s (checks: %s)", f, strings.Join(stores, ", "), checkNames(stores))
+				}
 			}
 			if *budget <= 0 {
 				return usagef("--budget %s: want a positive duration such as 5m", *budget)
 			}
-			return verify(ctx, verifyOptions{budget: *budget, reports: *reports, only: *only, stores: stores,
-				requirePG: os.Getenv("LEASEHOLD_REQUIRE_PG") == "1" || os.Getenv("CI") == "true", out: o})
+			if *keep {
+				os.Setenv(harness.EnvKeepHistory, "1") // the go test runs inherit it
+			}
+			return verify(ctx, verifyOptions{budget: *budget, reports: *reports, only: filters, stores: stores, storeCmd: *storeCmd,
+				requirePG: *storeCmd == "" && (os.Getenv("LEASEHOLD_REQUIRE_PG") == "1" || os.Getenv("CI") == "true"), out: o})
 		}
 	},
 }
@@ -209,12 +258,21 @@ func parseStores(s string) ([]string, error) {
 	return nil, usagef("--store %q: want all, sqlite or postgres", s)
 }
 
+// checksFor is the check list of the stores: a store command's own, or
+// leasehold's.
+func checksFor(stores []string) []check {
+	if slices.Equal(stores, []string{"store-cmd"}) {
+		return storeCmdChecks
+	}
+	return checks
+}
+
 // selectChecks returns the checks of the stores (store-independent ones
-// always), filtered by only.
-func selectChecks(only string, stores []string) []check {
+// always), those only names when it names any.
+func selectChecks(only []string, stores []string) []check {
 	var out []check
-	for _, c := range checks {
-		if only != "" && only != c.Name && only != c.Name+"/"+c.Store {
+	for _, c := range checksFor(stores) {
+		if len(only) > 0 && !slices.Contains(only, c.Name) && !slices.Contains(only, c.Name+"/"+c.Store) {
 			continue
 		}
 		if c.Store == "any" || slices.ContainsFunc(stores, func(s string) bool { return strings.Contains(c.Store, s) }) {
@@ -224,9 +282,9 @@ func selectChecks(only string, stores []string) []check {
 	return out
 }
 
-func checkNames() string {
+func checkNames(stores []string) string {
 	var n []string
-	for _, c := range checks {
+	for _, c := range checksFor(stores) {
 		n = append(n, c.Name+"/"+c.Store)
 	}
 	return strings.Join(n, ", ")
@@ -235,9 +293,13 @@ func checkNames() string {
 func verify(ctx context.Context, o verifyOptions) error {
 	start := time.Now()
 	out := o.out.out
-	rep := verifyReport{Commit: gitCommit(), Started: start.UTC().Format(time.RFC3339), Budget: o.budget.String(), Stores: o.stores}
+	rep := verifyReport{Commit: gitCommit(), Started: start.UTC().Format(time.RFC3339), Budget: o.budget.String(), Stores: o.stores,
+		StoreCmd: o.storeCmd}
 	pgProblem := ""
-	if slices.Contains(o.stores, "postgres") {
+	switch {
+	case o.storeCmd != "":
+		rep.PostgreSQL = "not used (--store-cmd)"
+	case slices.Contains(o.stores, "postgres"):
 		dsn := pgDSN()
 		switch {
 		case dsn == "":
@@ -251,11 +313,14 @@ func verify(ctx context.Context, o verifyOptions) error {
 		if pgProblem != "" {
 			rep.PostgreSQL = pgProblem
 		}
-	} else {
+	default:
 		rep.PostgreSQL = "not selected (--store " + strings.Join(o.stores, ",") + ")"
 	}
 	selected := selectChecks(o.only, o.stores)
 	fmt.Fprintf(out, "leasehold verify: %d checks on %s, budget %s; PostgreSQL %s\n", len(selected), strings.Join(o.stores, "+"), o.budget, rep.PostgreSQL)
+	if o.storeCmd != "" {
+		fmt.Fprintf(out, "store command: %s (through the store protocol, docs/PROTOCOL.md)\n", o.storeCmd)
+	}
 	for i, c := range selected {
 		label := fmt.Sprintf("[%d/%d] %s/%s", i+1, len(selected), c.Name, c.Store)
 		if c.NeedsPG && pgProblem != "" {
@@ -289,6 +354,9 @@ func verify(ctx context.Context, o verifyOptions) error {
 		}
 		for _, s := range r.Skipped {
 			fmt.Fprintf(out, "    SKIPPED %s\n", s)
+		}
+		if len(r.NotApplicable) > 0 {
+			fmt.Fprintf(out, "    not applicable (a capability the store does not offer): %s\n", strings.Join(r.NotApplicable, ", "))
 		}
 		if r.Note != "" {
 			fmt.Fprintf(out, "    note: %s\n", r.Note)
@@ -335,7 +403,7 @@ func verdictOf(results []checkResult, selected int) string {
 		switch r.Status {
 		case statusFail:
 			return "FAIL"
-		case statusSkipped, statusIncomplete:
+		case statusSkipped, statusIncomplete, statusNotApplicable:
 			verdict = "INCOMPLETE"
 		}
 	}
@@ -348,7 +416,11 @@ func summarize(results []checkResult) string {
 	for _, r := range results {
 		n[r.Status]++
 	}
-	return fmt.Sprintf("%d passed, %d failed, %d skipped, %d incomplete", n[statusPass], n[statusFail], n[statusSkipped], n[statusIncomplete])
+	s := fmt.Sprintf("%d passed, %d failed, %d skipped, %d incomplete", n[statusPass], n[statusFail], n[statusSkipped], n[statusIncomplete])
+	if n[statusNotApplicable] > 0 {
+		s += fmt.Sprintf(", %d not applicable", n[statusNotApplicable])
+	}
+	return s
 }
 
 // pgDSN is the configured PostgreSQL server.
@@ -421,6 +493,11 @@ func runCheck(ctx context.Context, c check, budget time.Duration, o verifyOption
 	if o.requirePG {
 		cmd.Env = append(cmd.Env, "LEASEHOLD_REQUIRE_PG=1")
 	}
+	if o.storeCmd != "" {
+		// The command runs where verify was started, whatever package's
+		// test starts it.
+		cmd.Env = append(cmd.Env, storeproto.EnvCmd+"="+o.storeCmd, storeproto.EnvDir+"="+absPath("."))
+	}
 	stdout, err := cmd.StdoutPipe()
 	if err != nil {
 		return fail(err.Error())
@@ -432,6 +509,7 @@ func runCheck(ctx context.Context, c check, budget time.Duration, o verifyOption
 	}
 	failedOutput := map[string][]string{}
 	pkgFailed := false
+	shownSubtests := 0
 	sc := bufio.NewScanner(stdout)
 	sc.Buffer(make([]byte, 1<<20), 1<<24)
 	for sc.Scan() {
@@ -467,13 +545,23 @@ func runCheck(ctx context.Context, c check, budget time.Duration, o verifyOption
 				pkgFailed = pkgFailed || ev.Action == "fail"
 				continue
 			}
+			if ev.Action == "skip" && storetest.IsNotApplicable(strings.Join(failedOutput[ev.Test], "\n")) {
+				res.NotApplicable = append(res.NotApplicable, ev.Test)
+				delete(failedOutput, ev.Test)
+				continue
+			}
 			res.Tests++ // subtests too: the conformance suite is one test of its subtests
 			switch ev.Action {
 			case "pass":
 				res.Passed++
 			case "fail":
 				res.Failures = append(res.Failures, ev.Test)
-				if !strings.Contains(ev.Test, "/") {
+				// What a failed test said is the finding: show every
+				// top-level one and the first few subtests in full.
+				if !strings.Contains(ev.Test, "/") || shownSubtests < 8 {
+					if strings.Contains(ev.Test, "/") {
+						shownSubtests++
+					}
 					fmt.Fprintf(o.out.out, "    --- FAIL %s (%.1fs)\n", ev.Test, ev.Elapsed)
 					for _, l := range failedOutput[ev.Test] {
 						fmt.Fprintf(o.out.out, "      %s\n", l)
@@ -497,6 +585,8 @@ func runCheck(ctx context.Context, c check, budget time.Duration, o verifyOption
 				res.Note = waitErr.Error()
 			}
 		}
+	case res.Tests == 0 && len(res.NotApplicable) > 0:
+		res.Status, res.Note = statusNotApplicable, "not applicable: the store does not offer a capability the check needs"
 	case res.Tests == 0 && len(c.Fuzz) == 0:
 		return fail("the check ran no test")
 	case len(res.Skipped) > 0:
@@ -589,6 +679,9 @@ func writeVerifyReports(dir string, rep verifyReport) error {
 	}[rep.Verdict]
 	fmt.Fprintf(&b, "# leasehold verify\n\n%s (%s). Commit `%s`, started %s, budget %s, %.1f s. Stores: %s. PostgreSQL: %s.\n\n",
 		verdict, summarize(rep.Checks), rep.Commit, rep.Started, rep.Budget, float64(rep.DurationMs)/1000, strings.Join(rep.Stores, ", "), rep.PostgreSQL)
+	if rep.StoreCmd != "" {
+		fmt.Fprintf(&b, "Store command: `%s`, through the store protocol (docs/PROTOCOL.md).\n\n", rep.StoreCmd)
+	}
 	b.WriteString("| check | store | status | tests (passed) | operations | histories | states explored | violations | seconds |\n|---|---|---|---:|---:|---:|---:|---:|---:|\n")
 	for _, c := range rep.Checks {
 		fmt.Fprintf(&b, "| %s | %s | %s | %d (%d) | %d | %d | %d | %d | %.1f |\n", c.Name, c.Store, c.Status, c.Tests, c.Passed,
@@ -619,12 +712,16 @@ func writeVerifyReports(dir string, rep verifyReport) error {
 		if c.Note != "" {
 			notes = append(notes, fmt.Sprintf("- %s/%s: %s", c.Name, c.Store, c.Note))
 		}
+		if len(c.NotApplicable) > 0 {
+			notes = append(notes, fmt.Sprintf("- %s/%s: %d tests not applicable (a capability the store does not offer): %s",
+				c.Name, c.Store, len(c.NotApplicable), strings.Join(c.NotApplicable, ", ")))
+		}
 	}
 	if len(notes) > 0 {
 		sort.Strings(notes)
 		b.WriteString("\n## Notes\n\n" + strings.Join(notes, "\n") + "\n")
 	}
-	b.WriteString("\nOperations are store calls compared with the model; histories are concurrent runs checked for linearizability; states are distinct model states explored exhaustively. A skipped or incomplete check is not a pass.\n")
+	b.WriteString("\nOperations are store calls compared with the model; histories are concurrent runs checked for linearizability; states are distinct model states explored exhaustively. A skipped, incomplete or not-applicable check is not a pass.\n")
 	return os.WriteFile(filepath.Join(dir, "verify.md"), []byte(b.String()), 0o644)
 }
 

@@ -5,6 +5,7 @@ import (
 
 	"github.com/leasehold/leasehold/impl/postgres/pgtest"
 	"github.com/leasehold/leasehold/impl/storetest"
+	"github.com/leasehold/leasehold/leaseholdtest"
 )
 
 // TestMain terminates the shared testcontainers PostgreSQL, if one was
@@ -12,5 +13,13 @@ import (
 func TestMain(m *testing.M) { pgtest.Main(m) }
 
 func TestConformance(t *testing.T) {
-	storetest.Run(t, pgtest.Factory)
+	pgtest.DSN(t) // skip loudly (or fail under CI) once, before the suite
+	// Every capability a check uses is declared, so nothing is left out as
+	// not applicable.
+	all := []storetest.Capability{storetest.CapHooks, storetest.CapSQL, storetest.CapDatabaseClock,
+		storetest.CapCompleteBatch, storetest.CapNotifications}
+	if missing := storetest.Missing(storetest.Declared(t, pgtest.Factory), all...); len(missing) > 0 {
+		t.Errorf("pgtest.Factory does not declare %v", missing)
+	}
+	leaseholdtest.Conformance(t, leaseholdtest.Store{Name: "postgres", Factory: pgtest.Factory})
 }

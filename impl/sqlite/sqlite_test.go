@@ -4,9 +4,9 @@ import (
 	"testing"
 
 	"github.com/leasehold/leasehold/impl/sqlite/sqlitetest"
-	"github.com/leasehold/leasehold/impl/storetest"
+	"github.com/leasehold/leasehold/leaseholdtest"
 )
 
 func TestConformance(t *testing.T) {
-	storetest.Run(t, sqlitetest.Factory)
+	leaseholdtest.Conformance(t, leaseholdtest.Store{Name: "sqlite", Factory: sqlitetest.Factory})
 }

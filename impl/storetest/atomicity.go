@@ -10,6 +10,7 @@ import (
 // Projection/event atomicity: a failure after every write of an operation is
 // done but before its commit must leave no trace; a failure after the commit
 // must be reported as an unknown outcome, and the writes must be there.
+// Faults are injected through the store's hook (CapHooks).
 
 func init() {
 	register("ProjectionEventAtomicity", testProjectionEventAtomicity)
@@ -178,6 +179,7 @@ func atomicCases() []atomicCase {
 }
 
 func testProjectionEventAtomicity(t *testing.T, f Factory) {
+	newEnv(t, f).need(CapHooks)
 	for _, c := range atomicCases() {
 		t.Run(c.name, func(t *testing.T) {
 			e := newEnv(t, f, c.mods...)
@@ -205,6 +207,7 @@ func testProjectionEventAtomicity(t *testing.T, f Factory) {
 
 func testAfterCommitFailureIsUnknownOutcome(t *testing.T, f Factory) {
 	e := newEnv(t, f)
+	e.need(CapHooks)
 	// CreateRun: the caller learns nothing, retries with the same key and
 	// gets the committed run back as a replay.
 	r := req("acme", "r1")

@@ -9,8 +9,9 @@ import (
 	"github.com/leasehold/leasehold/spec"
 )
 
-// Batched completion (spec.BatchCompleter, ADR-013). Each test skips, with
-// a reason, when the store does not implement the optional interface.
+// Batched completion (spec.BatchCompleter, ADR-013). Each test is not
+// applicable (CapCompleteBatch) when the store does not implement the
+// optional interface.
 
 func init() {
 	register("CompleteBatchMembersAreIndependent", testCompleteBatchMembers)
@@ -20,14 +21,12 @@ func init() {
 	register("ConcurrentOverlappingBatches", testConcurrentOverlappingBatches)
 }
 
-// batcher returns the env's store as a spec.BatchCompleter or skips the test.
+// batcher returns the env's store as a spec.BatchCompleter, or stops the
+// test as not applicable.
 func (e *env) batcher() spec.BatchCompleter {
 	e.t.Helper()
-	b, ok := e.s.(spec.BatchCompleter)
-	if !ok {
-		e.t.Skipf("%T does not implement spec.BatchCompleter (optional)", e.s)
-	}
-	return b
+	e.need(CapCompleteBatch)
+	return e.s.(spec.BatchCompleter)
 }
 
 // completeReq is the CompleteRequest of l with result (nil when "").

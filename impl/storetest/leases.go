@@ -11,6 +11,7 @@ import (
 
 func init() {
 	register("ExpiredLeaseRecoveryAndStaleFencing", testExpiredLeaseRecoveryAndStaleFencing)
+	register("SameWorkerStaleGeneration", testSameWorkerStaleGeneration)
 	register("CurrentGenerationRenewal", testCurrentGenerationRenewal)
 	register("ClaimOrderAndBatch", testClaimOrderAndBatch)
 	register("ClaimEligibility", testClaimEligibility)
@@ -119,6 +120,24 @@ func testExpiredLeaseRecoveryAndStaleFencing(t *testing.T, f Factory) {
 	// A's reservation is still there, untouched, with A's generation.
 	mustEqual(t, "effects", e.effects("acme", "r1"), []spec.Effect{{Tenant: "acme", RunID: "r1", Step: "charge", Key: "c-1",
 		State: spec.EffectReserved, Generation: 1, UpdatedAt: t0}})
+}
+
+// testSameWorkerStaleGeneration: a worker that reclaims its own expired
+// lease holds two leases that differ only in their generation; the old one
+// must be refused like anyone's (a guard on the owner alone lets a
+// worker's delayed write land on its own newer attempt).
+func testSameWorkerStaleGeneration(t *testing.T, f Factory) {
+	e := newEnv(t, f)
+	e.newRun("acme", "r1")
+	old := e.claimOne("acme", "r1", "w", 1_000)
+	_, err := e.s.ReserveEffect(e.ctx, spec.ReserveEffectRequest{Lease: old.Ref(), Step: "charge", Key: "c-1"})
+	mustOK(t, "reserve under generation 1", err)
+	e.set(t0 + 1_000)
+	cur := e.claimOne("acme", "r1", "w", 10_000)
+	mustEqual(t, "the same worker's new lease", []any{cur.Owner, cur.Generation, cur.Attempt}, []any{"w", int64(2), 2})
+	allRefused(e, "the same worker's superseded generation 1", old.Ref(), spec.CodeLostLease, "")
+	e.complete(cur, `{"by":"generation 2"}`)
+	allRefused(e, "generation 1 after generation 2 completed", old.Ref(), spec.CodeLostLease, "")
 }
 
 func testCurrentGenerationRenewal(t *testing.T, f Factory) {

@@ -17,6 +17,11 @@
 //     the suite's statements run unchanged on SQLite and PostgreSQL, written
 //     for the store's Handle.Layout.
 //   - Handle.Reopen returns a store with its own connections, for races.
+//   - Handle.Caps declares what the store offers beyond spec.Store (hooks,
+//     SQL, a database clock); spec.BatchCompleter and spec.Notifier are
+//     found by type assertion. A test that needs a capability the store
+//     does not offer is reported as not applicable (NotApplicable), never
+//     run and never counted as a pass.
 //
 // Each test opens its own stores and, when it ends, checks the invariants of
 // spec/SPEC.md on a Snapshot and that Snapshot agrees with the per-run reads.
@@ -56,6 +61,8 @@ type Handle struct {
 	// Layout says how the store's tables hold the contract's records, for
 	// the schema tests, which write rows past the contract.
 	Layout Layout
+	// Caps declares the store's optional capabilities (see Capability).
+	Caps Caps
 }
 
 // Layout is how a store's tables hold the contract's records. Both layouts
@@ -79,10 +86,49 @@ const (
 type Factory func(t testing.TB, opts Options) Handle
 
 // Run runs the whole conformance suite against the store f opens.
-func Run(t *testing.T, f Factory) {
+func Run(t *testing.T, f Factory) { RunAll(t, f) }
+
+// Summary is what one run of the suite found: the tests, by name, that
+// passed, failed, and did not apply (they need a capability the store does
+// not offer).
+type Summary struct {
+	Passed, Failed, NotApplicable []string
+	// Skipped are tests that stopped for another reason (a factory that
+	// found no database, say): neither passed nor not applicable.
+	Skipped []string
+}
+
+// RunAll runs the whole conformance suite against the store f opens, each
+// test as a subtest of t, and says how each test ended.
+func RunAll(t *testing.T, f Factory) Summary {
+	var s Summary
 	for _, tc := range tests {
-		t.Run(tc.name, func(t *testing.T) { tc.run(t, f) })
+		var skipped, na bool
+		ok := t.Run(tc.name, func(t *testing.T) {
+			t.Cleanup(func() { skipped, na = t.Skipped(), wasNotApplicable(t) })
+			tc.run(t, f)
+		})
+		switch {
+		case !ok:
+			s.Failed = append(s.Failed, tc.name)
+		case na:
+			s.NotApplicable = append(s.NotApplicable, tc.name)
+		case skipped:
+			s.Skipped = append(s.Skipped, tc.name)
+		default:
+			s.Passed = append(s.Passed, tc.name)
+		}
 	}
+	return s
+}
+
+// Names lists the suite's tests, in the order Run runs them.
+func Names() []string {
+	out := make([]string, len(tests))
+	for i, tc := range tests {
+		out[i] = tc.name
+	}
+	return out
 }
 
 type test struct {

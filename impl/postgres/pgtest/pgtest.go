@@ -326,6 +326,7 @@ func FactoryWith(base postgres.Options) storetest.Factory {
 			Reopen:   func(t testing.TB) spec.Store { return open(t, opts) },
 			OpenWith: func(t testing.TB, o storetest.Options) spec.Store { return open(t, o) },
 			Layout:   storetest.LayoutJobRow,
+			Caps:     storetest.Caps{Hooks: true, SQL: true, DatabaseClock: true},
 		}
 	}
 }

@@ -34,5 +34,7 @@ func Factory(t testing.TB, opts storetest.Options) storetest.Handle {
 		},
 		Reopen:   func(t testing.TB) spec.Store { return open(t, opts) },
 		OpenWith: func(t testing.TB, o storetest.Options) spec.Store { return open(t, o) },
+		Layout:   storetest.LayoutTablePerRecord,
+		Caps:     storetest.Caps{Hooks: true, SQL: true},
 	}
 }

@@ -1,0 +1,162 @@
+package harness
+
+import (
+	"bytes"
+	"encoding/json"
+	"math"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/anishathalye/porcupine"
+
+	"github.com/leasehold/leasehold/impl/sqlite/sqlitetest"
+	"github.com/leasehold/leasehold/model"
+)
+
+// recorded returns a small real history as a HistoryFile's JSON.
+func recorded(t *testing.T) []byte {
+	t.Helper()
+	w := Workload{Factory: sqlitetest.Factory, Config: TestConfig(), Seed: 11, Tenants: []string{"t1", "t2"},
+		Workers: 2, APIs: 1, Ops: 150, MaxUnknown: 1, Aborts: 0.05}
+	scope := &scopedTB{TB: t}
+	defer scope.close()
+	h, err := w.Record(t.Context(), scope)
+	if err != nil {
+		t.Fatal(err)
+	}
+	data, err := EncodeHistory(h, "sqlite", w.Seed, Judgement{Partition: true, Drained: true}, w.Config, "replay")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return data
+}
+
+// TestDecodeHistoryRefusesMalformed: a history file that is empty,
+// misspelled or has an incomplete entry is refused with an error naming
+// what is wrong, never judged (an empty history would check as Ok).
+func TestDecodeHistoryRefusesMalformed(t *testing.T) {
+	good := recorded(t)
+	if _, _, err := DecodeHistory(good); err != nil {
+		t.Fatalf("the recorded history does not decode: %v", err)
+	}
+	// Numbers stay json.Numbers: times are int64s past float64's precision.
+	decode := func() map[string]any {
+		var m map[string]any
+		dec := json.NewDecoder(bytes.NewReader(good))
+		dec.UseNumber()
+		if err := dec.Decode(&m); err != nil {
+			t.Fatal(err)
+		}
+		return m
+	}
+	entries := decode()["entries"].([]any)
+	// The index of an entry with a value (not unknown, no error), and of a
+	// create_run.
+	valued, create := -1, -1
+	for i, e := range entries {
+		if _, ok := e.(map[string]any)["value"]; ok && valued < 0 {
+			valued = i
+		}
+		if e.(map[string]any)["kind"] == "create_run" && create < 0 {
+			create = i
+		}
+	}
+	if valued < 0 || create < 0 {
+		t.Fatalf("the history has no entry with a value (%d) or no create_run (%d)", valued, create)
+	}
+	edit := func(change func(m map[string]any)) []byte {
+		m := decode()
+		change(m)
+		b, _ := json.Marshal(m)
+		return b
+	}
+	entry := func(m map[string]any, i int) map[string]any { return m["entries"].([]any)[i].(map[string]any) }
+	cases := []struct {
+		name string
+		data []byte
+		want string
+	}{
+		{"empty file", nil, "not a history file"},
+		{"not JSON", []byte("history"), "not a history file"},
+		{"an object with nothing", []byte("{}"), "no entries"},
+		{"no entries", edit(func(m map[string]any) { m["entries"] = []any{} }), "no entries"},
+		{"a misspelled field", edit(func(m map[string]any) { m["entires"] = m["entries"] }), `unknown field "entires"`},
+		{"a misspelled entry field", edit(func(m map[string]any) { entry(m, 0)["requst"] = 1 }), `unknown field "requst"`},
+		{"trailing data", append(append([]byte(nil), good...), []byte(" {}")...), "trailing data"},
+		{"an unknown operation", edit(func(m map[string]any) { entry(m, 0)["kind"] = "teleport" }), `unknown operation "teleport"`},
+		{"no request", edit(func(m map[string]any) { delete(entry(m, 0), "req") }), "no request"},
+		{"a request of another operation", edit(func(m map[string]any) { entry(m, create)["kind"] = "claim" }), `(claim) request: json: unknown field`},
+		{"no outcome", edit(func(m map[string]any) { delete(entry(m, valued), "value") }), "no outcome"},
+		{"a value and an error", edit(func(m map[string]any) {
+			entry(m, valued)["err"] = map[string]any{"code": "not_found", "message": "x"}
+		}), "both a value and an error"},
+		{"an unknown outcome that returns", edit(func(m map[string]any) {
+			e := entry(m, valued)
+			delete(e, "value")
+			e["unknown"] = true
+		}), "an unknown outcome never returns"},
+		{"a return before the call", edit(func(m map[string]any) { entry(m, valued)["return"] = 0 }), "returns (0) before it is called"},
+		{"an unknown error code", edit(func(m map[string]any) {
+			e := entry(m, valued)
+			delete(e, "value")
+			e["err"] = map[string]any{"code": "oops", "message": "x"}
+		}), `error code "oops"`},
+		{"a bad config", edit(func(m map[string]any) { m["config"] = map[string]any{} }), "config"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			_, _, err := DecodeHistory(c.data)
+			if err == nil || !strings.Contains(err.Error(), c.want) {
+				t.Fatalf("want an error containing %q, got %v", c.want, err)
+			}
+		})
+	}
+}
+
+// TestDecodedHistoriesNeverPanic: every history DecodeHistory accepts can
+// be judged. Each entry of a real history is changed in turn — its time,
+// its outcome turned into another entry's, its client — and every decoded
+// variant is judged; a panic inside porcupine's checker could not be
+// recovered, so this must never crash.
+func TestDecodedHistoriesNeverPanic(t *testing.T) {
+	good := recorded(t)
+	var f HistoryFile
+	if err := json.Unmarshal(good, &f); err != nil {
+		t.Fatal(err)
+	}
+	m := model.Model{Config: f.Config}
+	judged, illegal := 0, 0
+	for i := 0; i < len(f.Entries); i += 7 {
+		for _, change := range []func(e *entryJSON){
+			func(e *entryJSON) { e.Now = -1 },
+			func(e *entryJSON) { e.Now = math.MaxInt64 },
+			func(e *entryJSON) { e.Jitter = -5 },
+			func(e *entryJSON) { e.Client = 9999 },
+			func(e *entryJSON) { *e = f.Entries[(i+3)%len(f.Entries)] }, // another entry in its place
+			func(e *entryJSON) {
+				other := f.Entries[(i+1)%len(f.Entries)]
+				e.Value, e.Err = other.Value, other.Err // another operation's outcome
+			},
+		} {
+			v := f
+			v.Entries = append([]entryJSON(nil), f.Entries...)
+			change(&v.Entries[i])
+			data, _ := json.Marshal(v)
+			h, file, err := DecodeHistory(data)
+			if err != nil {
+				continue
+			}
+			verdict := Judge(model.Model{Config: file.Config}, h, Judgement{Partition: file.Partitioned, Timeout: time.Minute, Drained: file.Drained})
+			judged++
+			if verdict.Linearizable != porcupine.Ok {
+				illegal++
+				verdict.Explain(m, h, time.Minute)
+			}
+		}
+	}
+	if judged == 0 || illegal == 0 {
+		t.Fatalf("judged %d variants, %d not linearizable: the test proves nothing", judged, illegal)
+	}
+	t.Logf("judged %d variants of a %d-entry history, %d not linearizable", judged, len(f.Entries), illegal)
+}

@@ -1,0 +1,94 @@
+package harness
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+
+	"github.com/leasehold/leasehold/impl/storetest"
+)
+
+// Target is a store the harness checks: its name in reports, the factory
+// that opens it, and what a replay command needs besides the seed.
+type Target struct {
+	// Name names the store in reports and metrics lines ("sqlite").
+	Name    string
+	Factory storetest.Factory
+	// Env is the environment the calling test needs to run again (for a
+	// store given as a command: LEASEHOLD_STORE_CMD); every replay command
+	// starts with it.
+	Env map[string]string
+	// Tags are the build tags the calling test needs ("" for none).
+	Tags string
+	// Transient marks a store that is not part of this repository (a
+	// command under `leasehold verify --store-cmd`): a failing property
+	// run's failfile is kept under reports/ only, never left in the
+	// package's testdata/, where rapid would replay it on every later run
+	// against whatever store the next command is.
+	Transient bool
+}
+
+// RunPattern is the go test -run pattern that selects exactly the test (or
+// subtest) named name: each level anchored on its own.
+func RunPattern(name string) string {
+	parts := strings.Split(name, "/")
+	for i, p := range parts {
+		parts[i] = "^" + p + "$"
+	}
+	return strings.Join(parts, "/")
+}
+
+// ShellQuote quotes s for a POSIX shell when it needs it.
+func ShellQuote(s string) string {
+	if s != "" && strings.IndexFunc(s, func(r rune) bool {
+		return !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || strings.ContainsRune("_-./:=@%+,", r))
+	}) < 0 {
+		return s
+	}
+	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
+}
+
+// envPrefix renders env as sorted NAME=value words, quoted for a shell,
+// followed by a space ("" for none).
+func envPrefix(env map[string]string) string {
+	var words []string
+	for name, v := range env {
+		words = append(words, name+"="+ShellQuote(v))
+	}
+	sort.Strings(words)
+	if len(words) == 0 {
+		return ""
+	}
+	return strings.Join(words, " ") + " "
+}
+
+// TestCommand is the one-line shell command, run from the repository root,
+// that runs the test named name of the working directory's package again,
+// with env and tags.
+func TestCommand(env map[string]string, tags, name string) string {
+	cmd := envPrefix(env) + "go test"
+	if tags != "" {
+		cmd += " -tags " + tags
+	}
+	return fmt.Sprintf("%s %s -count=1 -run %s", cmd, packagePath(), ShellQuote(RunPattern(name)))
+}
+
+// packagePath is the working directory (a test's package) relative to the
+// repository root, as go test names it ("./harness").
+func packagePath() string {
+	root, err := RepoRoot()
+	if err != nil {
+		return "."
+	}
+	wd, err := os.Getwd()
+	if err != nil {
+		return "."
+	}
+	rel, err := filepath.Rel(root, wd)
+	if err != nil || rel == "." {
+		return "."
+	}
+	return "./" + filepath.ToSlash(rel)
+}

@@ -1,0 +1,192 @@
+package storeproto
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+
+	"github.com/leasehold/leasehold/spec"
+)
+
+// Store is a spec.Store over one store process: every method is one
+// request, by the operation's name in spec.Operations, with its request in
+// spec's JSON form, and its result decoded strictly as the operation's
+// result type. Contract errors come back as *spec.Error; anything the
+// protocol forbids as a *Finding.
+type Store struct{ c *Conn }
+
+// batchStore is a Store whose process implements complete_batch.
+type batchStore struct{ *Store }
+
+var (
+	_ spec.Store          = (*Store)(nil)
+	_ spec.BatchCompleter = batchStore{}
+)
+
+// NewStore returns the spec.Store of a connection: a spec.BatchCompleter
+// too when the store lists complete_batch in its open reply.
+func NewStore(c *Conn) spec.Store {
+	s := &Store{c: c}
+	if c.hello.implements(spec.OpCompleteBatch) {
+		return batchStore{s}
+	}
+	return s
+}
+
+// Conn returns the store's connection.
+func (s *Store) Conn() *Conn { return s.c }
+
+// do runs one operation of the table and decodes its result as Res;
+// check, when set, judges the decoded result (a non-empty answer is a
+// finding).
+func do[Res any](ctx context.Context, s *Store, req spec.Request, check func(Res) string) (Res, error) {
+	var res Res
+	row := spec.OperationOf(req)
+	_, err := s.c.call(ctx, string(row.Op), req, func(raw json.RawMessage) string {
+		v, err := row.DecodeResult(raw)
+		if err != nil {
+			return fmt.Sprintf("the result does not decode as %v (strictly: every field by its JSON name, no others): %v: %s",
+				row.Result, err, excerpt(raw))
+		}
+		var ok bool
+		if res, ok = v.(Res); !ok {
+			return fmt.Sprintf("the result decodes to %T, not %T (a bug of package storeproto)", v, res)
+		}
+		if check != nil {
+			return check(res)
+		}
+		return ""
+	})
+	if err != nil {
+		var zero Res
+		return zero, err
+	}
+	return res, nil
+}
+
+// CreateRun implements spec.Store.
+func (s *Store) CreateRun(ctx context.Context, req spec.CreateRunRequest) (spec.CreateRunResult, error) {
+	return do[spec.CreateRunResult](ctx, s, req, nil)
+}
+
+// Claim implements spec.Store.
+func (s *Store) Claim(ctx context.Context, req spec.ClaimRequest) ([]spec.Lease, error) {
+	return do[[]spec.Lease](ctx, s, req, nil)
+}
+
+// Renew implements spec.Store.
+func (s *Store) Renew(ctx context.Context, req spec.RenewRequest) (spec.Lease, error) {
+	return do[spec.Lease](ctx, s, req, nil)
+}
+
+// Complete implements spec.Store.
+func (s *Store) Complete(ctx context.Context, req spec.CompleteRequest) (spec.Run, error) {
+	return do[spec.Run](ctx, s, req, nil)
+}
+
+// Retry implements spec.Store.
+func (s *Store) Retry(ctx context.Context, req spec.RetryRequest) (spec.Job, error) {
+	return do[spec.Job](ctx, s, req, nil)
+}
+
+// Fail implements spec.Store.
+func (s *Store) Fail(ctx context.Context, req spec.FailRequest) (spec.Run, error) {
+	return do[spec.Run](ctx, s, req, nil)
+}
+
+// Cancel implements spec.Store.
+func (s *Store) Cancel(ctx context.Context, req spec.CancelRequest) (spec.Run, error) {
+	return do[spec.Run](ctx, s, req, nil)
+}
+
+// Release implements spec.Store.
+func (s *Store) Release(ctx context.Context, req spec.ReleaseRequest) (spec.Job, error) {
+	return do[spec.Job](ctx, s, req, nil)
+}
+
+// Reap implements spec.Store.
+func (s *Store) Reap(ctx context.Context, req spec.ReapRequest) ([]string, error) {
+	return do[[]string](ctx, s, req, nil)
+}
+
+// PurgeIdempotency implements spec.Store.
+func (s *Store) PurgeIdempotency(ctx context.Context, req spec.PurgeRequest) (int, error) {
+	return do[int](ctx, s, req, nil)
+}
+
+// PurgeRuns implements spec.Store.
+func (s *Store) PurgeRuns(ctx context.Context, req spec.PurgeRunsRequest) ([]string, error) {
+	return do[[]string](ctx, s, req, nil)
+}
+
+// Replay implements spec.Store.
+func (s *Store) Replay(ctx context.Context, req spec.ReplayRequest) (spec.Run, error) {
+	return do[spec.Run](ctx, s, req, nil)
+}
+
+// ReserveEffect implements spec.Store.
+func (s *Store) ReserveEffect(ctx context.Context, req spec.ReserveEffectRequest) (spec.EffectReservation, error) {
+	return do[spec.EffectReservation](ctx, s, req, nil)
+}
+
+// RecordEffect implements spec.Store.
+func (s *Store) RecordEffect(ctx context.Context, req spec.RecordEffectRequest) (spec.Effect, error) {
+	return do[spec.Effect](ctx, s, req, nil)
+}
+
+// ReconcileEffect implements spec.Store.
+func (s *Store) ReconcileEffect(ctx context.Context, req spec.ReconcileEffectRequest) (spec.Effect, error) {
+	return do[spec.Effect](ctx, s, req, nil)
+}
+
+// GetRun implements spec.Store.
+func (s *Store) GetRun(ctx context.Context, tenant, runID string) (spec.Run, error) {
+	return do[spec.Run](ctx, s, spec.GetRunRequest{Tenant: tenant, RunID: runID}, nil)
+}
+
+// GetJob implements spec.Store.
+func (s *Store) GetJob(ctx context.Context, tenant, runID string) (spec.Job, error) {
+	return do[spec.Job](ctx, s, spec.GetJobRequest{Tenant: tenant, RunID: runID}, nil)
+}
+
+// Events implements spec.Store.
+func (s *Store) Events(ctx context.Context, tenant, runID string) ([]spec.Event, error) {
+	return do[[]spec.Event](ctx, s, spec.EventsRequest{Tenant: tenant, RunID: runID}, nil)
+}
+
+// Attempts implements spec.Store.
+func (s *Store) Attempts(ctx context.Context, tenant, runID string) ([]spec.Attempt, error) {
+	return do[[]spec.Attempt](ctx, s, spec.AttemptsRequest{Tenant: tenant, RunID: runID}, nil)
+}
+
+// Effects implements spec.Store.
+func (s *Store) Effects(ctx context.Context, tenant, runID string) ([]spec.Effect, error) {
+	return do[[]spec.Effect](ctx, s, spec.EffectsRequest{Tenant: tenant, RunID: runID}, nil)
+}
+
+// Snapshot implements spec.Store: every tenant's rows.
+func (s *Store) Snapshot(ctx context.Context) (spec.Snapshot, error) {
+	return do[spec.Snapshot](ctx, s, spec.SnapshotRequest{}, nil)
+}
+
+// Close implements spec.Store: the session ends and the process exits.
+func (s *Store) Close() error { return s.c.Close() }
+
+// CompleteBatch implements spec.BatchCompleter: one request, one outcome
+// per member in its order, each member's error checked as a contract error.
+func (b batchStore) CompleteBatch(ctx context.Context, reqs []spec.CompleteRequest) ([]spec.BatchOutcome, error) {
+	return do(ctx, b.Store, spec.CompleteBatchRequest{Requests: reqs}, func(outs []spec.BatchOutcome) string {
+		if len(outs) != len(reqs) {
+			return fmt.Sprintf("%d outcomes for %d requests; want one per request, in order", len(outs), len(reqs))
+		}
+		for i, o := range outs {
+			if e, ok := o.Err.(*spec.Error); ok {
+				raw, _ := json.Marshal(e)
+				if _, err := specError(raw); err != nil {
+					return fmt.Sprintf("outcome %d: %v", i, err)
+				}
+			}
+		}
+		return ""
+	})
+}
