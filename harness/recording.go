@@ -38,6 +38,8 @@ type RecordingStore struct {
 	jitter int64 // the store's jitter draws are in [0, jitter)
 	closed atomic.Bool
 	notify spec.Notifier
+	// batches: the underlying store completes batches (spec.BatchCompleter).
+	batches bool
 
 	mu       sync.Mutex
 	breaches []error
@@ -128,18 +130,25 @@ func NewRecordingStore(t testing.TB, h storetest.Handle, cfg spec.Config, clk cl
 		if n, ok := store.(spec.Notifier); ok && s.notify == nil {
 			s.notify = n
 		}
+		_, s.batches = store.(spec.BatchCompleter)
 	}
 	return s
 }
 
-// Store returns the store to give the program: s itself, or s with the
-// underlying store's Listen when that store notifies (notifications are
-// hints: they are not recorded).
+// Store returns the store to give the program: s, with the underlying
+// store's Listen when that store notifies (notifications are hints: they are
+// not recorded), and without CompleteBatch when that store does not complete
+// batches (the program then completes one run at a time).
 func (s *RecordingStore) Store() spec.Store {
-	if s.notify != nil {
+	switch {
+	case s.batches && s.notify != nil:
 		return notifyingStore{s}
+	case s.batches:
+		return s
+	case s.notify != nil:
+		return unbatchedNotifyingStore{unbatchedStore{s}, s.notify}
 	}
-	return s
+	return unbatchedStore{s}
 }
 
 // notifyingStore is a RecordingStore that also listens.
@@ -148,6 +157,15 @@ type notifyingStore struct{ *RecordingStore }
 // Listen implements spec.Notifier.
 func (n notifyingStore) Listen(ctx context.Context, fn func(spec.Notification)) error {
 	return n.notify.Listen(ctx, fn)
+}
+
+// unbatchedStore is a RecordingStore without CompleteBatch.
+type unbatchedStore struct{ spec.Store }
+
+// unbatchedNotifyingStore is an unbatchedStore that also listens.
+type unbatchedNotifyingStore struct {
+	unbatchedStore
+	spec.Notifier
 }
 
 var _ spec.BatchCompleter = (*RecordingStore)(nil)

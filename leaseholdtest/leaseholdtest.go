@@ -19,6 +19,10 @@
 //     then Jepsen-style accounting (reports under reports/lin/).
 //   - Scenarios: the named races of the scenario corpus, played with
 //     barriers on the store's hooks.
+//   - Runtime: what users run — leasehold's worker runtime (renewals,
+//     batched completion, housekeeping, self-fencing effects) on the store,
+//     with rolled-back transactions, lost replies and paused workers,
+//     every store call judged against the model, then a liveness bound.
 //
 // Budget, seed, failfiles and replay work as for leasehold's own stores:
 // LEASEHOLD_BUDGET (set by `leasehold verify`) bounds the property and
@@ -150,13 +154,20 @@ func Linearizability(t *testing.T, s Store) { harness.RunLinearizableOn(t, s.tar
 // without hooks.
 func Scenarios(t *testing.T, s Store) { scenarios.RunCorpusOn(t, s.target(t)) }
 
+// Runtime runs the worker runtime on the store and judges every call it
+// makes (harness.RunRuntimeOn). It needs hooks (its faults are injected
+// there); a store without batch completion is driven one completion at a
+// time.
+func Runtime(t *testing.T, s Store) { harness.RunRuntimeOn(t, s.target(t)) }
+
 // All runs every check, each as a subtest: Conformance, Property,
-// Linearizability, Scenarios.
+// Linearizability, Scenarios, Runtime.
 func All(t *testing.T, s Store) {
 	for _, c := range []struct {
 		name string
 		run  func(*testing.T, Store)
-	}{{"Conformance", Conformance}, {"Property", Property}, {"Linearizability", Linearizability}, {"Scenarios", Scenarios}} {
+	}{{"Conformance", Conformance}, {"Property", Property}, {"Linearizability", Linearizability}, {"Scenarios", Scenarios},
+		{"Runtime", Runtime}} {
 		t.Run(c.name, func(t *testing.T) { c.run(t, s) })
 	}
 }

@@ -79,13 +79,18 @@ func TestConformanceNotApplicable(t *testing.T) {
 // are skipped as not applicable, and the other scenarios pass.
 func TestChecksNotApplicable(t *testing.T) {
 	s := leaseholdtest.Store{Name: "bare", Factory: bare}
-	var skipped bool
-	t.Run("Linearizability", func(t *testing.T) {
-		t.Cleanup(func() { skipped = t.Skipped() })
-		leaseholdtest.Linearizability(t, s)
-	})
-	if !skipped {
-		t.Errorf("the linearizability check ran on a store without hooks; want it not applicable")
+	for _, c := range []struct {
+		name  string
+		check func(*testing.T, leaseholdtest.Store)
+	}{{"Linearizability", leaseholdtest.Linearizability}, {"Runtime", leaseholdtest.Runtime}} {
+		var skipped bool
+		t.Run(c.name, func(t *testing.T) {
+			t.Cleanup(func() { skipped = t.Skipped() })
+			c.check(t, s)
+		})
+		if !skipped {
+			t.Errorf("the %s check ran on a store without hooks; want it not applicable", c.name)
+		}
 	}
 	corpus, err := scenarios.Corpus()
 	if err != nil {

@@ -95,9 +95,10 @@ var checks = []check{
 // LEASEHOLD_STORE_CMD.
 var storeCmdChecks = []check{
 	{Name: "conformance", Store: "store-cmd", Package: "./storeproto/cmdtest", Tests: []string{"TestConformance"}, Share: 0.1},
-	{Name: "rapid", Store: "store-cmd", Package: "./storeproto/cmdtest", Tests: []string{"TestProperty"}, Share: 0.45},
+	{Name: "rapid", Store: "store-cmd", Package: "./storeproto/cmdtest", Tests: []string{"TestProperty"}, Share: 0.4},
 	{Name: "linearizability", Store: "store-cmd", Package: "./storeproto/cmdtest", Tests: []string{"TestLinearizable"}, Share: 0.35},
-	{Name: "scenarios", Store: "store-cmd", Package: "./storeproto/cmdtest", Tests: []string{"TestScenarios"}, Share: 0.1},
+	{Name: "scenarios", Store: "store-cmd", Package: "./storeproto/cmdtest", Tests: []string{"TestScenarios"}, Share: 0.05},
+	{Name: "runtime", Store: "store-cmd", Package: "./storeproto/cmdtest", Tests: []string{"TestRuntime"}, Share: 0.1},
 }
 
 // The status of a check.

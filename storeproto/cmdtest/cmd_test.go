@@ -60,3 +60,5 @@ func TestProperty(t *testing.T) { leaseholdtest.Property(t, target(t)) }
 func TestLinearizable(t *testing.T) { leaseholdtest.Linearizability(t, target(t)) }
 
 func TestScenarios(t *testing.T) { leaseholdtest.Scenarios(t, target(t)) }
+
+func TestRuntime(t *testing.T) { leaseholdtest.Runtime(t, target(t)) }
