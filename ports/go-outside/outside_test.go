@@ -42,8 +42,8 @@ func factory(t testing.TB, opts leaseholdtest.Options) leaseholdtest.Handle {
 }
 
 // TestSQLiteThroughThePortingAPI runs every check — conformance, rapid,
-// linearizability, scenarios — on the store, from outside the leasehold
-// module.
+// linearizability, scenarios, the worker runtime — on the store, from
+// outside the leasehold module.
 func TestSQLiteThroughThePortingAPI(t *testing.T) {
 	leaseholdtest.All(t, leaseholdtest.Store{Name: "outside-sqlite", Factory: factory})
 }
