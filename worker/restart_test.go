@@ -6,13 +6,13 @@ import (
 	"fmt"
 	"log/slog"
 	"runtime"
-	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/leasehold/leasehold/impl/postgres"
 	"github.com/leasehold/leasehold/impl/postgres/pgtest"
+	"github.com/leasehold/leasehold/internal/logwatch"
 	"github.com/leasehold/leasehold/metrics"
 	"github.com/leasehold/leasehold/spec"
 	"github.com/leasehold/leasehold/worker"
@@ -23,27 +23,6 @@ import (
 // listener across a restart, and what a worker leaves behind afterwards.
 // Real time passes here: the store uses the database clock and the worker
 // the system's timers, as in production.
-
-// logWatch is a slog handler that sends every record whose message holds
-// substr (and drops the rest): a test's barrier on something the worker
-// logs.
-type logWatch struct {
-	substr string
-	seen   chan<- string
-}
-
-func (l logWatch) Enabled(context.Context, slog.Level) bool { return true }
-func (l logWatch) WithAttrs([]slog.Attr) slog.Handler       { return l }
-func (l logWatch) WithGroup(string) slog.Handler            { return l }
-func (l logWatch) Handle(_ context.Context, r slog.Record) error {
-	if strings.Contains(r.Message, l.substr) {
-		select {
-		case l.seen <- r.Message:
-		default:
-		}
-	}
-	return nil
-}
 
 // countingProvider is an external system that neither deduplicates nor
 // fences: it applies every call, and counts them per key.
@@ -175,10 +154,10 @@ func TestPostgresRestartMidRun(t *testing.T) {
 	completions := map[string]int{}
 	finishedAt := map[string]time.Time{}
 	all := make(chan struct{})
-	resending := make(chan string, 1)
+	watch, resending := logwatch.New("sending it again")
 	w, err := worker.New(worker.Config{Store: store, Tenants: []string{"acme"}, Handler: worker.HandlerFunc(handler), ID: "restart-worker",
 		Concurrency: slots, Idle: 50 * time.Millisecond, IdleJitter: 10 * time.Millisecond,
-		Logger: slog.New(logWatch{substr: "sending it again", seen: resending}),
+		Logger: slog.New(watch),
 		OnResult: func(r worker.Result) {
 			mu.Lock()
 			defer mu.Unlock()

@@ -3,36 +3,15 @@ package postgres_test
 import (
 	"context"
 	"log/slog"
-	"strings"
 	"testing"
 	"time"
 
 	"github.com/leasehold/leasehold/impl/postgres"
 	"github.com/leasehold/leasehold/impl/postgres/pgtest"
+	"github.com/leasehold/leasehold/internal/logwatch"
 	"github.com/leasehold/leasehold/metrics"
 	"github.com/leasehold/leasehold/spec"
 )
-
-// logWatch is a slog handler that sends every record whose message holds
-// substr (and drops the rest): a test's barrier on something the code under
-// test logs.
-type logWatch struct {
-	substr string
-	seen   chan<- string
-}
-
-func (l logWatch) Enabled(context.Context, slog.Level) bool { return true }
-func (l logWatch) WithAttrs([]slog.Attr) slog.Handler       { return l }
-func (l logWatch) WithGroup(string) slog.Handler            { return l }
-func (l logWatch) Handle(_ context.Context, r slog.Record) error {
-	if strings.Contains(r.Message, l.substr) {
-		select {
-		case l.seen <- r.Message:
-		default:
-		}
-	}
-	return nil
-}
 
 // TestOpenWaitsForServer: Open while the server is down fails at once by
 // default (unavailable), and with WaitForServer waits until the server has
@@ -50,7 +29,7 @@ func TestOpenWaitsForServer(t *testing.T) {
 		t.Fatalf("Open with the server down and no WaitForServer: %v, want unavailable at once", err)
 	}
 
-	waiting := make(chan string, 1)
+	watch, waiting := logwatch.New("not accepting connections yet")
 	type opened struct {
 		s   *postgres.Store
 		err error
@@ -58,7 +37,7 @@ func TestOpenWaitsForServer(t *testing.T) {
 	done := make(chan opened, 1)
 	go func() {
 		s, err := postgres.Open(ctx, c.DSN(), postgres.Options{Config: spec.DefaultConfig(), WaitForServer: 45 * time.Second,
-			Logger: slog.New(logWatch{substr: "not accepting connections yet", seen: waiting})})
+			Logger: slog.New(watch)})
 		done <- opened{s, err}
 	}()
 	select {
