@@ -48,13 +48,7 @@ func RunLinearizableOn(t *testing.T, target Target) {
 	if missing := storetest.Missing(storetest.Declared(t, f), storetest.CapHooks); len(missing) > 0 {
 		storetest.NotApplicable(t, storetest.CapHooks, "the linearizability check (its faults are injected through the hooks)")
 	}
-	seed := uint64(time.Now().UnixNano())
-	if s := os.Getenv("LEASEHOLD_SEED"); s != "" {
-		var err error
-		if seed, err = strconv.ParseUint(s, 10, 64); err != nil {
-			t.Fatalf("LEASEHOLD_SEED=%q: %v", s, err)
-		}
-	}
+	seed, pinned := FirstSeed(t)
 	budget := Budget(t, 0)
 	start := time.Now()
 	total := Races{}
@@ -81,7 +75,7 @@ func RunLinearizableOn(t *testing.T, target Target) {
 		scheduled, purged = scheduled+s, purged+p
 		violations += int64(v.Violations())
 		total.Add(v.Races)
-		if (budget == 0 && i >= 1) || os.Getenv("LEASEHOLD_SEED") != "" && i >= 1 || budget > 0 && time.Since(start)*time.Duration(i+2) > budget*time.Duration(i+1) {
+		if (budget == 0 && i >= 1) || pinned && i >= 1 || budget > 0 && time.Since(start)*time.Duration(i+2) > budget*time.Duration(i+1) {
 			break
 		}
 	}

@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
-	"os"
 	"strconv"
 	"sync"
 	"testing"
@@ -78,13 +77,7 @@ func RunRuntimeOn(t *testing.T, target Target) {
 		storetest.NotApplicable(t, storetest.CapHooks, "the runtime run (its faults are injected at hook points)")
 	}
 	batches := len(storetest.Missing(offered, storetest.CapCompleteBatch)) == 0
-	seed := uint64(time.Now().UnixNano())
-	if s := os.Getenv("LEASEHOLD_SEED"); s != "" {
-		var err error
-		if seed, err = strconv.ParseUint(s, 10, 64); err != nil {
-			t.Fatalf("LEASEHOLD_SEED=%q: %v", s, err)
-		}
-	}
+	seed, pinned := FirstSeed(t)
 	budget := Budget(t, 0)
 	start := time.Now()
 	total, injected := Races{}, int64(0)
@@ -104,7 +97,7 @@ func RunRuntimeOn(t *testing.T, target Target) {
 		}
 		maxRecovery = max(maxRecovery, r.recoveryMs)
 		stats = addStats(stats, r.stats)
-		if budget == 0 || os.Getenv("LEASEHOLD_SEED") != "" || time.Since(start)*time.Duration(i+2) > budget*time.Duration(i+1) {
+		if budget == 0 || pinned || time.Since(start)*time.Duration(i+2) > budget*time.Duration(i+1) {
 			break
 		}
 	}
