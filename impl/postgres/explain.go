@@ -45,3 +45,15 @@ func (s *Store) ExplainClaim(ctx context.Context, req spec.ClaimRequest) (string
 	}
 	return strings.Join(plan, "\n"), nil
 }
+
+// DatabaseTime reads the database clock (clock_timestamp(), in integer
+// milliseconds): the time the store decides expiry by when it was opened
+// without Options.Clock. It is a diagnostic (`leasehold doctor` compares it
+// with the host's clock); it writes nothing.
+func (s *Store) DatabaseTime(ctx context.Context) (int64, error) {
+	var now int64
+	if err := s.pool.QueryRow(ctx, clockQuery).Scan(&now); err != nil {
+		return 0, typed(ctx, err)
+	}
+	return now, nil
+}
