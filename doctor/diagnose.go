@@ -29,9 +29,9 @@ type Options struct {
 	// HostClock is this host's clock, which the database clock is compared
 	// with. nil: the system clock.
 	HostClock clock.Clock
-	// Thresholds are the ages past which a finding fails. The zero value
-	// means DefaultThresholds(); set every field when changing one.
-	Thresholds Thresholds
+	// Thresholds are the ages past which a finding fails (0: any age).
+	// nil: DefaultThresholds().
+	Thresholds *Thresholds
 	// MaxRuns bounds the invariant check: it reads every row of the
 	// database in one snapshot (one REPEATABLE READ transaction on
 	// PostgreSQL), so with more runs than this it is not run and the report
@@ -52,7 +52,7 @@ const SampleSize = 20
 // planLimit bounds the repairs a dry run lists.
 const planLimit = 1000
 
-// DefaultThresholds are the thresholds when Options.Thresholds is zero.
+// DefaultThresholds are the thresholds when Options.Thresholds is nil.
 // Workers reclaim expired leases on their next claim and reap and purge
 // every 30 s (worker.Config.Maintenance), so anything older than five
 // minutes means nobody is doing it.
@@ -82,6 +82,7 @@ func (o Options) validate() error {
 type diag struct {
 	t    *Target
 	o    Options
+	th   Thresholds
 	host clock.Clock
 	r    *Report
 }
@@ -121,18 +122,19 @@ func Diagnose(ctx context.Context, t *Target, o Options) (*Report, error) {
 	if err := o.validate(); err != nil {
 		return nil, err
 	}
-	if o.Thresholds == (Thresholds{}) {
-		o.Thresholds = DefaultThresholds()
+	th := DefaultThresholds()
+	if o.Thresholds != nil {
+		th = *o.Thresholds
 	}
 	if o.MaxRuns == 0 {
 		o.MaxRuns = DefaultMaxRuns
 	}
-	d := &diag{t: t, o: o, host: hostClock(o)}
+	d := &diag{t: t, o: o, th: th, host: hostClock(o)}
 	now, source, err := t.clockNow(ctx, o, d.host)
 	if err != nil {
 		return nil, err
 	}
-	d.r = &Report{Store: t.kind, Database: t.name, Tenant: o.Tenant, NowMs: now, NowSource: source, Thresholds: o.Thresholds}
+	d.r = &Report{Store: t.kind, Database: t.name, Tenant: o.Tenant, NowMs: now, NowSource: source, Thresholds: th}
 	for _, step := range []func(context.Context) error{d.invariants, d.expiredLeases, d.reapable, d.leaseExpiry, d.clock,
 		d.idempotency, d.outbox, d.claimPlan, d.blockers} {
 		if err := ctx.Err(); err != nil {
@@ -248,7 +250,7 @@ func (d *diag) expiredLeases(ctx context.Context) error {
 	if err := d.leases(ctx, c, expiredWithBudget); err != nil {
 		return notChecked(&c.Check, "reading expired leases", err)
 	}
-	limit := d.o.Thresholds.Leases
+	limit := d.th.Leases
 	switch old := oldest(c.Tenants); {
 	case c.Total == 0:
 		c.Status, c.Summary = StatusOK, "none"
@@ -275,7 +277,7 @@ func (d *diag) reapable(ctx context.Context) error {
 	if c.LastAttemptUnexpired > 0 {
 		live = fmt.Sprintf("; %d more on their last attempt and unexpired (their owners may still finish them)", c.LastAttemptUnexpired)
 	}
-	limit := d.o.Thresholds.Leases
+	limit := d.th.Leases
 	switch old := oldest(c.Tenants); {
 	case c.Total == 0:
 		c.Status, c.Summary = StatusOK, "none"+live
@@ -353,7 +355,7 @@ func (d *diag) clock(ctx context.Context) error {
 	}
 	c.DatabaseMs, c.HostMs = db, before+(after-before)/2
 	c.SkewMs, c.UncertaintyMs = db-c.HostMs, (after-before+1)/2
-	limit := d.o.Thresholds.Skew
+	limit := d.th.Skew
 	dir := "ahead of"
 	if c.SkewMs < 0 {
 		dir = "behind"
@@ -379,7 +381,7 @@ func (d *diag) idempotency(ctx context.Context) error {
 	if c.Expired > 0 {
 		c.OldestAgeMs = d.r.NowMs - oldestExpiry
 	}
-	limit := d.o.Thresholds.Idempotency
+	limit := d.th.Idempotency
 	switch {
 	case c.Expired == 0:
 		c.Status, c.Summary = StatusOK, "none"
@@ -431,7 +433,7 @@ func (d *diag) outbox(ctx context.Context) error {
 	if c.Pending > 0 {
 		c.OldestAgeMs = d.r.NowMs - oldestCreated
 	}
-	limit := d.o.Thresholds.Outbox
+	limit := d.th.Outbox
 	switch {
 	case c.Pending == 0:
 		c.Status, c.Summary = StatusOK, "no message pending (every tenant's: the outbox is not filtered by --tenant)"
@@ -530,7 +532,7 @@ func (d *diag) blockers(ctx context.Context) error {
 	if err != nil {
 		return notChecked(&c.Check, "reading pg_stat_activity and pg_locks", err)
 	}
-	limit := d.o.Thresholds.Idle.Milliseconds()
+	limit := d.th.Idle.Milliseconds()
 	var long []string
 	waiting := 0
 	for _, s := range c.Sessions {
@@ -548,10 +550,10 @@ func (d *diag) blockers(ctx context.Context) error {
 	case len(long) > 0:
 		c.Status = StatusFail
 		c.Summary = fmt.Sprintf("%d sessions hold job locks in a transaction open %s or longer (or idle in it): %s; claims skip the rows they hold and writes of those runs wait (%d sessions waiting)",
-			len(long), d.o.Thresholds.Idle, strings.Join(long, ", "), waiting)
+			len(long), d.th.Idle, strings.Join(long, ", "), waiting)
 	default:
 		c.Status = StatusOK
-		c.Summary = fmt.Sprintf("%d sessions hold job locks, none for %s (%d waiting)", len(c.Sessions), d.o.Thresholds.Idle, waiting)
+		c.Summary = fmt.Sprintf("%d sessions hold job locks, none for %s (%d waiting)", len(c.Sessions), d.th.Idle, waiting)
 	}
 	return nil
 }

@@ -583,7 +583,7 @@ func testBlockers(t *testing.T, k kit) {
 	idle.Idle = 0
 	conn := pgtest.Conn(t, pgtest.DSN(t), f.s.(*postgres.Store).Schema())
 	mustExec(t, conn.Exec, "BEGIN", "SELECT run_id FROM jobs WHERE tenant = 'acme' AND run_id = 'r-q' FOR UPDATE")
-	r := f.diagnose(Options{Thresholds: idle})
+	r := f.diagnose(Options{Thresholds: &idle})
 	wantStatuses(t, k, r, map[string]Status{"blockers": StatusFail})
 	if len(r.Blockers.Sessions) != 1 || r.Blockers.Sessions[0].Application != "leasehold-pgtest" ||
 		r.Blockers.Sessions[0].State != "idle in transaction" {
@@ -591,7 +591,7 @@ func testBlockers(t *testing.T, k kit) {
 	}
 	wantStatuses(t, k, f.diagnose(Options{}), nil) // younger than the default threshold
 	mustExec(t, conn.Exec, "ROLLBACK")
-	r = f.diagnose(Options{Thresholds: idle})
+	r = f.diagnose(Options{Thresholds: &idle})
 	wantStatuses(t, k, r, nil)
 	equal(t, "sessions", r.Blockers.Sessions, []Session{})
 }

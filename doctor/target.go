@@ -121,8 +121,8 @@ func OpenPostgres(ctx context.Context, dsn, schema string) (*Target, error) {
 	case err != nil:
 		return nil, &spec.Error{Code: spec.CodeUnavailable, Message: "doctor: reading " + table, Err: err}
 	case !exists:
-		return nil, spec.Errorf(spec.CodeFailedPrecondition, "doctor: schema %s of %s has no leasehold tables (no %s): wrong --schema? (the store's default is %s)",
-			schema, name, migrations.VersionTable, postgres.DefaultSchema)
+		return nil, spec.Errorf(spec.CodeFailedPrecondition, "doctor: %s has no leasehold tables (no %s): wrong --schema? (the store's default is %s)",
+			name, migrations.VersionTable, postgres.DefaultSchema)
 	}
 	var v int64
 	if version != nil {
