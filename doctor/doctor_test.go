@@ -54,6 +54,7 @@ var themes = []struct {
 	{"IdempotencyPastRetention", testIdempotencyPastRetention},
 	{"Outbox", testOutbox},
 	{"ClaimPlanWithoutIndex", testClaimPlanWithoutIndex},
+	{"LeaseExpiryInAnotherUnit", testLeaseExpiryInAnotherUnit},
 	{"SnapshotLimit", testSnapshotLimit},
 	{"Clock", testClock},
 	{"Blockers", testBlockers},
@@ -543,6 +544,18 @@ func testClaimPlanWithoutIndex(t *testing.T, k kit) {
 	if !strings.Contains(r.ClaimPlan.Summary, "missing [jobs_due]") || r.ClaimPlan.Tenant != "beta" {
 		t.Fatalf("claim plan: %+v", r.ClaimPlan)
 	}
+}
+
+// testLeaseExpiryInAnotherUnit: a lease expiry written in microseconds
+// lies decades ahead; the contract allows it (no invariant breaks), the
+// distribution warns.
+func testLeaseExpiryInAnotherUnit(t *testing.T, k kit) {
+	f := newFx(t, k)
+	f.healthyRows()
+	f.breakRows(false, `UPDATE jobs SET lease_expires_at = lease_expires_at * 1000 WHERE tenant = 'acme' AND run_id = 'r-run'`)
+	r := f.diagnose(Options{})
+	wantStatuses(t, k, r, map[string]Status{"lease_expiry": StatusWarn})
+	equal(t, "far ahead", r.LeaseExpiry.Buckets[len(buckets)-1], Bucket{Range: "expires more than a day from now", Leases: 1})
 }
 
 func testSnapshotLimit(t *testing.T, k kit) {
