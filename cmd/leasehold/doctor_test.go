@@ -64,7 +64,7 @@ func testDoctorCommand(t *testing.T, target []string) {
 	var rep struct {
 		Verdict string `json:"verdict"`
 		Repairs struct {
-			Mode    string `json:"mode"`
+			Mode    string                             `json:"mode"`
 			Actions []struct{ Action, Outcome string } `json:"actions"`
 		} `json:"repairs"`
 	}
