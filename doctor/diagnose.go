@@ -184,12 +184,12 @@ func (d *diag) invariants(ctx context.Context) error {
 	c.Violations = append(c.Violations, invariant.Check(snap)...)
 	c.Runs = len(snap.Runs)
 	c.Rows = len(snap.Runs) + len(snap.Events) + len(snap.Jobs) + len(snap.Attempts) + len(snap.Idempotency) + len(snap.Effects)
-	scope := fmt.Sprintf("%d runs, %d rows, one snapshot of every row (limit %d runs)", c.Runs, c.Rows, d.o.MaxRuns)
+	scope := fmt.Sprintf("%s, %s, one snapshot of every row (limit %d runs)", plural(c.Runs, "run"), plural(c.Rows, "row"), d.o.MaxRuns)
 	if len(c.Violations) == 0 {
 		c.Status, c.Summary = StatusOK, "no violations in "+scope
 		return nil
 	}
-	c.Status, c.Summary = StatusFail, fmt.Sprintf("%d violations in %s", len(c.Violations), scope)
+	c.Status, c.Summary = StatusFail, fmt.Sprintf("%s in %s", plural(len(c.Violations), "violation"), scope)
 	return nil
 }
 
@@ -228,6 +228,14 @@ func (d *diag) leaseRows(ctx context.Context, q string, a args) ([]LeaseRow, err
 	return out, err
 }
 
+// plural is "1 lease", "2 leases": a count and its noun.
+func plural[I int | int64](count I, noun string) string {
+	if count == 1 {
+		return "1 " + noun
+	}
+	return fmt.Sprintf("%d %ss", count, noun)
+}
+
 // oldest is the largest age among the tenants' (0 with none).
 func oldest(ts []TenantLeases) int64 {
 	var m int64
@@ -256,8 +264,8 @@ func (d *diag) expiredLeases(ctx context.Context) error {
 		c.Status, c.Summary = StatusOK, "none"
 	case old >= limit.Milliseconds():
 		c.Status = StatusFail
-		c.Summary = fmt.Sprintf("%d leases expired with attempts left and no claim took them over, the oldest %s ago (threshold %s): is any worker claiming for %s?",
-			c.Total, age(old), limit, tenantsOf(c.Tenants))
+		c.Summary = fmt.Sprintf("%s expired with attempts left and no claim took them over, the oldest %s ago (threshold %s): is any worker claiming for %s?",
+			plural(c.Total, "lease"), age(old), limit, tenantsOf(c.Tenants))
 	default:
 		c.Status = StatusOK
 		c.Summary = fmt.Sprintf("%d expired less than %s ago; the next claim of their tenant takes them over", c.Total, limit)
@@ -283,8 +291,8 @@ func (d *diag) reapable(ctx context.Context) error {
 		c.Status, c.Summary = StatusOK, "none"+live
 	case old >= limit.Milliseconds():
 		c.Status = StatusFail
-		c.Summary = fmt.Sprintf("%d jobs expired on their last attempt, which no claim can ever take, the oldest %s ago (threshold %s): is the workers' housekeeping (Store.Reap) off everywhere? --repair reaps them%s",
-			c.Total, age(old), limit, live)
+		c.Summary = fmt.Sprintf("%s expired on their last attempt, which no claim can ever take, the oldest %s ago (threshold %s): is the workers' housekeeping (Store.Reap) off everywhere? --repair reaps them%s",
+			plural(c.Total, "job"), age(old), limit, live)
 	default:
 		c.Status = StatusOK
 		c.Summary = fmt.Sprintf("%d expired on their last attempt less than %s ago; the workers' housekeeping reaps them every 30 s%s", c.Total, limit, live)
@@ -335,7 +343,7 @@ func (d *diag) leaseExpiry(ctx context.Context) error {
 		c.Summary = fmt.Sprintf("%d of %d leases expire more than a day from now, beyond the longest lease the default config allows (1h): a writer's clock ahead of this one, or times stored in another unit than milliseconds?",
 			far, c.Leased)
 	default:
-		c.Status, c.Summary = StatusOK, fmt.Sprintf("%d leased jobs: %d expired, %d live", c.Leased, expired, c.Leased-expired)
+		c.Status, c.Summary = StatusOK, fmt.Sprintf("%s: %d expired, %d live", plural(c.Leased, "leased job"), expired, c.Leased-expired)
 	}
 	return nil
 }
@@ -387,8 +395,8 @@ func (d *diag) idempotency(ctx context.Context) error {
 		c.Status, c.Summary = StatusOK, "none"
 	case c.OldestAgeMs >= limit.Milliseconds():
 		c.Status = StatusFail
-		c.Summary = fmt.Sprintf("%d records expired and not purged, the oldest %s ago (threshold %s): is the workers' housekeeping (Store.PurgeIdempotency) off everywhere?",
-			c.Expired, age(c.OldestAgeMs), limit)
+		c.Summary = fmt.Sprintf("%s expired and not purged, the oldest %s ago (threshold %s): is the workers' housekeeping (Store.PurgeIdempotency) off everywhere?",
+			plural(c.Expired, "record"), age(c.OldestAgeMs), limit)
 	default:
 		c.Status = StatusOK
 		c.Summary = fmt.Sprintf("%d expired less than %s ago; the workers' housekeeping purges them every 30 s", c.Expired, limit)
@@ -439,10 +447,10 @@ func (d *diag) outbox(ctx context.Context) error {
 		c.Status, c.Summary = StatusOK, "no message pending (every tenant's: the outbox is not filtered by --tenant)"
 	case c.OldestAgeMs >= limit.Milliseconds():
 		c.Status = StatusFail
-		c.Summary = fmt.Sprintf("%d messages pending, the oldest for %s (threshold %s): is the relay running?", c.Pending, age(c.OldestAgeMs), limit)
+		c.Summary = fmt.Sprintf("%s pending, the oldest for %s (threshold %s): is the relay running?", plural(c.Pending, "message"), age(c.OldestAgeMs), limit)
 	default:
 		c.Status = StatusOK
-		c.Summary = fmt.Sprintf("%d messages pending, none for %s", c.Pending, limit)
+		c.Summary = fmt.Sprintf("%s pending, none for %s", plural(c.Pending, "message"), limit)
 	}
 	return nil
 }
@@ -549,11 +557,11 @@ func (d *diag) blockers(ctx context.Context) error {
 		c.Status, c.Summary = StatusOK, "no session holds a lock on the jobs table"
 	case len(long) > 0:
 		c.Status = StatusFail
-		c.Summary = fmt.Sprintf("%d sessions hold job locks in a transaction open %s or longer (or idle in it): %s; claims skip the rows they hold and writes of those runs wait (%d sessions waiting)",
-			len(long), d.th.Idle, strings.Join(long, ", "), waiting)
+		c.Summary = fmt.Sprintf("%s hold job locks in a transaction open %s or longer (or idle in it): %s; claims skip the rows they hold and writes of those runs wait (%d waiting)",
+			plural(len(long), "session"), d.th.Idle, strings.Join(long, ", "), waiting)
 	default:
 		c.Status = StatusOK
-		c.Summary = fmt.Sprintf("%d sessions hold job locks, none for %s (%d waiting)", len(c.Sessions), d.th.Idle, waiting)
+		c.Summary = fmt.Sprintf("%s hold job locks, none for %s (%d waiting)", plural(len(c.Sessions), "session"), d.th.Idle, waiting)
 	}
 	return nil
 }
@@ -584,7 +592,7 @@ func (d *diag) plan(ctx context.Context) {
 			rp.Actions = append(rp.Actions, Action{Action: "release", Tenant: l.Tenant, RunID: l.RunID, Owner: l.Owner, Generation: l.Generation, Outcome: OutcomePlanned})
 		}
 		if expired > 0 {
-			rp.Notes = append(rp.Notes, fmt.Sprintf("%d leases of %s have expired: they need no release (a claim takes them over, or the reap above when no attempts are left).", expired, owner))
+			rp.Notes = append(rp.Notes, fmt.Sprintf("%s of %s expired: no release needed (a claim takes it over, or the reap above when no attempts are left).", plural(expired, "lease"), owner))
 		}
 		if len(leases) == 0 && expired == 0 {
 			rp.Notes = append(rp.Notes, fmt.Sprintf("%s holds no lease.", owner))

@@ -428,7 +428,7 @@ func testDeadOwnerReleased(t *testing.T, k kit) {
 	equal(t, "planned", r.Repairs.Actions, []Action{{Action: "release", Tenant: "acme", RunID: "r-held", Owner: "w-gone",
 		Generation: 1, Outcome: OutcomePlanned}})
 	equal(t, "notes", r.Repairs.Notes[:2], []string{
-		"1 leases of w-gone have expired: they need no release (a claim takes them over, or the reap above when no attempts are left).",
+		"1 lease of w-gone expired: no release needed (a claim takes it over, or the reap above when no attempts are left).",
 		"w-nobody holds no lease."})
 	after := f.repair(o, "ops-bob")
 	equal(t, "applied", after.Repairs.Actions, []Action{{Action: "release", Tenant: "acme", RunID: "r-held", Owner: "w-gone",
