@@ -264,11 +264,11 @@ func (d *diag) expiredLeases(ctx context.Context) error {
 		c.Status, c.Summary = StatusOK, "none"
 	case old >= limit.Milliseconds():
 		c.Status = StatusFail
-		c.Summary = fmt.Sprintf("%s expired with attempts left and no claim took them over, the oldest %s ago (threshold %s): is any worker claiming for %s?",
+		c.Summary = fmt.Sprintf("%s expired with attempts left, not taken over by any claim, the oldest %s ago (threshold %s): is any worker claiming for %s?",
 			plural(c.Total, "lease"), age(old), limit, tenantsOf(c.Tenants))
 	default:
 		c.Status = StatusOK
-		c.Summary = fmt.Sprintf("%d expired less than %s ago; the next claim of their tenant takes them over", c.Total, limit)
+		c.Summary = fmt.Sprintf("%s expired less than %s ago; the next claim of their tenant takes them over", plural(c.Total, "lease"), limit)
 	}
 	return nil
 }
@@ -291,11 +291,11 @@ func (d *diag) reapable(ctx context.Context) error {
 		c.Status, c.Summary = StatusOK, "none"+live
 	case old >= limit.Milliseconds():
 		c.Status = StatusFail
-		c.Summary = fmt.Sprintf("%s expired on their last attempt, which no claim can ever take, the oldest %s ago (threshold %s): is the workers' housekeeping (Store.Reap) off everywhere? --repair reaps them%s",
+		c.Summary = fmt.Sprintf("%s whose last attempt expired, which no claim can ever take, the oldest %s ago (threshold %s): is the workers' housekeeping (Store.Reap) off everywhere? --repair reaps them%s",
 			plural(c.Total, "job"), age(old), limit, live)
 	default:
 		c.Status = StatusOK
-		c.Summary = fmt.Sprintf("%d expired on their last attempt less than %s ago; the workers' housekeeping reaps them every 30 s%s", c.Total, limit, live)
+		c.Summary = fmt.Sprintf("%s whose last attempt expired less than %s ago; the workers' housekeeping reaps them every 30 s%s", plural(c.Total, "job"), limit, live)
 	}
 	return nil
 }
@@ -399,7 +399,7 @@ func (d *diag) idempotency(ctx context.Context) error {
 			plural(c.Expired, "record"), age(c.OldestAgeMs), limit)
 	default:
 		c.Status = StatusOK
-		c.Summary = fmt.Sprintf("%d expired less than %s ago; the workers' housekeeping purges them every 30 s", c.Expired, limit)
+		c.Summary = fmt.Sprintf("%s expired less than %s ago; the workers' housekeeping purges them every 30 s", plural(c.Expired, "record"), limit)
 	}
 	return nil
 }
