@@ -478,8 +478,8 @@ func (d *diag) claimPlan(ctx context.Context) error {
 	var err error
 	note := "(EXPLAIN QUERY PLAN: not executed)"
 	if d.t.pg != nil {
-		c.Plan, err = d.t.pg.ExplainClaim(ctx, req)
-		note = "(EXPLAIN ANALYZE of a one-job claim, rolled back)"
+		c.Plan, err = d.t.pg.PlanClaim(ctx, req)
+		note = "(EXPLAIN: not executed)"
 	} else {
 		c.Plan, err = d.t.sq.ExplainClaim(ctx, req)
 	}

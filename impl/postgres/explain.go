@@ -16,6 +16,18 @@ import (
 // claim, so it runs inside a transaction that is always rolled back and
 // changes nothing.
 func (s *Store) ExplainClaim(ctx context.Context, req spec.ClaimRequest) (string, error) {
+	return s.explainClaim(ctx, req, "EXPLAIN (ANALYZE, BUFFERS) ")
+}
+
+// PlanClaim is ExplainClaim without ANALYZE: the plan PostgreSQL chooses
+// for the claim statement with req's values, without executing it, so it
+// takes no row lock and writes nothing (`leasehold doctor` on a live
+// database).
+func (s *Store) PlanClaim(ctx context.Context, req spec.ClaimRequest) (string, error) {
+	return s.explainClaim(ctx, req, "EXPLAIN ")
+}
+
+func (s *Store) explainClaim(ctx context.Context, req spec.ClaimRequest, explain string) (string, error) {
 	var plan []string
 	err := func() error {
 		tx, err := s.pool.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.ReadCommitted})
@@ -32,7 +44,7 @@ func (s *Store) ExplainClaim(ctx context.Context, req spec.ClaimRequest) (string
 		if err != nil {
 			return err
 		}
-		rows, err := tx.Query(ctx, "EXPLAIN (ANALYZE, BUFFERS) "+claimJobs(req.Limit),
+		rows, err := tx.Query(ctx, explain+claimJobs(req.Limit),
 			args{"tenant": req.Tenant, "worker": req.Worker, "now": now, "expires_at": expiresAt, "limit": req.Limit})
 		if err != nil {
 			return err
