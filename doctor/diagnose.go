@@ -17,9 +17,10 @@ import (
 // Options says what Diagnose looks at and how it judges it. The zero value
 // diagnoses every tenant with the default thresholds.
 type Options struct {
-	// Tenant restricts every finding to one tenant ("" all). The
-	// invariants are still checked on a snapshot of every row, then the
-	// tenant's rows (see MaxRuns).
+	// Tenant restricts the findings to one tenant ("" all): the
+	// invariants (read from a snapshot of every row, then filtered: see
+	// MaxRuns), leases, idempotency records and repairs. The clock, the
+	// outbox and the blockers are the database's.
 	Tenant string
 	// Clock is "now" for every finding. nil: the database clock on
 	// PostgreSQL (what the store decides expiry by) and this host's clock

@@ -41,6 +41,11 @@
 // history. Without Repair, the report's Repairs is the dry run: what
 // Repair would do now.
 //
+// Each check is its own read, measured against one "now" read first; on a
+// busy database they are moments apart, so counts of one kind of row may
+// differ slightly between sections. The invariants are one consistent
+// snapshot.
+//
 // Times are the store's: PostgreSQL's findings are measured against the
 // database clock, SQLite's against this host's clock (its store reads its
 // process's clock), unless Options.Clock is injected.
