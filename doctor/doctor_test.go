@@ -329,6 +329,12 @@ func testBrokenInvariants(t *testing.T, k kit) {
 			if !strings.Contains(md.String(), "- "+tc.want[k.layout][0]+" (") {
 				t.Fatalf("the Markdown report does not list %q:\n%s", tc.want[k.layout][0], md.String())
 			}
+			// A broken database is not repaired.
+			if r, err := Repair(f.ctx, f.target, Options{Clock: f.clock}, "ops-eve"); spec.CodeOf(err) != spec.CodeFailedPrecondition ||
+				r == nil || r.Repairs.Mode != "dry_run" {
+				t.Fatalf("Repair of a database with broken invariants: %v, want failed_precondition and the diagnosis", err)
+			}
+			equal(t, "audit", len(f.audit()), 0)
 			// Another tenant's report does not see acme's break.
 			beta := f.diagnose(Options{Tenant: "beta"})
 			wantStatuses(t, k, beta, nil)

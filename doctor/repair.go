@@ -35,6 +35,13 @@ const reapBatch = 100
 // cannot be written, Repair stops and returns the error with the report so
 // far. A refused or failed repair is in the report (Report.RepairFailed),
 // not an error.
+//
+// A database whose invariants fail is not repaired (failed_precondition,
+// with the diagnosis): the operations keep invariants that hold, and rows
+// already broken need a person. When the invariants were not checked (more
+// runs than Options.MaxRuns) the repairs go ahead, each re-checked by its
+// operation's guard. A run makes at most the reaps its diagnosis listed
+// (1000); run it again for more.
 func Repair(ctx context.Context, t *Target, o Options, actor string) (*Report, error) {
 	if err := spec.CheckWorker(actor); err != nil {
 		return nil, spec.Errorf(spec.CodeInvalidArgument, "doctor: actor %q: want who is repairing, 1-128 printable ASCII bytes, for the audit trail", actor)
@@ -42,6 +49,11 @@ func Repair(ctx context.Context, t *Target, o Options, actor string) (*Report, e
 	before, err := Diagnose(ctx, t, o)
 	if err != nil {
 		return nil, err
+	}
+	if before.Invariants.Status == StatusFail {
+		before.Repairs.Notes = append(before.Repairs.Notes, "Not repaired: the database violates the contract's invariants (above), "+
+			"and the store's operations are only shown to keep invariants that hold. Find out how the rows got so first.")
+		return before, spec.Errorf(spec.CodeFailedPrecondition, "doctor: %s violates contract invariants; nothing was repaired (the report lists them)", t.name)
 	}
 	a := &auditor{t: t, actor: actor, o: o}
 	actions, err := a.apply(ctx, before.Repairs.Actions)

@@ -33,8 +33,9 @@ the store's own guarded operation and recorded with the actor in the leasehold_d
 table: Store.Reap of the jobs that can never be claimed (their runs fail with lease_expired), and
 Store.Release of the unexpired leases of each --release-owner, a worker you know is dead (the job
 is queued now, its attempt refunded, its generation kept; a live owner would be fenced but may
-already have called external systems). It never edits rows or rewrites history. The report then
-shows the state after the repairs.
+already have called external systems). It never edits rows or rewrites history, and it repairs
+nothing in a database whose invariants fail (those rows need a person). The report then shows
+the state after the repairs.
 
 The report is Markdown on stdout (--json: JSON); --reports DIR also writes doctor.md and
 doctor.json there. Findings are measured against the database clock (PostgreSQL) or this host's
