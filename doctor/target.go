@@ -42,12 +42,6 @@ func New(s spec.Store, name string) (*Target, error) {
 	return nil, spec.Errorf(spec.CodeInvalidArgument, "doctor: %T is not a store the doctor can read (SQLite or PostgreSQL)", s)
 }
 
-// Store returns the target's store.
-func (t *Target) Store() spec.Store { return t.store }
-
-// Kind is "sqlite" or "postgres".
-func (t *Target) Kind() string { return t.kind }
-
 // Close closes the store if OpenSQLite or OpenPostgres opened it.
 func (t *Target) Close() error {
 	if t.owned {

@@ -55,7 +55,7 @@ refused or failed, or the database could not be opened; 2 a usage error.`,
 		def := doctor.DefaultThresholds()
 		older := thresholdsFlag(def)
 		fs.Var(&older, "older-than", "age past which a finding fails: one `duration` for all (5m), or kind=duration pairs, comma-separated, "+
-			"kinds leases, idempotency, outbox, idle (e.g. 10m,idle=30s); default leases=5m,idempotency=5m,outbox=5m,idle=1m")
+			"kinds leases, idempotency, outbox, idle (e.g. 10m,idle=30s)")
 		skew := fs.Duration("now-skew", def.Skew, "how far the database clock may be from this host's")
 		maxRuns := fs.Int("max-runs", doctor.DefaultMaxRuns, "check the invariants only up to this many runs (they read every row in one snapshot)")
 		var owners []string
