@@ -2,6 +2,7 @@
 //
 //	leasehold verify [--store S] [--budget D]  every check (the main job)
 //	leasehold verify --store-cmd CMD           the checks on a store in any language (docs/PROTOCOL.md)
+//	leasehold doctor --sqlite F | --dsn D      diagnose (and --repair) a live database
 //	leasehold demo [--dir DIR]                 the companion example on a fresh SQLite file
 //	leasehold replay [FILE...]                 replay kept failing seeds (reports/failfiles)
 //	leasehold lincheck FILE                    re-check a recorded history
@@ -61,7 +62,7 @@ var pgEnv = []string{
 var commands []*command
 
 func init() {
-	commands = []*command{verifyCommand, demoCommand, replayCommand, lincheckCommand, scenarioCommand, benchCommand, testsumCommand}
+	commands = []*command{verifyCommand, doctorCommand, demoCommand, replayCommand, lincheckCommand, scenarioCommand, benchCommand, testsumCommand}
 }
 
 func main() {

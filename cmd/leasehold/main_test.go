@@ -45,6 +45,17 @@ func TestCommandLines(t *testing.T) {
 		{[]string{"lincheck", empty}, 1, "the history has no entries"},
 		{[]string{"lincheck", misspelled}, 1, `unknown field "entrys"`},
 		{[]string{"replay", filepath.Join(dir, "missing.fail.json")}, 1, "no sidecar"},
+		{[]string{"doctor", "-h"}, 0, "--release-owner"},
+		{[]string{"doctor"}, 2, "give exactly one of --sqlite FILE and --dsn DSN"},
+		{[]string{"doctor", "--sqlite", "a.db", "--dsn", "x"}, 2, "give exactly one of"},
+		{[]string{"doctor", "--sqlite", "a.db", "--schema", "s"}, 2, "--schema is for --dsn"},
+		{[]string{"doctor", "--sqlite", "a.db", "--json", "--md"}, 2, "at most one of --json and --md"},
+		{[]string{"doctor", "--sqlite", "a.db", "--repair"}, 2, "--repair needs --actor"},
+		{[]string{"doctor", "--sqlite", "a.db", "--actor", "me"}, 2, "--actor is only used with --repair"},
+		{[]string{"doctor", "--sqlite", "a.db", "--older-than", "soon"}, 2, `"soon": want a duration`},
+		{[]string{"doctor", "--sqlite", "a.db", "--older-than", "5m,lease=1m"}, 2, `unknown kind "lease"`},
+		{[]string{"doctor", "--sqlite", "a.db", "--max-runs", "0"}, 2, "--max-runs 0"},
+		{[]string{"doctor", "--sqlite", filepath.Join(dir, "missing.db")}, 1, "never creates one"},
 	} {
 		var out bytes.Buffer
 		status := run(context.Background(), tc.args, &out, &out)
@@ -55,10 +66,10 @@ func TestCommandLines(t *testing.T) {
 	}
 }
 
-// TestVerifyCoversStoreTests: every test of a store's package runs under
-// verify (a check lists it), and every test a check lists exists. A test
-// added to a store's package without a check would otherwise never run in
-// the main job.
+// TestVerifyCoversStoreTests: every test of a store's package (and of the
+// doctor's and the invariant checker's) runs under verify (a check lists
+// it), and every test a check lists exists. A test added to such a package
+// without a check would otherwise never run in the main job.
 func TestVerifyCoversStoreTests(t *testing.T) {
 	listed := map[string][]string{}
 	for _, c := range checks {
@@ -79,7 +90,7 @@ func TestVerifyCoversStoreTests(t *testing.T) {
 				t.Errorf("verify runs %s in %s, which has no such test", name, pkg)
 			}
 		}
-		if pkg != "./impl/postgres" && pkg != "./impl/sqlite" {
+		if !slices.Contains([]string{"./impl/postgres", "./impl/sqlite", "./doctor", "./invariant"}, pkg) {
 			continue
 		}
 		for _, name := range have {
