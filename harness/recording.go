@@ -40,6 +40,8 @@ type RecordingStore struct {
 	notify spec.Notifier
 	// batches: the underlying store completes batches (spec.BatchCompleter).
 	batches bool
+	// pausedFirst holds the PauseFirst operations already held once.
+	pausedFirst sync.Map // spec.Op -> struct{}
 
 	mu       sync.Mutex
 	breaches []error
@@ -88,6 +90,11 @@ type Faults struct {
 	// PauseBefore lists the operations that may be held before they reach
 	// the store.
 	PauseBefore []spec.Op
+	// PauseFirst lists operations whose first call through each
+	// RecordingStore is always held before it goes out, whatever the draw,
+	// until a newer generation has leased one of its runs: a fault every run
+	// must contain (a zombie's late batch completion).
+	PauseFirst []spec.Op
 	// Clock is the clock a pause watches.
 	Clock clock.Clock
 	// Off stops every fault (the liveness phase).
@@ -185,8 +192,12 @@ func (s *RecordingStore) do(ctx context.Context, req spec.Request) (any, error) 
 		op.Jitter = s.rnd.Int64N(s.jitter)
 		s.rndMu.Unlock()
 	}
-	pause, pauseBefore := s.plan(p, req)
-	if pauseBefore {
+	pause, pauseBefore, first := s.plan(p, req)
+	switch {
+	case first:
+		s.faults.count("pause_before_" + string(req.Op()))
+		s.holdUntilReclaimed(ctx, p, req)
+	case pauseBefore:
 		s.faults.count("pause_before_" + string(req.Op()))
 		s.holdFrom(ctx, s.faults.Clock.Now())
 	}
@@ -214,10 +225,10 @@ func (s *RecordingStore) do(ctx context.Context, req spec.Request) (any, error) 
 // plan arms the caller's fault for req and reports whether to hold its
 // reply (if it succeeds, and for a claim if it leased something) and whether
 // to hold the call before it goes out.
-func (s *RecordingStore) plan(p *poolCaller, req spec.Request) (pause, pauseBefore bool) {
+func (s *RecordingStore) plan(p *poolCaller, req spec.Request) (pause, pauseBefore, first bool) {
 	f := s.faults
 	if f == nil || f.Off.Load() || !spec.OperationOf(req).Writes {
-		return false, false
+		return false, false, false
 	}
 	s.rndMu.Lock()
 	draw, pauseDraw := s.rnd.Float64(), s.rnd.Float64()
@@ -235,7 +246,29 @@ func (s *RecordingStore) plan(p *poolCaller, req spec.Request) (pause, pauseBefo
 		f.count("lost_reply")
 	}
 	paused := pauseDraw < f.Pauses
-	return paused && slices.Contains(f.Pause, req.Op()), paused && slices.Contains(f.PauseBefore, req.Op())
+	if slices.Contains(f.PauseFirst, req.Op()) {
+		_, held := s.pausedFirst.LoadOrStore(req.Op(), struct{}{})
+		first = !held
+	}
+	return paused && slices.Contains(f.Pause, req.Op()), paused && slices.Contains(f.PauseBefore, req.Op()), first
+}
+
+// holdUntilReclaimed holds a write under leases until a newer generation
+// has leased one of them — pause, expire, reclaim, then resume: the zombie's
+// write arrives while another attempt holds the run — or the clock has moved
+// 4×PauseMs (the run may have been reaped or finished meanwhile). The reads
+// that watch for the reclaim are not recorded: they change nothing.
+func (s *RecordingStore) holdUntilReclaimed(ctx context.Context, p *poolCaller, req spec.Request) {
+	until := s.faults.Clock.Now() + 4*s.faults.PauseMs
+	for s.faults.Clock.Now() < until && ctx.Err() == nil && !s.faults.Off.Load() {
+		for _, l := range req.Leases() {
+			j, err := p.Store.GetJob(ctx, l.Tenant, l.RunID)
+			if err == nil && j.State == spec.JobLeased && j.Generation > l.Generation {
+				return
+			}
+		}
+		time.Sleep(time.Millisecond)
+	}
 }
 
 // hold keeps a reply back until the clock has moved PauseMs past the time

@@ -80,7 +80,7 @@ func RunRuntimeOn(t *testing.T, target Target) {
 	seed, pinned := FirstSeed(t)
 	budget := Budget(t, 0)
 	start := time.Now()
-	total, injected := Races{}, int64(0)
+	total, injected, byKind := Races{}, int64(0), map[string]int64{}
 	var ops, histories, violations, maxRecovery int64
 	var stats worker.Stats
 	for i := uint64(0); ; i++ {
@@ -92,8 +92,9 @@ func RunRuntimeOn(t *testing.T, target Target) {
 		ops += int64(len(r.history.Entries))
 		violations += int64(r.verdict.Violations()) + int64(len(r.liveness))
 		total.Add(r.verdict.Races)
-		for _, n := range r.faults {
+		for kind, n := range r.faults {
 			injected += n
+			byKind[kind] += n
 		}
 		maxRecovery = max(maxRecovery, r.recoveryMs)
 		stats = addStats(stats, r.stats)
@@ -115,6 +116,7 @@ func RunRuntimeOn(t *testing.T, target Target) {
 		"a completed run": stats.Completed, "a lost lease": stats.Lost, "a finished run purged": stats.PurgedRuns}
 	if batches {
 		want["a batch of completions"] = stats.Batches
+		want["a batch completion held past its lease (a zombie's late batch)"] = uint64(byKind["pause_before_"+string(spec.OpCompleteBatch)])
 	}
 	for what, n := range want {
 		if n == 0 {
@@ -176,7 +178,8 @@ func runtimeOnce(t *testing.T, target Target, seed uint64) runtimeResult {
 	provider := NewProvider()
 	rec := NewRecorder(provider)
 	faults := &Faults{Aborts: 0.02, MaxUnknown: 2, Pauses: 0.15, PauseMs: 2*runtimeLeaseMs + 100,
-		Pause: []spec.Op{spec.OpClaim, spec.OpReserveEffect}, PauseBefore: []spec.Op{spec.OpComplete, spec.OpCompleteBatch}, Clock: clk}
+		Pause: []spec.Op{spec.OpClaim, spec.OpReserveEffect}, PauseBefore: []spec.Op{spec.OpComplete, spec.OpCompleteBatch},
+		PauseFirst: []spec.Op{spec.OpCompleteBatch}, Clock: clk}
 	r := rand.New(rand.NewPCG(seed, 0x72756e74696d65))
 
 	// The clock moves in real time, faster than the wall clock, so that
