@@ -14,7 +14,7 @@ type runKey struct{ tenant, run string }
 func (k runKey) String() string { return k.tenant + "/" + k.run }
 
 // invariantViolations checks a snapshot against the invariants of SPEC.md
-// that rows alone can show (1-4, 6-9, 11, 12, 13, and the canonical order of
+// that rows alone can show (1-4, 6-9, 11-15, and the canonical order of
 // Snapshot), and describes each violation. Invariants 5 and 10 are about
 // steps; the tests that make those steps check them.
 func invariantViolations(s spec.Snapshot) []string {
@@ -38,6 +38,9 @@ func invariantViolations(s spec.Snapshot) []string {
 	})
 	checkOrder(bad, "effects", s.Effects, func(a, b spec.Effect) int {
 		return cmp.Or(cmp.Compare(a.Tenant, b.Tenant), cmp.Compare(a.RunID, b.RunID), cmp.Compare(a.Step, b.Step), cmp.Compare(a.Key, b.Key))
+	})
+	checkOrder(bad, "outbox messages", s.Outbox, func(a, b spec.OutboxMessage) int {
+		return cmp.Or(cmp.Compare(a.Tenant, b.Tenant), cmp.Compare(a.RunID, b.RunID), cmp.Compare(a.Seq, b.Seq))
 	})
 
 	runs := map[runKey]spec.Run{}
@@ -86,6 +89,18 @@ func invariantViolations(s spec.Snapshot) []string {
 		}
 		if ef.Generation > j.Generation {
 			bad("12: effect %s %s/%s has generation %d > job generation %d", k, ef.Step, ef.Key, ef.Generation, j.Generation)
+		}
+	}
+	outbox := map[runKey][]spec.OutboxMessage{}
+	for _, m := range s.Outbox {
+		k := runKey{m.Tenant, m.RunID}
+		if _, ok := runs[k]; !ok {
+			bad("7: outbox message %s#%d has no run", k, m.Seq)
+		}
+		outbox[k] = append(outbox[k], m)
+		if (m.State == spec.OutboxDelivered) != (m.DeliveredAt != 0) || m.State == spec.OutboxDelivered && m.Relay != "" ||
+			(m.Relay == "") != (m.ClaimExpiresAt == 0) {
+			bad("14: outbox message %s#%d is %s, delivered at %d, claimed by %q until %d", k, m.Seq, m.State, m.DeliveredAt, m.Relay, m.ClaimExpiresAt)
 		}
 	}
 	seen := map[[3]string]bool{}
@@ -159,6 +174,16 @@ func invariantViolations(s spec.Snapshot) []string {
 		}
 		if (j.State == spec.JobLeased) != (running == 1) || running > 1 {
 			bad("11: run %s job is %s with %d running attempts", k, j.State, running)
+		}
+		for i, m := range outbox[k] {
+			if m.Seq != int64(i+1) || m.ID != spec.OutboxID(r.Tenant, r.ID, r.CreatedAt, m.Seq) {
+				bad("14: run %s outbox message %d has seq %d and id %q", k, i+1, m.Seq, m.ID)
+			}
+			// 15: the admission's (at its time) or the completing generation's.
+			done := r.State == spec.RunCompleted && len(ev) > 0 && ev[len(ev)-1].Payload == spec.CompletedPayload(m.Generation) && ev[len(ev)-1].At == m.CreatedAt
+			if m.Generation == 0 && m.CreatedAt != r.CreatedAt || m.Generation > 0 && !done {
+				bad("15: run %s (%s) has outbox message %d of generation %d written at %d, neither its admission's nor its completion's", k, r.State, m.Seq, m.Generation, m.CreatedAt)
+			}
 		}
 	}
 	return out
