@@ -2,6 +2,7 @@
 //
 //	leasehold verify [--store S] [--budget D]  every check (the main job)
 //	leasehold demo [--dir DIR]                 the companion example on a fresh SQLite file
+//	leasehold relay --sqlite FILE | --dsn DSN  publish the outbox to NATS JetStream
 //	leasehold replay [FILE...]                 replay kept failing seeds (reports/failfiles)
 //	leasehold lincheck FILE                    re-check a recorded history
 //	leasehold scenario run FILE|DIR...         play race scenarios against a store
@@ -60,7 +61,7 @@ var pgEnv = []string{
 var commands []*command
 
 func init() {
-	commands = []*command{verifyCommand, demoCommand, replayCommand, lincheckCommand, scenarioCommand, benchCommand, testsumCommand}
+	commands = []*command{verifyCommand, demoCommand, relayCommand, replayCommand, lincheckCommand, scenarioCommand, benchCommand, testsumCommand}
 }
 
 func main() {
