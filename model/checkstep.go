@@ -20,6 +20,13 @@ import (
 //   - 12: a succeeded effect never changes again; effects are never deleted
 //     but with their run.
 //   - 13: an operation naming a tenant changes only that tenant's rows.
+//   - 14: outbox messages are written only by an admission (with its new
+//     run) and a completion; a message's content never changes; only
+//     ClaimOutbox changes a claim (of a claimable message, to what the
+//     claim gives) and only MarkDelivered delivers (a named pending
+//     message, at op.Now); a delivered message never changes; neither
+//     changes anything else; PurgeRuns never deletes a run with a pending
+//     message; CreateRun and Replay never change a run that existed.
 //   - and the history rules the invariants rest on (reported under the
 //     invariant they protect, or "H"): runs, events and attempt rows are
 //     never deleted, except by PurgeRuns, which deletes a run with all its
