@@ -127,6 +127,9 @@ type machine struct {
 	runs     []runRef
 	steps    int
 	property *Property
+	// lastOutboxCreate is the last create zz_create_outbox sent, for its
+	// retries.
+	lastOutboxCreate *spec.CreateRunRequest
 }
 
 // fail records the property's first failure and fails the check.
@@ -294,10 +297,20 @@ func (m *machine) outboxActions() map[string]func(*rapid.T) {
 	}
 	return map[string]func(*rapid.T){
 		"zz_create_outbox": func(t *rapid.T) {
+			// Half the time a retry of the last one (another proposed run id),
+			// which must replay and write nothing.
+			if m.lastOutboxCreate != nil && rapid.Bool().Draw(t, "retry_create?") {
+				last := *m.lastOutboxCreate
+				last.RunID = m.newRunID(t, last.Tenant)
+				m.do(t, model.Op{Req: last})
+				return
+			}
 			tenant := m.tenant(t)
-			m.do(t, model.Op{Req: spec.CreateRunRequest{Tenant: tenant, Operation: "work",
+			req := spec.CreateRunRequest{Tenant: tenant, Operation: "work",
 				IdempotencyKey: rapid.SampledFrom(keys).Draw(t, "key"), RunID: m.newRunID(t, tenant),
-				Payload: []byte(rapid.SampledFrom(payloads).Draw(t, "payload")), Outbox: messages(t)}})
+				Payload: []byte(rapid.SampledFrom(payloads).Draw(t, "payload")), Outbox: messages(t)}
+			m.lastOutboxCreate = &req
+			m.do(t, model.Op{Req: req})
 		},
 		"zz_complete_outbox": func(t *rapid.T) {
 			if rapid.Bool().Draw(t, "batch?") && spec.OperationOf(spec.CompleteBatchRequest{}).Supports(m.store) {
