@@ -136,7 +136,7 @@ func insertLeaseholdPG(ctx context.Context, pg *server, dsn string, o Options, l
 		Jobs: o.N, Seconds: elapsed.Seconds(), JobsPerSec: float64(o.N) / elapsed.Seconds(), Cost: c}
 	logf("leasehold postgres insert (CreateRun): %.0f jobs/s", api.JobsPerSec)
 
-	if _, err := s.Pool().Exec(ctx, `TRUNCATE runs, run_events, jobs, idempotency_keys, attempts, effects`); err != nil {
+	if _, err := s.Pool().Exec(ctx, `TRUNCATE runs, run_events, jobs, idempotency_keys, attempts, effects, outbox`); err != nil {
 		return nil, err
 	}
 	elapsed, c, err = pg.measure(ctx, o.N, func() error { return loadQueued(ctx, s.Pool(), 1, int64(o.N)) })

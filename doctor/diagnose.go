@@ -430,7 +430,7 @@ func (d *diag) outbox(ctx context.Context) error {
 		if !slices.Contains(cols, want) {
 			c.Columns = cols
 			c.Status = StatusNotChecked
-			c.Summary = fmt.Sprintf("not checked: the %s table has columns %s, and the doctor knows an outbox by %s (pending while published_at IS NULL, since created_at in ms): teach doctor/queries.go its shape",
+			c.Summary = fmt.Sprintf("not checked: the %s table has columns %s, and the doctor knows an outbox by %s (pending while state = 'pending', since created_at in ms): teach doctor/queries.go its shape",
 				outboxTable, strings.Join(cols, ", "), strings.Join(outboxColumns, " and "))
 			return nil
 		}

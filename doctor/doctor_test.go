@@ -219,7 +219,7 @@ func statuses(r *Report) map[string]Status {
 func wantStatuses(t *testing.T, k kit, r *Report, diff map[string]Status) {
 	t.Helper()
 	want := map[string]Status{"invariants": StatusOK, "expired_leases": StatusOK, "reapable": StatusOK, "lease_expiry": StatusOK,
-		"clock": StatusOK, "idempotency": StatusOK, "outbox": StatusNotApplicable, "claim_plan": StatusOK, "blockers": StatusOK}
+		"clock": StatusOK, "idempotency": StatusOK, "outbox": StatusOK, "claim_plan": StatusOK, "blockers": StatusOK}
 	if k.name == "sqlite" {
 		want["clock"], want["blockers"] = StatusNotApplicable, StatusNotApplicable
 	}
@@ -522,21 +522,34 @@ func testIdempotencyPastRetention(t *testing.T, k kit) {
 
 func testOutbox(t *testing.T, k kit) {
 	f := newFx(t, k)
-	f.breakRows(false, `CREATE TABLE outbox (id INTEGER PRIMARY KEY, created_at BIGINT NOT NULL, published_at BIGINT)`,
-		fmt.Sprintf(`INSERT INTO outbox (id, created_at, published_at) VALUES (1, %d, NULL), (2, 0, 5)`, t0))
-	wantStatuses(t, k, f.diagnose(Options{}), map[string]Status{"outbox": StatusOK})
+	res, err := f.s.CreateRun(f.ctx, spec.CreateRunRequest{Tenant: "acme", Operation: "work", IdempotencyKey: "k-r1", RunID: "r1",
+		Payload: []byte(`{}`), Outbox: []spec.Message{{Subject: "orders.created", Payload: []byte(`{"n":1}`)},
+			{Subject: "orders.audit", Payload: []byte(`{"n":2}`)}}})
+	if err != nil {
+		t.Fatalf("CreateRun with outbox messages: %v", err)
+	}
+	wantStatuses(t, k, f.diagnose(Options{}), nil)
 	f.clock.Set(t0 + 600_000)
 	r := f.diagnose(Options{})
 	wantStatuses(t, k, r, map[string]Status{"outbox": StatusFail})
-	equal(t, "pending", [2]int64{r.Outbox.Pending, r.Outbox.OldestAgeMs}, [2]int64{1, 600_000})
+	equal(t, "pending", [2]int64{r.Outbox.Pending, r.Outbox.OldestAgeMs}, [2]int64{2, 600_000})
+	// Once a relay marks one delivered, one is left pending.
+	if n, err := f.s.MarkDelivered(f.ctx, spec.MarkDeliveredRequest{Messages: []spec.OutboxKey{{Tenant: "acme", RunID: res.Run.ID, Seq: 1}}}); err != nil || n != 1 {
+		t.Fatalf("MarkDelivered: %d, %v", n, err)
+	}
+	equal(t, "pending after a mark", f.diagnose(Options{}).Outbox.Pending, int64(1))
 
 	// A table of that name in a shape the doctor does not know is not
-	// checked, and says so: never a silent pass.
+	// checked, and says so: never a silent pass. (Nor are the invariants:
+	// the store's snapshot cannot read the outbox either.)
 	f.breakRows(false, `DROP TABLE outbox`, `CREATE TABLE outbox (id INTEGER PRIMARY KEY, body TEXT)`)
 	r = f.diagnose(Options{})
-	wantStatuses(t, k, r, map[string]Status{"outbox": StatusNotChecked})
+	wantStatuses(t, k, r, map[string]Status{"outbox": StatusNotChecked, "invariants": StatusNotChecked})
 	equal(t, "verdict", r.Verdict, VerdictIncomplete)
 	equal(t, "columns", r.Outbox.Columns, []string{"id", "body"})
+	// Without the table (a schema from before the outbox), not applicable.
+	f.breakRows(false, `DROP TABLE outbox`)
+	wantStatuses(t, k, f.diagnose(Options{}), map[string]Status{"outbox": StatusNotApplicable, "invariants": StatusNotChecked})
 }
 
 func testClaimPlanWithoutIndex(t *testing.T, k kit) {

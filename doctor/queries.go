@@ -95,17 +95,16 @@ const countRuns = `SELECT count(*) FROM (SELECT 1 FROM runs LIMIT @limit) AS r`
 // reads one row), whose claim the plan shows when --tenant is not given.
 const firstTenant = `SELECT tenant FROM jobs ORDER BY tenant LIMIT 1`
 
-// The outbox (a transactional outbox beside the contract's tables) is
-// checked when its table exists. This is the shape the doctor knows: a
-// message is pending while published_at is NULL, since created_at (ms). A
-// table of that name with other columns is reported as not checked, naming
-// these, so that the doctor is taught its shape rather than guessing.
+// The outbox (SPEC.md, Outbox: migrations sqlite/0004, postgres/0006): a
+// message is pending while state = 'pending', since created_at (ms). A
+// table of that name with other columns (a schema the doctor does not know)
+// is reported as not checked, naming these, rather than guessed at.
 const (
 	outboxTable   = "outbox"
-	outboxPending = `SELECT count(*), coalesce(min(created_at), 0) FROM outbox WHERE published_at IS NULL`
+	outboxPending = `SELECT count(*), coalesce(min(created_at), 0) FROM outbox WHERE state = 'pending'`
 )
 
-var outboxColumns = []string{"created_at", "published_at"}
+var outboxColumns = []string{"created_at", "state"}
 
 const (
 	sqliteColumns   = `SELECT name FROM pragma_table_info(@table)`

@@ -18,6 +18,7 @@ func DiffSnapshots(want, got spec.Snapshot) string {
 	diffTable(&b, "attempts", want.Attempts, got.Attempts)
 	diffTable(&b, "idempotency", want.Idempotency, got.Idempotency)
 	diffTable(&b, "effects", want.Effects, got.Effects)
+	diffTable(&b, "outbox", want.Outbox, got.Outbox)
 	return b.String()
 }
 

@@ -52,7 +52,7 @@ func RunLinearizableOn(t *testing.T, target Target) {
 	budget := Budget(t, 0)
 	start := time.Now()
 	total := Races{}
-	var ops, histories, violations, scheduled, purged int64
+	var ops, histories, violations, scheduled, purged, delivered, refusedMsgs int64
 	for i := 0; ; i++ {
 		// Every odd seed adds purges and so must be checked whole, which costs
 		// far more than per tenant: it is kept shorter, and has no unknown
@@ -73,6 +73,8 @@ func RunLinearizableOn(t *testing.T, target Target) {
 		ops += int64(len(h.Entries))
 		s, p := retention(h)
 		scheduled, purged = scheduled+s, purged+p
+		d, r := outboxCounts(h)
+		delivered, refusedMsgs = delivered+d, refusedMsgs+r
 		violations += int64(v.Violations())
 		total.Add(v.Races)
 		if (budget == 0 && i >= 1) || pinned && i >= 1 || budget > 0 && time.Since(start)*time.Duration(i+2) > budget*time.Duration(i+1) {
@@ -88,7 +90,10 @@ func RunLinearizableOn(t *testing.T, target Target) {
 			t.Errorf("vacuous run: no %s (%s) happened in %d histories (seed %d)", race, race.Meaning(), histories, seed)
 		}
 	}
-	t.Logf("%d scheduled runs admitted, %d runs purged", scheduled, purged)
+	t.Logf("%d scheduled runs admitted, %d runs purged, %d outbox messages delivered, %d writes with messages refused", scheduled, purged, delivered, refusedMsgs)
+	if delivered == 0 || refusedMsgs == 0 {
+		t.Errorf("vacuous run: %d outbox messages delivered and %d writes with messages refused in %d histories (seed %d); want some of each", delivered, refusedMsgs, histories, seed)
+	}
 	if scheduled == 0 || purged == 0 {
 		t.Errorf("vacuous run: %d scheduled runs admitted and %d runs purged in %d histories (seed %d); want some of each", scheduled, purged, histories, seed)
 	}
@@ -111,6 +116,24 @@ func retention(h *History) (scheduled, purged int64) {
 		}
 	}
 	return scheduled, purged
+}
+
+// outboxCounts counts the delivered messages of a history's final scans and
+// its writes with messages that were refused.
+func outboxCounts(h *History) (delivered, refused int64) {
+	for _, s := range finalScans(h) {
+		for _, m := range s.Outbox {
+			if m.State == spec.OutboxDelivered {
+				delivered++
+			}
+		}
+	}
+	for _, e := range h.Entries {
+		if !e.Out.Unknown && e.Out.Result.Err != nil && e.Out.Result.Err.Code != spec.CodeUnavailable && carriesMessages(e.Op.Req) {
+			refused++
+		}
+	}
+	return delivered, refused
 }
 
 // checkOne records and judges one history, writing a report on violation.

@@ -53,6 +53,10 @@ func (c *Counters) count(op spec.Op, r model.Result) {
 		code = "empty"
 	} else if v, isList := r.Value.([]string); isList && len(v) == 0 && op == spec.OpPurgeRuns {
 		code = "empty"
+	} else if v, isList := r.Value.([]spec.OutboxMessage); isList && len(v) == 0 {
+		code = "empty"
+	} else if v, isInt := r.Value.(int); isInt && v == 0 && op == spec.OpMarkDelivered {
+		code = "empty"
 	}
 	c.Outcomes[string(op)+" "+code]++
 	if outs, isBatch := r.Value.([]spec.BatchOutcome); isBatch {
@@ -123,6 +127,9 @@ type machine struct {
 	runs     []runRef
 	steps    int
 	property *Property
+	// lastOutboxCreate is the last create zz_create_outbox sent, for its
+	// retries.
+	lastOutboxCreate *spec.CreateRunRequest
 }
 
 // fail records the property's first failure and fails the check.
@@ -267,7 +274,78 @@ func (m *machine) actions() map[string]func(*rapid.T) {
 		a[name] = action
 	}
 	a["z_retry"] = a["retry"] // "retry_2" was the last name
+	for name, action := range m.outboxActions() {
+		a[name] = action
+	}
+	a["zzz_retry"] = a["retry"] // "z_retry" was the last name
 	return a
+}
+
+// outboxActions are the outbox's actions, added after z_retry: their names
+// sort after it and before zzz_retry, the last again, and their draws
+// happen only inside them, so that every kept failfile replays as before.
+func (m *machine) outboxActions() map[string]func(*rapid.T) {
+	messages := func(t *rapid.T) []spec.Message {
+		var out []spec.Message
+		for range rapid.IntRange(1, 2).Draw(t, "messages") {
+			out = append(out, spec.Message{
+				Subject: invalid(t, "subject", []string{"orders.created", "orders.done"}, "orders.*", ""),
+				Payload: []byte(invalid(t, "message_payload", []string{`{"n":1}`, `{ "n" : 1.0 }`, `[1,2]`}, `{"a":1,"a":2}`)),
+			})
+		}
+		return out
+	}
+	return map[string]func(*rapid.T){
+		"zz_create_outbox": func(t *rapid.T) {
+			// Half the time a retry of the last one (another proposed run id),
+			// which must replay and write nothing.
+			if m.lastOutboxCreate != nil && rapid.Bool().Draw(t, "retry_create?") {
+				last := *m.lastOutboxCreate
+				last.RunID = m.newRunID(t, last.Tenant)
+				m.do(t, model.Op{Req: last})
+				return
+			}
+			tenant := m.tenant(t)
+			req := spec.CreateRunRequest{Tenant: tenant, Operation: "work",
+				IdempotencyKey: rapid.SampledFrom(keys).Draw(t, "key"), RunID: m.newRunID(t, tenant),
+				Payload: []byte(rapid.SampledFrom(payloads).Draw(t, "payload")), Outbox: messages(t)}
+			m.lastOutboxCreate = &req
+			m.do(t, model.Op{Req: req})
+		},
+		"zz_complete_outbox": func(t *rapid.T) {
+			if rapid.Bool().Draw(t, "batch?") && spec.OperationOf(spec.CompleteBatchRequest{}).Supports(m.store) {
+				var reqs []spec.CompleteRequest
+				for range rapid.IntRange(1, 3).Draw(t, "members") {
+					reqs = append(reqs, spec.CompleteRequest{Lease: m.lease(t), Outbox: messages(t)})
+				}
+				m.do(t, model.Op{Req: spec.CompleteBatchRequest{Requests: reqs}})
+				return
+			}
+			m.do(t, model.Op{Req: spec.CompleteRequest{Lease: m.lease(t), Outbox: messages(t)}})
+		},
+		"zz_claim_outbox": func(t *rapid.T) {
+			tenant := ""
+			if rapid.Bool().Draw(t, "one_tenant?") {
+				tenant = m.tenant(t)
+			}
+			m.do(t, model.Op{Req: spec.ClaimOutboxRequest{Tenant: tenant, Relay: invalid(t, "relay", []string{"relay1", "relay2"}, ""),
+				LeaseMs: sometimesBad(t, "lease_ms", rapid.SampledFrom([]int64{10, 25, 60}), 0, 61),
+				Limit:   sometimesBad(t, "limit", rapid.IntRange(1, 3), 0)}})
+		},
+		"zz_mark_delivered": func(t *rapid.T) {
+			known := m.model.Snapshot(m.state).Outbox
+			var keys []spec.OutboxKey
+			for range rapid.IntRange(1, 3).Draw(t, "marks") {
+				if len(known) == 0 || rapid.IntRange(0, 9).Draw(t, "unknown_key?") == 0 {
+					tenant := m.tenant(t)
+					keys = append(keys, spec.OutboxKey{Tenant: tenant, RunID: m.runID(t, tenant), Seq: rapid.Int64Range(0, 3).Draw(t, "seq")})
+					continue
+				}
+				keys = append(keys, rapid.SampledFrom(known).Draw(t, "message").Key())
+			}
+			m.do(t, model.Op{Req: spec.MarkDeliveredRequest{Messages: keys}})
+		},
+	}
 }
 
 // laterActions are the actions added after failfiles were first kept: their
@@ -440,6 +518,7 @@ func (m *machine) do(t *rapid.T, op model.Op) {
 	if m.staleGeneration(op) {
 		m.property.Counters.StaleWrite++
 	}
+	withMessages := carriesMessages(op.Req)
 	got, unexpected := Execute(context.Background(), m.store, op)
 	if unexpected != nil {
 		m.fail(t, "step %d: %s at %d: %v", m.steps, op.Kind(), op.Now, unexpected)
@@ -453,6 +532,13 @@ func (m *machine) do(t *rapid.T, op model.Op) {
 	}
 	t.Logf("step %d: %s at %d -> %s", m.steps, op.Kind(), op.Now, describe(got))
 	m.property.Counters.count(op.Kind(), got)
+	if withMessages {
+		outcome := "written"
+		if got.Err != nil || len(m.model.Snapshot(next).Outbox) == len(m.model.Snapshot(m.state).Outbox) {
+			outcome = "none written"
+		}
+		m.property.Counters.Outcomes["outbox "+outcome]++
+	}
 	m.state = next
 	if got.Err != nil {
 		m.property.Counters.Refused++
@@ -468,6 +554,23 @@ func (m *machine) do(t *rapid.T, op model.Op) {
 	case spec.Run:
 		m.remember(v)
 	}
+}
+
+// carriesMessages reports a request that asks for outbox messages.
+func carriesMessages(req spec.Request) bool {
+	switch r := req.(type) {
+	case spec.CreateRunRequest:
+		return len(r.Outbox) > 0
+	case spec.CompleteRequest:
+		return len(r.Outbox) > 0
+	case spec.CompleteBatchRequest:
+		for _, m := range r.Requests {
+			if len(m.Outbox) > 0 {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 func (m *machine) remember(r spec.Run) {

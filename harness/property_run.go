@@ -65,6 +65,9 @@ func RunPropertyOn(t *testing.T, target Target) {
 		p.Counters.Outcomes["complete_batch member lost_lease"] == 0) {
 		t.Fatalf("vacuous run: %d batch completions, but none completed a member and refused another: %v", batches, p.Counters.Outcomes)
 	}
+	if o := p.Counters.Outcomes; !seedPinned() && (o["outbox written"] == 0 || o["outbox none written"] == 0 || o["claim_outbox ok"] == 0 || o["mark_delivered ok"] == 0) {
+		t.Fatalf("vacuous run: the outbox needs requests with messages written and refused, claims that took messages and marks that marked some: %v", o)
+	}
 	metrics.Report(t, metrics.Line{Check: "rapid", Store: store, Operations: int64(p.Counters.Operations)})
 }
 

@@ -233,10 +233,7 @@ func (s *RecordingStore) plan(p *poolCaller, req spec.Request) (pause, pauseBefo
 	s.rndMu.Lock()
 	draw, pauseDraw := s.rnd.Float64(), s.rnd.Float64()
 	s.rndMu.Unlock()
-	_, nondeterministic := req.(spec.ClaimRequest)
-	if _, isReap := req.(spec.ReapRequest); isReap {
-		nondeterministic = true
-	}
+	nondeterministic := isNondeterministic(req)
 	switch {
 	case !nondeterministic && draw < f.Aborts:
 		p.fault.Store(faultAt{spec.BeforeCommit, errInjectedAbort})
@@ -412,4 +409,14 @@ func (s *RecordingStore) CompleteBatch(ctx context.Context, reqs []spec.Complete
 func (s *RecordingStore) Close() error {
 	s.closed.Store(true)
 	return nil
+}
+
+// ClaimOutbox implements spec.Store.
+func (s *RecordingStore) ClaimOutbox(ctx context.Context, req spec.ClaimOutboxRequest) ([]spec.OutboxMessage, error) {
+	return call[[]spec.OutboxMessage](s, ctx, req)
+}
+
+// MarkDelivered implements spec.Store.
+func (s *RecordingStore) MarkDelivered(ctx context.Context, req spec.MarkDeliveredRequest) (int, error) {
+	return call[int](s, ctx, req)
 }

@@ -71,6 +71,7 @@ func account(h *History, drained bool) (violations []string) {
 		final.Runs = append(final.Runs, s.Runs...)
 		final.Attempts = append(final.Attempts, s.Attempts...)
 		final.Effects = append(final.Effects, s.Effects...)
+		final.Outbox = append(final.Outbox, s.Outbox...)
 	}
 	type attemptKey struct {
 		run runKey
@@ -160,6 +161,7 @@ func account(h *History, drained bool) (violations []string) {
 			violations = append(violations, fmt.Sprintf("unexpected: effect %s/%s %s/%s was never reserved", e.Tenant, e.RunID, e.Step, e.Key))
 		}
 	}
+	violations = append(violations, accountOutbox(h, final, drained, purged, maybePurgedTenants)...)
 	if h.Provider != nil {
 		dups := h.Provider.Duplicates()
 		for _, k := range slices.Sorted(maps.Keys(dups)) {
@@ -180,6 +182,90 @@ func account(h *History, drained bool) (violations []string) {
 					break
 				}
 			}
+		}
+	}
+	return violations
+}
+
+// outboxWrite is the messages one write asked for: of a run, by a
+// generation (0: its admission).
+type outboxWrite struct {
+	run  runKey
+	gen  int64
+	msgs string // the messages, subject and canonical payload, in order
+}
+
+// accountOutbox checks the final scan's outbox messages against the writes
+// of the history: every message of an acknowledged write is there (unless a
+// purge of runs deleted its run), none of a refused write is, none that no
+// write asked for, and after a drain every message is delivered.
+func accountOutbox(h *History, final spec.Snapshot, drained bool, purged map[runKey]bool, maybePurgedTenants map[string]bool) (violations []string) {
+	render := func(ms []spec.Message) string {
+		out, err := spec.NormalizeOutbox(ms)
+		if err != nil {
+			return ""
+		}
+		s := ""
+		for _, m := range out {
+			s += m.Subject + " " + m.Payload + "\n"
+		}
+		return s
+	}
+	acked, maybe := map[outboxWrite]bool{}, map[outboxWrite]bool{}
+	note := func(e Entry, w outboxWrite) {
+		if w.msgs == "" {
+			return
+		}
+		switch {
+		case e.Out.Unknown:
+			maybe[w] = true
+		case e.Out.Result.Err == nil:
+			acked[w] = true
+		}
+	}
+	for _, e := range h.Entries {
+		switch req := e.Op.Req.(type) {
+		case spec.CreateRunRequest:
+			if e.Out.Unknown || e.Out.Result.Err == nil && !e.Out.Result.Value.(spec.CreateRunResult).Replayed {
+				note(e, outboxWrite{runKey{req.Tenant, req.RunID}, 0, render(req.Outbox)})
+			}
+		case spec.CompleteRequest:
+			note(e, outboxWrite{runKey{req.Lease.Tenant, req.Lease.RunID}, req.Lease.Generation, render(req.Outbox)})
+		case spec.CompleteBatchRequest:
+			outs, _ := e.Out.Result.Value.([]spec.BatchOutcome)
+			for i, m := range req.Requests {
+				if e.Out.Unknown || i < len(outs) && outs[i].Err == nil {
+					note(e, outboxWrite{runKey{m.Lease.Tenant, m.Lease.RunID}, m.Lease.Generation, render(m.Outbox)})
+				}
+			}
+		}
+	}
+	found := map[outboxWrite]bool{}
+	var order []outboxWrite
+	groups := map[outboxWrite]string{}
+	for _, m := range final.Outbox {
+		k := outboxWrite{run: runKey{m.Tenant, m.RunID}, gen: m.Generation}
+		if _, seen := groups[k]; !seen {
+			order = append(order, k)
+		}
+		groups[k] += m.Subject + " " + m.Payload + "\n"
+		if drained && m.State != spec.OutboxDelivered {
+			violations = append(violations, fmt.Sprintf("lost: outbox message %s/%s#%d is still %s after the drain", m.Tenant, m.RunID, m.Seq, m.State))
+		}
+	}
+	for _, k := range order {
+		w := outboxWrite{k.run, k.gen, groups[k]}
+		found[w] = true
+		if !acked[w] && !maybe[w] {
+			violations = append(violations, fmt.Sprintf("unexpected: outbox messages of %s/%s by generation %d were written by no acknowledged write in the history (a refused or stale one?)",
+				k.run.tenant, k.run.id, k.gen))
+		}
+	}
+	for _, w := range slices.SortedFunc(maps.Keys(acked), func(a, b outboxWrite) int {
+		return cmp.Or(cmp.Compare(a.run.tenant, b.run.tenant), cmp.Compare(a.run.id, b.run.id), cmp.Compare(a.gen, b.gen))
+	}) {
+		if !found[w] && !purged[w.run] && !maybePurgedTenants[w.run.tenant] {
+			violations = append(violations, fmt.Sprintf("lost: the outbox messages of %s/%s by generation %d were acknowledged but are not in the store", w.run.tenant, w.run.id, w.gen))
 		}
 	}
 	return violations

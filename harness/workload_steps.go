@@ -28,6 +28,9 @@ func (c *client) apiStep(ctx context.Context) error {
 		if r.IntN(5) == 0 {
 			create.DelayMs = []int64{5, 20, 60}[r.IntN(3)]
 		}
+		if r.IntN(4) == 0 {
+			create.Outbox = []spec.Message{{Subject: "orders.created", Payload: []byte(fmt.Sprintf(`{"key":%q}`, create.IdempotencyKey))}}
+		}
 		op = model.Op{Req: create}
 	case p < 60:
 		book := c.runs
@@ -53,6 +56,8 @@ func (c *client) apiStep(ctx context.Context) error {
 		op = model.Op{Req: spec.PurgeRequest{Limit: 5}}
 	case p < 85:
 		op = model.Op{Req: spec.PurgeRunsRequest{Tenant: tenant, Limit: 3}}
+	case p < 93:
+		return c.relay(ctx, tenant)
 	default:
 		return c.advance()
 	}
@@ -123,7 +128,7 @@ func (c *client) workerStep(ctx context.Context) error {
 	case p < 60 && !stale && len(c.held) > 1 && r.IntN(3) == 0:
 		return c.completeBatch(ctx)
 	case p < 60:
-		op = model.Op{Req: spec.CompleteRequest{Lease: ref, Result: []byte(`{"ok":true}`)}}
+		op = model.Op{Req: spec.CompleteRequest{Lease: ref, Result: []byte(`{"ok":true}`), Outbox: c.messages(l)}}
 	case p < 75:
 		op = model.Op{Jitter: r.Int64N(c.w.Config.Backoff.JitterMs + 1),
 			Req: spec.RetryRequest{Lease: ref, ErrorCode: "transient", RetryAfterMs: r.Int64N(2) * r.Int64N(30)}}
@@ -163,7 +168,7 @@ func (c *client) completeBatch(ctx context.Context) error {
 			continue
 		}
 		sent = append(sent, l)
-		reqs = append(reqs, spec.CompleteRequest{Lease: l.Ref(), Result: []byte(`{"batched":true}`)})
+		reqs = append(reqs, spec.CompleteRequest{Lease: l.Ref(), Result: []byte(`{"batched":true}`), Outbox: c.messages(l)})
 	}
 	if n := len(c.old); n > 0 && c.old[n-1].Tenant == tenant && c.r.IntN(4) == 0 {
 		reqs = append(reqs, spec.CompleteRequest{Lease: c.old[n-1].Ref()})
@@ -177,6 +182,46 @@ func (c *client) completeBatch(ctx context.Context) error {
 		c.held = kept
 	}
 	return nil
+}
+
+// messages returns, one time in three, the outbox messages a completion of
+// l writes: they name its generation, so a stale one's would be told apart.
+func (c *client) messages(l spec.Lease) []spec.Message {
+	if c.r.IntN(3) != 0 {
+		return nil
+	}
+	return []spec.Message{{Subject: "orders.done", Payload: []byte(fmt.Sprintf(`{"generation":%d}`, l.Generation))}}
+}
+
+// relay is one round of an outbox relay: claim some messages (of the
+// tenant, or of every tenant when the history is checked whole), then,
+// usually, mark them delivered; otherwise the claim expires (a relay that
+// died between its publish and its mark) and the messages are claimed
+// again.
+func (c *client) relay(ctx context.Context, tenant string) error {
+	claim := spec.ClaimOutboxRequest{Tenant: tenant, Relay: c.Name, LeaseMs: 5 + c.r.Int64N(30), Limit: 1 + c.r.IntN(3)}
+	if c.w.Purge && c.r.IntN(2) == 0 {
+		claim.Tenant = ""
+	}
+	res, err := c.do(ctx, model.Op{Req: claim})
+	if err != nil || c.r.IntN(5) == 0 {
+		return err
+	}
+	return c.mark(ctx, res)
+}
+
+// mark marks delivered the messages a claim returned, if any.
+func (c *client) mark(ctx context.Context, claimed model.Result) error {
+	msgs, _ := claimed.Value.([]spec.OutboxMessage)
+	if len(msgs) == 0 {
+		return nil
+	}
+	keys := make([]spec.OutboxKey, len(msgs))
+	for i, m := range msgs {
+		keys[i] = m.Key()
+	}
+	_, err := c.do(ctx, model.Op{Req: spec.MarkDeliveredRequest{Messages: keys}})
+	return err
 }
 
 // drop moves held lease i to the stale pile.
@@ -232,8 +277,9 @@ func (c *client) effect(ctx context.Context, l spec.Lease, held int) error {
 }
 
 // drain finishes every run: it moves the clock past every lease and backoff,
-// reaps what cannot be claimed, claims and completes the rest, until every
-// run in the store is terminal. It injects no faults. Runs it cannot finish
+// reaps what cannot be claimed, claims and completes the rest, and relays
+// every outbox message, until every run in the store is terminal and every
+// message delivered. It injects no faults. Runs it cannot finish
 // in 20 rounds are left for the accounting to report as lost.
 func (c *client) drain(ctx context.Context) error {
 	cfg := c.w.Config
@@ -260,6 +306,20 @@ func (c *client) drain(ctx context.Context) error {
 				}
 			}
 		}
+		for _, tenant := range c.w.Tenants {
+			for {
+				res, err := c.do(ctx, model.Op{Req: spec.ClaimOutboxRequest{Tenant: tenant, Relay: c.Name, LeaseMs: cfg.MaxLeaseMs, Limit: spec.MaxBatch}})
+				if err != nil {
+					return err
+				}
+				if msgs, _ := res.Value.([]spec.OutboxMessage); len(msgs) == 0 {
+					break
+				}
+				if err := c.mark(ctx, res); err != nil {
+					return err
+				}
+			}
+		}
 		snap, err := c.Store.Snapshot(ctx)
 		if err != nil {
 			return err
@@ -267,6 +327,11 @@ func (c *client) drain(ctx context.Context) error {
 		open := 0
 		for _, r := range snap.Runs {
 			if !r.State.Terminal() {
+				open++
+			}
+		}
+		for _, m := range snap.Outbox {
+			if m.State != spec.OutboxDelivered {
 				open++
 			}
 		}

@@ -1,7 +1,8 @@
 // Package invariant checks a spec.Snapshot against the invariants of
-// spec/SPEC.md that rows alone can show: 1-4, 6-9, 11, 12, 13 and the
+// spec/SPEC.md that rows alone can show: 1-4, 6-9, 11-15 and the
 // canonical order of Snapshot. Every row is keyed by its own tenant, so a
-// row that names another tenant's run (13) is reported as an orphan (7). Invariants 5 and 10 are about steps (a
+// row that names another tenant's run (13) is reported as an orphan (7).
+// Invariants 5 and 10 are about steps (a
 // generation never falls, no stale write is accepted); the tests that make
 // those steps, the model's CheckStep and the harness check them.
 //
@@ -19,7 +20,7 @@ import (
 
 // Violation is one broken invariant, found in one snapshot.
 type Violation struct {
-	// Invariant is the invariant's number in SPEC.md ("1" … "13"), or
+	// Invariant is the invariant's number in SPEC.md ("1" … "15"), or
 	// "Snapshot" for rows out of Snapshot's canonical order.
 	Invariant string `json:"invariant"`
 	// Tenant and RunID name the run the violation is about, when there is
@@ -46,6 +47,8 @@ var Titles = map[string]string{
 	"9":        "one run per idempotency (tenant, operation, key), of the record's operation",
 	"11":       "a job is leased iff exactly one attempt, at its generation, is running; attempts <= the job's generation",
 	"12":       "an effect's generation <= its job's generation",
+	"14":       "an outbox message's seq and id are its run's; delivered iff it has a delivery time, and then unclaimed; claimed iff it has a claim expiry",
+	"15":       "an outbox message is the admission's (at its time) or the completing generation's",
 	"Snapshot": "rows in Snapshot's canonical order, no duplicates",
 }
 
@@ -78,6 +81,9 @@ func Check(s spec.Snapshot) []Violation {
 	})
 	checkOrder(order, "idempotency records", s.Idempotency, func(a, b spec.IdempotencyRecord) int {
 		return cmp.Or(cmp.Compare(a.Tenant, b.Tenant), cmp.Compare(a.Operation, b.Operation), cmp.Compare(a.Key, b.Key))
+	})
+	checkOrder(order, "outbox messages", s.Outbox, func(a, b spec.OutboxMessage) int {
+		return cmp.Or(cmp.Compare(a.Tenant, b.Tenant), cmp.Compare(a.RunID, b.RunID), cmp.Compare(a.Seq, b.Seq))
 	})
 	checkOrder(order, "effects", s.Effects, func(a, b spec.Effect) int {
 		return cmp.Or(cmp.Compare(a.Tenant, b.Tenant), cmp.Compare(a.RunID, b.RunID), cmp.Compare(a.Step, b.Step), cmp.Compare(a.Key, b.Key))
@@ -129,6 +135,18 @@ func Check(s spec.Snapshot) []Violation {
 		}
 		if ef.Generation > j.Generation {
 			bad("12", k, "effect %s %s/%s has generation %d > job generation %d", k, ef.Step, ef.Key, ef.Generation, j.Generation)
+		}
+	}
+	outbox := map[runKey][]spec.OutboxMessage{}
+	for _, m := range s.Outbox {
+		k := runKey{m.Tenant, m.RunID}
+		if _, ok := runs[k]; !ok {
+			bad("7", k, "outbox message %s#%d has no run", k, m.Seq)
+		}
+		outbox[k] = append(outbox[k], m)
+		if (m.State == spec.OutboxDelivered) != (m.DeliveredAt != 0) || m.State == spec.OutboxDelivered && m.Relay != "" ||
+			(m.Relay == "") != (m.ClaimExpiresAt == 0) {
+			bad("14", k, "outbox message %s#%d is %s, delivered at %d, claimed by %q until %d", k, m.Seq, m.State, m.DeliveredAt, m.Relay, m.ClaimExpiresAt)
 		}
 	}
 	seen := map[[3]string]bool{}
@@ -209,6 +227,16 @@ func Check(s spec.Snapshot) []Violation {
 		}
 		if (j.State == spec.JobLeased) != (running == 1) || running > 1 {
 			bad("11", k, "run %s job is %s with %d running attempts", k, j.State, running)
+		}
+		for i, m := range outbox[k] {
+			if m.Seq != int64(i+1) || m.ID != spec.OutboxID(r.Tenant, r.ID, r.CreatedAt, m.Seq) {
+				bad("14", k, "run %s outbox message %d has seq %d and id %q", k, i+1, m.Seq, m.ID)
+			}
+			// 15: the admission's (at its time) or the completing generation's.
+			done := r.State == spec.RunCompleted && len(ev) > 0 && ev[len(ev)-1].Payload == spec.CompletedPayload(m.Generation) && ev[len(ev)-1].At == m.CreatedAt
+			if m.Generation == 0 && m.CreatedAt != r.CreatedAt || m.Generation > 0 && !done {
+				bad("15", k, "run %s (%s) has outbox message %d of generation %d written at %d, neither its admission's nor its completion's", k, r.State, m.Seq, m.Generation, m.CreatedAt)
+			}
 		}
 	}
 	return out

@@ -8,7 +8,9 @@ import (
 )
 
 // healthy is a snapshot of two tenants with a queued, a leased and a
-// completed run (with an effect), as a store writes them.
+// completed run (with an effect, an admission's outbox message delivered and
+// the completion's claimed by a relay), and the queued run's admission
+// message, as a store writes them.
 func healthy() spec.Snapshot {
 	var s spec.Snapshot
 	for _, tn := range []string{"ta", "tb"} {
@@ -18,7 +20,7 @@ func healthy() spec.Snapshot {
 			spec.Run{Tenant: tn, ID: "queued", Operation: "work", State: spec.RunQueued, Version: 1, LastSeq: 1, MaxAttempts: 3})
 		s.Events = append(s.Events,
 			spec.Event{Tenant: tn, RunID: "done", Seq: 1, Kind: spec.EventRunQueued},
-			spec.Event{Tenant: tn, RunID: "done", Seq: 2, Kind: spec.EventRunCompleted},
+			spec.Event{Tenant: tn, RunID: "done", Seq: 2, Kind: spec.EventRunCompleted, At: 9, Payload: spec.CompletedPayload(1)},
 			spec.Event{Tenant: tn, RunID: "leased", Seq: 1, Kind: spec.EventRunQueued},
 			spec.Event{Tenant: tn, RunID: "queued", Seq: 1, Kind: spec.EventRunQueued})
 		s.Jobs = append(s.Jobs,
@@ -35,6 +37,13 @@ func healthy() spec.Snapshot {
 			spec.IdempotencyRecord{Tenant: tn, Operation: "work", Key: "k-leased", RunID: "leased"},
 			spec.IdempotencyRecord{Tenant: tn, Operation: "work", Key: "k-queued", RunID: "queued"})
 		s.Effects = append(s.Effects, spec.Effect{Tenant: tn, RunID: "done", Step: "s", Key: "k", State: spec.EffectSucceeded, Generation: 1})
+		s.Outbox = append(s.Outbox,
+			spec.OutboxMessage{Tenant: tn, RunID: "done", Seq: 1, ID: spec.OutboxID(tn, "done", 0, 1), Subject: "a", Payload: "{}",
+				State: spec.OutboxDelivered, Claims: 1, DeliveredAt: 5},
+			spec.OutboxMessage{Tenant: tn, RunID: "done", Seq: 2, ID: spec.OutboxID(tn, "done", 0, 2), Subject: "b", Payload: "{}",
+				Generation: 1, CreatedAt: 9, State: spec.OutboxPending, Relay: "r", ClaimExpiresAt: 20, Claims: 1},
+			spec.OutboxMessage{Tenant: tn, RunID: "queued", Seq: 1, ID: spec.OutboxID(tn, "queued", 0, 1), Subject: "c", Payload: "{}",
+				State: spec.OutboxPending})
 	}
 	return s
 }
@@ -65,7 +74,7 @@ func TestEachInvariantCatchesItsBreak(t *testing.T) {
 		{"duplicated job", func(s *spec.Snapshot) { s.Jobs = slices.Insert(s.Jobs, 1, s.Jobs[1]) },
 			[]string{"Snapshot", "7"}},
 		{"events out of order", func(s *spec.Snapshot) { s.Events[0], s.Events[1] = s.Events[1], s.Events[0] },
-			[]string{"Snapshot", "1", "2", "3", "1", "2"}},
+			[]string{"Snapshot", "1", "2", "3", "1", "2", "15"}},
 		{"attempts out of order", func(s *spec.Snapshot) { s.Attempts[1], s.Attempts[2] = s.Attempts[2], s.Attempts[1] },
 			[]string{"Snapshot"}},
 		{"idempotency out of order", func(s *spec.Snapshot) { s.Idempotency[0], s.Idempotency[1] = s.Idempotency[1], s.Idempotency[0] },
@@ -114,6 +123,15 @@ func TestEachInvariantCatchesItsBreak(t *testing.T) {
 		{"running attempt of an older generation", func(s *spec.Snapshot) { s.Attempts[1].Outcome = spec.AttemptRunning },
 			[]string{"11", "11"}},
 		{"effect ahead of its job", func(s *spec.Snapshot) { s.Effects[0].Generation = 2 }, []string{"12"}},
+		{"outbox out of order", func(s *spec.Snapshot) { s.Outbox[0], s.Outbox[1] = s.Outbox[1], s.Outbox[0] },
+			[]string{"Snapshot", "14", "14"}},
+		{"outbox message without a run", func(s *spec.Snapshot) { s.Outbox[len(s.Outbox)-1].RunID = "zz" }, []string{"7"}},
+		{"delivered message still claimed", func(s *spec.Snapshot) { s.Outbox[0].Relay, s.Outbox[0].ClaimExpiresAt = "r", 30 },
+			[]string{"14"}},
+		{"claim without an expiry", func(s *spec.Snapshot) { s.Outbox[1].ClaimExpiresAt = 0 }, []string{"14"}},
+		{"message id not its run's", func(s *spec.Snapshot) { s.Outbox[2].ID = "ta/queued/0/2" }, []string{"14"}},
+		{"message of a generation that did not complete", func(s *spec.Snapshot) { s.Outbox[1].Generation = 2 }, []string{"15"}},
+		{"admission message written after the admission", func(s *spec.Snapshot) { s.Outbox[2].CreatedAt = 5 }, []string{"15"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			s := healthy()

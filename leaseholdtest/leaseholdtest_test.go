@@ -55,7 +55,7 @@ func TestConformanceNotApplicable(t *testing.T) {
 	t.Run("bare", func(t *testing.T) { sum = storetest.RunAll(t, bare) })
 	want := []string{"ProjectionEventAtomicity", "AfterCommitFailureIsUnknownOutcome", "CompleteBatchMembersAreIndependent",
 		"CompleteBatchEqualsComplete", "CompleteBatchAtomicity", "CompleteBatchLimits", "ConcurrentOverlappingBatches",
-		"MigrationRecorded", "DatabaseRejectsOrphans", "DatabaseRejectsInvalidDomain"}
+		"MigrationRecorded", "DatabaseRejectsOrphans", "DatabaseRejectsInvalidDomain", "OutboxBatchMembers"}
 	slices.Sort(want)
 	got := slices.Sorted(slices.Values(sum.NotApplicable))
 	if !slices.Equal(got, want) {

@@ -8,8 +8,8 @@ import (
 )
 
 // createRun is CreateRun: idempotent admission of a run, its run_queued event,
-// its job (available now, or at its schedule) and its idempotency record, all
-// or nothing.
+// its job (available now, or at its schedule), its idempotency record and
+// its outbox messages, all or nothing.
 func (m Model) createRun(s State, now int64, req spec.CreateRunRequest) (State, Result) {
 	n, err := m.normalizeCreate(req, now)
 	if err != nil {
@@ -25,6 +25,11 @@ func (m Model) createRun(s State, now int64, req spec.CreateRunRequest) (State, 
 			orig := s.row(rec.Tenant, rec.RunID)
 			if orig == nil { // unreachable in a state that passes Check (invariant 7)
 				return s, failed(notFound("run of idempotency record", rec.Tenant, rec.RunID))
+			}
+			if m.bug == bugReplayedCreateWritesOutbox && len(n.Outbox) > 0 {
+				r := orig.clone()
+				r.writeOutbox(n.Outbox, 0, now)
+				return s.put(r), ok(spec.CreateRunResult{Run: orig.run, Replayed: true})
 			}
 			return s, ok(spec.CreateRunResult{Run: orig.run, Replayed: true})
 		}
@@ -49,6 +54,7 @@ func (m Model) createRun(s State, now int64, req spec.CreateRunRequest) (State, 
 		},
 	}
 	r.appendEvent(spec.EventRunQueued, now, spec.QueuedPayload("", "", 0))
+	r.writeOutbox(n.Outbox, 0, now)
 	next = next.put(r).putIdempotency(spec.IdempotencyRecord{
 		Tenant: n.Tenant, Operation: n.Operation, Key: n.Key, Fingerprint: n.Fingerprint,
 		RunID: n.RunID, CreatedAt: now, ExpiresAt: n.ExpiresAt,

@@ -13,20 +13,27 @@ func TestExploreCatchesBrokenVariants(t *testing.T) {
 	for _, tc := range []struct {
 		variant  string
 		maxSteps int // the shortest counterexample is at most this long
+		scope    func() model.Scope
 	}{
-		{"claim keeps generation", 2},      // create, claim
-		{"retry skips terminal event", 6},  // create, claim, retry, wait, claim, retry at the budget
-		{"complete ignores generation", 6}, // create, claim, expire, reclaim by the same worker, stale complete
-		{"cancel leaves job claimable", 2}, // create, cancel
-		{"claim steals live lease", 3},     // create, claim, claim
-		{"retry resets generation", 3},     // create, claim, retry
-		{"reserve reopens succeeded", 5},   // create, claim, reserve, record succeeded, reserve
-		{"replay resets generation", 4},    // create, claim, fail, replay
-		{"purge runs splits lineage", 7},   // create, claim, fail, replay, cancel, wait, purge
-		{"purge runs ignores records", 4},  // create, cancel, wait, purge
+		{"claim keeps generation", 2, nil},                        // create, claim
+		{"retry skips terminal event", 6, nil},                    // create, claim, retry, wait, claim, retry at the budget
+		{"complete ignores generation", 6, nil},                   // create, claim, expire, reclaim by the same worker, stale complete
+		{"cancel leaves job claimable", 2, nil},                   // create, cancel
+		{"claim steals live lease", 3, nil},                       // create, claim, claim
+		{"retry resets generation", 3, nil},                       // create, claim, retry
+		{"reserve reopens succeeded", 5, nil},                     // create, claim, reserve, record succeeded, reserve
+		{"replay resets generation", 4, nil},                      // create, claim, fail, replay
+		{"purge runs splits lineage", 7, nil},                     // create, claim, fail, replay, cancel, wait, purge
+		{"purge runs ignores records", 4, nil},                    // create, cancel, wait, purge
+		{"claim outbox takes claimed", 3, model.OutboxScope},      // create with a message, claim, claim
+		{"purge runs drops pending outbox", 5, model.OutboxScope}, // create with a message, wait, cancel, wait, purge
+		{"replayed create writes outbox", 2, model.OutboxScope},   // create with a message, create again
 	} {
 		t.Run(tc.variant, func(t *testing.T) {
-			sc := model.DefaultScope()
+			if tc.scope == nil {
+				tc.scope = model.DefaultScope
+			}
+			sc := tc.scope()
 			m := model.Broken(model.Model{Config: sc.Config}, tc.variant)
 			rep := model.Explore(m, sc)
 			t.Logf("%s", rep)

@@ -40,4 +40,13 @@ const (
 	// idempotency record names (and the record with them), so a retried
 	// request creates a second run.
 	bugPurgeRunsIgnoresRecords
+	// bugClaimOutboxTakesClaimed: a claim of outbox messages also takes
+	// messages another relay's live claim holds.
+	bugClaimOutboxTakesClaimed
+	// bugPurgeRunsDropsPendingOutbox: a run purge deletes runs whose outbox
+	// messages were never delivered (they are lost).
+	bugPurgeRunsDropsPendingOutbox
+	// bugReplayedCreateWritesOutbox: an idempotent replay of a create writes
+	// the request's outbox messages again.
+	bugReplayedCreateWritesOutbox
 )

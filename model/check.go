@@ -166,6 +166,9 @@ func checkRun(v *Violations, r *runRow) {
 			v.add("12", "run %s: effect %s generation %d outside [1, job generation %d]", name, e.Step, e.Generation, job.Generation)
 		}
 	}
+
+	// 14, 15: outbox messages.
+	checkOutbox(v, r)
 }
 
 var terminalEvent = map[spec.RunState]spec.EventKind{

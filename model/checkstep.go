@@ -20,6 +20,13 @@ import (
 //   - 12: a succeeded effect never changes again; effects are never deleted
 //     but with their run.
 //   - 13: an operation naming a tenant changes only that tenant's rows.
+//   - 14: outbox messages are written only by an admission (with its new
+//     run) and a completion; a message's content never changes; only
+//     ClaimOutbox changes a claim (of a claimable message, to what the
+//     claim gives) and only MarkDelivered delivers (a named pending
+//     message, at op.Now); a delivered message never changes; neither
+//     changes anything else; PurgeRuns never deletes a run with a pending
+//     message; CreateRun and Replay never change a run that existed.
 //   - and the history rules the invariants rest on (reported under the
 //     invariant they protect, or "H"): runs, events and attempt rows are
 //     never deleted, except by PurgeRuns, which deletes a run with all its
@@ -79,6 +86,10 @@ func (m Model) CheckStep(prev State, op Op, next State) error {
 			if guardRefs != nil {
 				checkGuarded(&v, op, guardRefs, p, name)
 			}
+			if op.Kind() == spec.OpCreateRun || op.Kind() == spec.OpReplay {
+				v.add("7", "%s changed run %s, which existed before (it may only create a run)", op.Kind(), name)
+			}
+			checkOutboxStep(&v, op, name, p, n)
 			checkRunStep(&v, op, isClaim, claimReq, name, p, n)
 		}
 	}
@@ -112,6 +123,8 @@ func (m Model) checkDeleted(v *Violations, op Op, tenant string, prev State, p *
 		v.add("7", "purge_runs at %d deleted run %s, finished at %d: not %d ms ago yet", op.Now, name, p.events[len(p.events)-1].At, m.Config.RunRetentionMs)
 	case held:
 		v.add("9", "purge_runs deleted run %s, which a live idempotency record names (its retried request must still get it)", name)
+	case p.pendingOutbox():
+		v.add("14", "purge_runs deleted run %s with outbox messages not yet delivered (they are lost)", name)
 	}
 }
 
@@ -153,12 +166,18 @@ func checkNewRun(v *Violations, op Op, tenant string, scoped bool, prev State, n
 	if n.job.Attempts != 0 || len(n.attempts) != 0 || len(n.effects) != 0 {
 		v.add("7", "new run %s starts with attempts %d, %d attempt rows, %d effects", name, n.job.Attempts, len(n.attempts), len(n.effects))
 	}
+	for _, m := range n.outbox {
+		if op.Kind() != spec.OpCreateRun || m.State != spec.OutboxPending || m.Relay != "" || m.Claims != 0 {
+			v.add("14", "new run %s (by %s) starts with outbox message %d %s, claimed %d times (only an admission writes messages, pending)", name, op.Kind(), m.Seq, m.State, m.Claims)
+		}
+	}
 }
 
 // checkRunStep checks the transition of one run that changed.
 func checkRunStep(v *Violations, op Op, isClaim bool, claim spec.ClaimRequest, name string, p, n *runRow) {
-	// History: a terminal run never changes; events only append.
-	if p.run.State.Terminal() {
+	// History: a terminal run never changes (but for the claim and delivery
+	// of its outbox messages); events only append.
+	if p.run.State.Terminal() && !p.equalBesidesOutbox(n) {
 		v.add("3", "terminal (%s) run %s changed", p.run.State, name)
 	}
 	if len(n.events) < len(p.events) || !slices.Equal(p.events, n.events[:len(p.events)]) {

@@ -38,6 +38,24 @@ func writeFields(b *strings.Builder, v reflect.Value) {
 			b.WriteString(x.String())
 		case []byte:
 			b.Write(x)
+		case []spec.Message:
+			b.WriteString("[")
+			for k, m := range x {
+				if k > 0 {
+					b.WriteString(";")
+				}
+				fmt.Fprintf(b, " %s %s", m.Subject, m.Payload)
+			}
+			b.WriteString(" ]")
+		case []spec.OutboxKey:
+			b.WriteString("[")
+			for k, m := range x {
+				if k > 0 {
+					b.WriteString(" ")
+				}
+				fmt.Fprintf(b, "%s/%s#%d", m.Tenant, m.RunID, m.Seq)
+			}
+			b.WriteString("]")
 		case []spec.CompleteRequest:
 			b.WriteString("[")
 			for k, m := range x {
@@ -111,8 +129,14 @@ func (r Result) String() string {
 		return fmt.Sprintf("%d attempts", len(v))
 	case []spec.Effect:
 		return fmt.Sprintf("%d effects", len(v))
+	case []spec.OutboxMessage:
+		parts := make([]string, len(v))
+		for i, m := range v {
+			parts[i] = fmt.Sprintf("%s/%s#%d by %s until %d (claim %d)", m.Tenant, m.RunID, m.Seq, m.Relay, m.ClaimExpiresAt, m.Claims)
+		}
+		return "messages [" + strings.Join(parts, "; ") + "]"
 	case spec.Snapshot:
-		return fmt.Sprintf("snapshot of %d runs, %d idempotency records", len(v.Runs), len(v.Idempotency))
+		return fmt.Sprintf("snapshot of %d runs, %d idempotency records, %d outbox messages", len(v.Runs), len(v.Idempotency), len(v.Outbox))
 	}
 	return fmt.Sprintf("%+v", r.Value)
 }

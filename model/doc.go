@@ -57,6 +57,10 @@
 //   - External systems. The model has the effect ledger; what a provider
 //     does with a call (deduplicate, fence, neither) is the harness's
 //     simulated provider and the worker's documentation.
+//   - The broker. The model has the outbox (messages written with their
+//     write, claimed, marked delivered); what NATS JetStream does with a
+//     publish (deduplicates it within its window, keeps it through an
+//     fsync) is the relay's fault tests' accounting, against a real server.
 //   - Liveness and fairness. The model accepts an empty claim in any state
 //     and any eligible subset (SKIP LOCKED, trap 1 and 2 of SPEC.md); that
 //     every acknowledged run ends is the harness's drain accounting, and

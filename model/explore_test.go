@@ -21,7 +21,7 @@ func scopesFromEnv() []model.Scope {
 	if os.Getenv("LEASEHOLD_EXPLORE_SCOPE") == "large" || budget >= 20*time.Minute {
 		return model.LargeScopes()
 	}
-	return []model.Scope{model.DefaultScope(), model.LifecycleScope()}
+	return []model.Scope{model.DefaultScope(), model.LifecycleScope(), model.OutboxScope()}
 }
 
 // TestExplore checks every invariant at every state and transition of each

@@ -18,16 +18,19 @@ func Broken(m Model, name string) Model {
 
 // BrokenVariants names every broken variant (see bug.go for what each does).
 var BrokenVariants = map[string]bug{
-	"claim keeps generation":      bugClaimKeepsGeneration,
-	"retry skips terminal event":  bugRetrySkipsTerminalEvent,
-	"complete ignores generation": bugCompleteIgnoresGeneration,
-	"cancel leaves job claimable": bugCancelLeavesJobClaimable,
-	"claim steals live lease":     bugClaimStealsLiveLease,
-	"retry resets generation":     bugRetryResetsGeneration,
-	"reserve reopens succeeded":   bugReserveReopensSucceeded,
-	"replay resets generation":    bugReplayResetsGeneration,
-	"purge runs splits lineage":   bugPurgeRunsSplitsLineage,
-	"purge runs ignores records":  bugPurgeRunsIgnoresRecords,
+	"claim keeps generation":          bugClaimKeepsGeneration,
+	"retry skips terminal event":      bugRetrySkipsTerminalEvent,
+	"complete ignores generation":     bugCompleteIgnoresGeneration,
+	"cancel leaves job claimable":     bugCancelLeavesJobClaimable,
+	"claim steals live lease":         bugClaimStealsLiveLease,
+	"retry resets generation":         bugRetryResetsGeneration,
+	"reserve reopens succeeded":       bugReserveReopensSucceeded,
+	"replay resets generation":        bugReplayResetsGeneration,
+	"purge runs splits lineage":       bugPurgeRunsSplitsLineage,
+	"purge runs ignores records":      bugPurgeRunsIgnoresRecords,
+	"claim outbox takes claimed":      bugClaimOutboxTakesClaimed,
+	"purge runs drops pending outbox": bugPurgeRunsDropsPendingOutbox,
+	"replayed create writes outbox":   bugReplayedCreateWritesOutbox,
 }
 
 // HasStep reports whether the model has a step for op.

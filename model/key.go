@@ -27,7 +27,7 @@ func (s State) Key() string {
 }
 
 // encode appends the row's canonical encoding: every field of the run, its
-// job, events, attempts and effects, the lists counted. Rows are not cached
+// job, events, attempts, effects and outbox messages, the lists counted. Rows are not cached
 // with their encoding: the explorer keeps millions of rows, and the encoding
 // would double their size.
 func (r *runRow) encode(e *encoder) {
@@ -95,6 +95,22 @@ func (r *runRow) encode(e *encoder) {
 		e.str(f.ProviderRef)
 		e.int(f.Generation)
 		e.int(f.UpdatedAt)
+	}
+	e.int(int64(len(r.outbox)))
+	for _, m := range r.outbox {
+		e.str(m.Tenant)
+		e.str(m.RunID)
+		e.int(m.Seq)
+		e.str(m.ID)
+		e.str(m.Subject)
+		e.str(m.Payload)
+		e.int(m.Generation)
+		e.int(m.CreatedAt)
+		e.str(string(m.State))
+		e.str(m.Relay)
+		e.int(m.ClaimExpiresAt)
+		e.int(int64(m.Claims))
+		e.int(m.DeliveredAt)
 	}
 }
 

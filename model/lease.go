@@ -40,12 +40,14 @@ func (m Model) renew(s State, now int64, req spec.RenewRequest) (State, Result) 
 	return s.put(r), ok(leaseOf(r))
 }
 
-// complete is Complete: job and run completed with the result, run_completed.
+// complete is Complete: job and run completed with the result, run_completed,
+// and the request's outbox messages written at the lease's generation.
 func (m Model) complete(s State, now int64, req spec.CompleteRequest) (State, Result) {
 	result, err := m.Config.CheckComplete(req, now)
 	if err != nil {
 		return s, failed(err)
 	}
+	outbox, _ := spec.NormalizeOutbox(req.Outbox) // CheckComplete checked them
 	ref := req.Lease
 	if m.bug == bugCompleteIgnoresGeneration {
 		if r := s.row(ref.Tenant, ref.RunID); r != nil {
@@ -62,6 +64,7 @@ func (m Model) complete(s State, now int64, req spec.CompleteRequest) (State, Re
 	r.run.Result = result
 	r.endRun(spec.RunCompleted, now, spec.EventRunCompleted, spec.CompletedPayload(gen))
 	r.closeAttempt(gen, now, spec.AttemptCompleted, "", spec.ClassNone, 0)
+	r.writeOutbox(outbox, gen, now)
 	return s.put(r), ok(r.run)
 }
 

@@ -42,7 +42,8 @@ type Result struct {
 	// Value is exactly what the method returns on success:
 	// spec.CreateRunResult (CreateRun), []spec.Lease (Claim), spec.Lease
 	// (Renew), spec.Run (Complete, Fail, Cancel, Replay), spec.Job (Retry,
-	// Release), []string (Reap, PurgeRuns), int (PurgeIdempotency),
+	// Release), []string (Reap, PurgeRuns), int (PurgeIdempotency,
+	// MarkDelivered), []spec.OutboxMessage (ClaimOutbox),
 	// spec.EffectReservation (ReserveEffect), spec.Effect (RecordEffect,
 	// ReconcileEffect). Nil when Err is set.
 	Value any
@@ -123,6 +124,8 @@ var steps = map[spec.Op]stepFunc{
 	spec.OpReserveEffect:   typed(Model.reserveEffect),
 	spec.OpRecordEffect:    typed(Model.recordEffect),
 	spec.OpReconcileEffect: typed(Model.reconcileEffect),
+	spec.OpClaimOutbox:     typed(Model.claimOutbox),
+	spec.OpMarkDelivered:   typed(Model.markDelivered),
 	spec.OpCompleteBatch:   typed(Model.completeBatch),
 	spec.OpGetRun:          read(Model.getRun),
 	spec.OpGetJob:          read(Model.getJob),

@@ -16,6 +16,8 @@ import (
 //     that job gives. An empty claim is always accepted: it does not prove
 //     that no job was eligible.
 //   - Reap: any subset of the victims, of at most Limit, in any order.
+//   - ClaimOutbox: any subset of the claimable messages, of at most Limit,
+//     in any order, each claimed exactly as claiming it makes it.
 //   - Everything else: observed must Equal Step's result.
 //   - A CodeUnavailable error is accepted for any op, with s unchanged: it
 //     promises that nothing was written (busy database, serialization failure).
@@ -37,6 +39,8 @@ func (m Model) Observe(s State, op Op, observed Result) (State, bool) {
 		return m.observeClaim(s, op, observed.Value)
 	case spec.OpReap:
 		return observeReap(s, op, observed.Value)
+	case spec.OpClaimOutbox:
+		return m.observeClaimOutbox(s, op, observed.Value)
 	}
 	return next, want.Equal(observed)
 }
@@ -94,9 +98,9 @@ func containsRow(rows []*runRow, r *runRow) bool {
 
 // Unknown returns every state op may have left when its outcome is unknown
 // (the connection died after COMMIT was sent): s unchanged first, then each
-// distinct state the op may have committed. For Claim and Reap that is one
-// state per non-empty subset (of at most Limit) of the eligible jobs or
-// victims, so it grows combinatorially with them: keep such operations few
+// distinct state the op may have committed. For Claim, Reap and
+// ClaimOutbox that is one state per non-empty subset (of at most Limit) of
+// the eligible jobs, victims or claimable messages, so it grows combinatorially with them: keep such operations few
 // per history. An op that Step refuses leaves only s.
 func (m Model) Unknown(s State, op Op) []State {
 	states := []State{s}
@@ -137,6 +141,8 @@ func (m Model) Outcomes(s State, op Op) []Outcome {
 	case spec.OpReap:
 		req := op.Req.(spec.ReapRequest)
 		rows, limit = victimRows(s, req.Tenant, op.Now), req.Limit
+	case spec.OpClaimOutbox:
+		return m.claimOutboxOutcomes(s, op)
 	default:
 		return []Outcome{{State: next, Result: res}}
 	}
@@ -157,8 +163,8 @@ func (m Model) Outcomes(s State, op Op) []Outcome {
 
 // forEachSubset calls f with every non-empty subset of rows of at most limit
 // elements, each in the order of rows. f must not keep the slice.
-func forEachSubset(rows []*runRow, limit int, f func([]*runRow)) {
-	pick := make([]*runRow, 0, min(limit, len(rows)))
+func forEachSubset[T any](rows []T, limit int, f func([]T)) {
+	pick := make([]T, 0, min(limit, len(rows)))
 	var rec func(from int)
 	rec = func(from int) {
 		if len(pick) > 0 {

@@ -26,11 +26,13 @@ func finishedAt(r *runRow) (int64, bool) {
 
 // retired reports whether PurgeRuns may delete r, given by = now -
 // RunRetentionMs and the runs live idempotency records name (held, by run
-// id, in r's tenant): terminal, finished at or before by, and not held (a
-// retried request must still get the run back).
+// id, in r's tenant): terminal, finished at or before by, not held (a
+// retried request must still get the run back), and with every outbox
+// message delivered (a pending one would be lost).
 func (m Model) retired(r *runRow, by int64, held map[string]bool) bool {
 	at, terminal := finishedAt(r)
-	return terminal && at <= by && (!held[r.run.ID] || m.bug == bugPurgeRunsIgnoresRecords)
+	return terminal && at <= by && (!held[r.run.ID] || m.bug == bugPurgeRunsIgnoresRecords) &&
+		(!r.pendingOutbox() || m.bug == bugPurgeRunsDropsPendingOutbox)
 }
 
 // purgeableLineages returns the tenant's lineages every run of which is

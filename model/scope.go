@@ -50,6 +50,10 @@ type Scope struct {
 	// MaxStates stops the exploration early (0: no limit); the report then
 	// says it is incomplete.
 	MaxStates int
+	// Outbox, when set, is the message every completion writes (beside the
+	// plain completion), and ClaimOutbox (by two relays) and MarkDelivered
+	// (of every message) are tried at every state. Creates carry their own.
+	Outbox *spec.Message
 }
 
 // smallConfig is the configuration of the built-in scopes: one operation
@@ -133,6 +137,27 @@ func LifecycleScope() Scope {
 	return sc
 }
 
+// OutboxScope is the third scope `go test ./model/` explores, complete to
+// depth 11: one run (and its replay) whose admission may write a message and
+// whose completion may write another, two relays (one of them for every
+// tenant) claiming with leases of 1 and 2 ms, deliveries of every message,
+// stale completions, and the purge of runs: a completion refused writes no
+// message, a claim takes only what no live claim holds, an expired claim is
+// taken again, and a run with a message not yet delivered is never purged.
+func OutboxScope() Scope {
+	sc := LifecycleScope()
+	sc.Name = "outbox"
+	withMessage := sc.Creates[0]
+	withMessage.Outbox = []spec.Message{{Subject: "orders.created", Payload: []byte(`{"n":1}`)}}
+	sc.Creates = []spec.CreateRunRequest{withMessage, sc.Creates[0], sc.Creates[2]} // with a message, the same key without (a conflict), another request
+	sc.Outbox = &spec.Message{Subject: "orders.done", Payload: []byte(`{"ok":true}`)}
+	sc.Claims = sc.Claims[:2]
+	sc.Jitters = nil
+	sc.Release, sc.Purge = false, false
+	sc.MaxDepth = 11
+	return sc
+}
+
 // LargeScopes are the scopes LEASEHOLD_EXPLORE_SCOPE=large selects (about
 // three minutes and 3 GB on two cores): the default scope to depth 9 with
 // both jitter draws; the lifecycle scope with the effect ledger; and the
@@ -202,6 +227,15 @@ func (sc *Scope) actions(now int64, s State) []action {
 	if sc.Purge && len(s.idem) > 0 {
 		do(spec.PurgeRequest{Limit: 1})
 	}
+	if sc.Outbox != nil {
+		do(spec.ClaimOutboxRequest{Tenant: "t1", Relay: "relay1", LeaseMs: 1, Limit: 1})
+		do(spec.ClaimOutboxRequest{Relay: "relay2", LeaseMs: 2, Limit: 2})
+		for _, r := range s.runs {
+			for _, m := range r.outbox {
+				do(spec.MarkDeliveredRequest{Messages: []spec.OutboxKey{m.Key()}})
+			}
+		}
+	}
 	return acts
 }
 
@@ -211,6 +245,9 @@ func (sc *Scope) guardedActions(do func(spec.Request), ref spec.LeaseRef, now in
 		do(spec.RenewRequest{Lease: ref, LeaseMs: sc.RenewMs})
 	}
 	do(spec.CompleteRequest{Lease: ref, Result: []byte(`{"ok":true}`)})
+	if sc.Outbox != nil {
+		do(spec.CompleteRequest{Lease: ref, Outbox: []spec.Message{*sc.Outbox}})
+	}
 	for _, j := range sc.Jitters {
 		*acts = append(*acts, action{op: Op{Now: now, Jitter: j,
 			Req: spec.RetryRequest{Lease: ref, ErrorCode: "busy", RetryAfterMs: sc.RetryAfterMs}}})

@@ -9,7 +9,8 @@ import (
 // Snapshot returns every row of s in the canonical order spec.Snapshot
 // documents: runs and jobs by (tenant, run id); events by (tenant, run id,
 // seq); attempts by (tenant, run id, generation); idempotency records by
-// (tenant, operation, key); effects by (tenant, run id, step, key). Strings
+// (tenant, operation, key); effects by (tenant, run id, step, key); outbox
+// messages by (tenant, run id, seq). Strings
 // order bytewise. A store's Snapshot after the same operations must equal it
 // (an empty table is a nil slice here; compare with nil and empty equal).
 // The slices are fresh: the caller may change them.
@@ -21,6 +22,7 @@ func (m Model) Snapshot(s State) spec.Snapshot {
 		snap.Events = append(snap.Events, r.events...)
 		snap.Attempts = append(snap.Attempts, r.attempts...)
 		snap.Effects = append(snap.Effects, r.effects...)
+		snap.Outbox = append(snap.Outbox, r.outbox...)
 	}
 	snap.Idempotency = slices.Clone(s.idem)
 	return snap

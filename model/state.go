@@ -8,8 +8,8 @@ import (
 	"github.com/leasehold/leasehold/spec"
 )
 
-// State is every row of a store: runs with their job, events, attempts and
-// effects, and the idempotency records. It is an immutable value: no method
+// State is every row of a store: runs with their job, events, attempts,
+// effects and outbox messages, and the idempotency records. It is an immutable value: no method
 // and no Model function ever changes a State that has been returned, so states
 // can be kept, compared and shared freely (the explorer keeps millions; the
 // linearizability checker keeps one per search node). The zero State is the
@@ -26,9 +26,10 @@ type State struct {
 type runRow struct {
 	run      spec.Run
 	job      spec.Job
-	events   []spec.Event   // by seq
-	attempts []spec.Attempt // by generation
-	effects  []spec.Effect  // by (step, key)
+	events   []spec.Event         // by seq
+	attempts []spec.Attempt       // by generation
+	effects  []spec.Effect        // by (step, key)
+	outbox   []spec.OutboxMessage // by seq
 }
 
 // clone returns a private copy of r that the caller may change before putting
@@ -146,8 +147,15 @@ func (s State) withoutIdempotency(drop func(spec.IdempotencyRecord) bool) State 
 // Runs returns how many runs the state holds (every tenant).
 func (s State) Runs() int { return len(s.runs) }
 
+// equalBesidesOutbox reports whether two rows hold the same values but for
+// their outbox messages.
+func (r *runRow) equalBesidesOutbox(o *runRow) bool {
+	return r.run == o.run && r.job == o.job && slices.Equal(r.events, o.events) &&
+		slices.Equal(r.attempts, o.attempts) && slices.Equal(r.effects, o.effects)
+}
+
 // equal reports whether two rows hold the same values.
 func (r *runRow) equal(o *runRow) bool {
 	return r == o || r.run == o.run && r.job == o.job && slices.Equal(r.events, o.events) &&
-		slices.Equal(r.attempts, o.attempts) && slices.Equal(r.effects, o.effects)
+		slices.Equal(r.attempts, o.attempts) && slices.Equal(r.effects, o.effects) && slices.Equal(r.outbox, o.outbox)
 }

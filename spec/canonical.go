@@ -65,17 +65,21 @@ type FingerprintInput struct {
 	// not set.
 	AvailableAt int64
 	DelayMs     int64
+	// Outbox is the canonical JSON array of the request's outbox messages
+	// ([{"payload":…,"subject":…}, …]), "" for none.
+	Outbox string
 }
 
 // Fingerprint returns "fp1:" + hex(SHA-256(JCS(object))) where object is
 // {"max_attempts", "operation", "payload", "schema_version", "tenant",
-// "timeout_ms"} built from in, with "available_at" and "delay_ms" added
-// only when set: an unscheduled request's fingerprint is the one it had
-// before scheduling existed, so records written then still match.
+// "timeout_ms"} built from in, with "available_at", "delay_ms" and
+// "outbox" added only when set: an unscheduled request without messages
+// has the fingerprint it had before either existed, so records written
+// then still match.
 func Fingerprint(in FingerprintInput) string {
 	// The members are written in JCS key order, and every value is already
 	// canonical, so this text is the canonical form of the object.
-	b := make([]byte, 0, 160+len(in.Payload))
+	b := make([]byte, 0, 160+len(in.Payload)+len(in.Outbox))
 	b = append(b, '{')
 	if in.AvailableAt != 0 {
 		b = append(b, `"available_at":`...)
@@ -91,6 +95,10 @@ func Fingerprint(in FingerprintInput) string {
 	b = strconv.AppendInt(b, int64(in.MaxAttempts), 10)
 	b = append(b, `,"operation":`...)
 	b = appendJSONString(b, in.Operation)
+	if in.Outbox != "" {
+		b = append(b, `,"outbox":`...)
+		b = append(b, in.Outbox...)
+	}
 	b = append(b, `,"payload":`...)
 	b = append(b, in.Payload...)
 	b = append(b, `,"schema_version":`...)

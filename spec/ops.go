@@ -91,7 +91,12 @@ var (
 	// (an original and its chain of replays) of the tenant, every run of
 	// which is retired.
 	GuardRetired = Guard{"retired", "run_retention > 0 AND every run of the lineage: run.state IN (completed, failed, cancelled) AND " +
-		"run.finished_at <= now - run_retention AND NOT EXISTS live idempotency(run)"}
+		"run.finished_at <= now - run_retention AND NOT EXISTS live idempotency(run) AND NOT EXISTS pending outbox(run)"}
+	// GuardClaimableMessage selects the outbox messages a claim may take.
+	GuardClaimableMessage = Guard{"claimable_message", "outbox.state = pending AND " +
+		"(outbox.relay IS NULL OR outbox.claim_expires_at <= now)"}
+	// GuardPendingMessage selects the outbox messages a mark changes.
+	GuardPendingMessage = Guard{"pending_message", "outbox.state = pending"}
 	// GuardReplayable guards a replay.
 	GuardReplayable = Guard{"replayable", "original.state = failed AND original.replay_depth + 1 <= max_replays AND " +
 		"NOT EXISTS run(replay_of = original) AND NOT EXISTS run(tenant, new_run_id)"}
@@ -114,6 +119,8 @@ var operations = []Operation{
 	row(Store.ReserveEffect, "ReserveEffect", true, GuardLease),
 	row(Store.RecordEffect, "RecordEffect", true, GuardLease),
 	row(Store.ReconcileEffect, "ReconcileEffect", true, GuardLease),
+	row(Store.ClaimOutbox, "ClaimOutbox", true, GuardClaimableMessage),
+	row(Store.MarkDelivered, "MarkDelivered", true, GuardPendingMessage),
 	row(func(s Store, ctx context.Context, r GetRunRequest) (Run, error) {
 		return s.GetRun(ctx, r.Tenant, r.RunID)
 	},
@@ -232,6 +239,7 @@ func (s Snapshot) Of(tenant string) Snapshot {
 		Attempts:    rowsOf(s.Attempts, tenant, func(r Attempt) string { return r.Tenant }),
 		Idempotency: rowsOf(s.Idempotency, tenant, func(r IdempotencyRecord) string { return r.Tenant }),
 		Effects:     rowsOf(s.Effects, tenant, func(r Effect) string { return r.Tenant }),
+		Outbox:      rowsOf(s.Outbox, tenant, func(r OutboxMessage) string { return r.Tenant }),
 	}
 }
 

@@ -21,6 +21,8 @@ const (
 	OpReserveEffect   Op = "reserve_effect"
 	OpRecordEffect    Op = "record_effect"
 	OpReconcileEffect Op = "reconcile_effect"
+	OpClaimOutbox     Op = "claim_outbox"
+	OpMarkDelivered   Op = "mark_delivered"
 
 	// The reads: they read no clock, write nothing and call no hook.
 	OpGetRun   Op = "get_run"
@@ -70,6 +72,10 @@ type CreateRunRequest struct {
 	// retry must send the same field with the same value to be a replay.
 	AvailableAt int64 `json:"available_at,omitempty"`
 	DelayMs     int64 `json:"delay_ms,omitempty"`
+	// Outbox are messages written with the run, in the same transaction,
+	// only when this request creates it (never on an idempotent replay);
+	// they are part of the fingerprint when set.
+	Outbox []Message `json:"outbox,omitempty"`
 }
 
 // CreateRunResult is the admitted run; Replayed is true when an earlier
@@ -97,6 +103,9 @@ type RenewRequest struct {
 type CompleteRequest struct {
 	Lease  LeaseRef `json:"lease"`
 	Result []byte   `json:"result,omitempty"` // JSON or empty
+	// Outbox are messages written with the completion, in its transaction
+	// and under its lease guard: a completion refused writes none.
+	Outbox []Message `json:"outbox,omitempty"`
 }
 
 // RetryRequest reports a retryable failure.
@@ -181,6 +190,23 @@ type RecordEffectRequest struct {
 // outcome the external system reports. It has RecordEffectRequest's fields.
 type ReconcileEffectRequest RecordEffectRequest
 
+// ClaimOutboxRequest asks for up to Limit claimable outbox messages (SPEC.md,
+// ClaimOutbox), of one tenant or, with Tenant "", of every tenant, claimed
+// for Relay until now+LeaseMs.
+type ClaimOutboxRequest struct {
+	Tenant  string `json:"tenant,omitempty"`
+	Relay   string `json:"relay"`
+	LeaseMs int64  `json:"lease_ms"`
+	Limit   int    `json:"limit,omitempty"`
+}
+
+// MarkDeliveredRequest marks outbox messages delivered: each pending one
+// named becomes delivered, whoever claimed it; one already delivered or gone
+// is left as it is.
+type MarkDeliveredRequest struct {
+	Messages []OutboxKey `json:"messages"`
+}
+
 // GetRunRequest reads one run (Store.GetRun).
 type GetRunRequest struct {
 	Tenant string `json:"tenant"`
@@ -232,6 +258,8 @@ func (ReplayRequest) Op() Op          { return OpReplay }
 func (ReserveEffectRequest) Op() Op   { return OpReserveEffect }
 func (RecordEffectRequest) Op() Op    { return OpRecordEffect }
 func (ReconcileEffectRequest) Op() Op { return OpReconcileEffect }
+func (ClaimOutboxRequest) Op() Op     { return OpClaimOutbox }
+func (MarkDeliveredRequest) Op() Op   { return OpMarkDelivered }
 func (GetRunRequest) Op() Op          { return OpGetRun }
 func (GetJobRequest) Op() Op          { return OpGetJob }
 func (EventsRequest) Op() Op          { return OpEvents }
@@ -254,6 +282,7 @@ func (r ReplayRequest) TenantScope() (string, bool)          { return r.Tenant, 
 func (r ReserveEffectRequest) TenantScope() (string, bool)   { return r.Lease.Tenant, true }
 func (r RecordEffectRequest) TenantScope() (string, bool)    { return r.Lease.Tenant, true }
 func (r ReconcileEffectRequest) TenantScope() (string, bool) { return r.Lease.Tenant, true }
+func (r ClaimOutboxRequest) TenantScope() (string, bool)     { return r.Tenant, r.Tenant != "" }
 func (r GetRunRequest) TenantScope() (string, bool)          { return r.Tenant, true }
 func (r GetJobRequest) TenantScope() (string, bool)          { return r.Tenant, true }
 func (r EventsRequest) TenantScope() (string, bool)          { return r.Tenant, true }
@@ -276,9 +305,25 @@ func (ReplayRequest) Leases() []LeaseRef            { return nil }
 func (r ReserveEffectRequest) Leases() []LeaseRef   { return []LeaseRef{r.Lease} }
 func (r RecordEffectRequest) Leases() []LeaseRef    { return []LeaseRef{r.Lease} }
 func (r ReconcileEffectRequest) Leases() []LeaseRef { return []LeaseRef{r.Lease} }
+func (ClaimOutboxRequest) Leases() []LeaseRef       { return nil }
+func (MarkDeliveredRequest) Leases() []LeaseRef     { return nil }
 func (GetRunRequest) Leases() []LeaseRef            { return nil }
 func (GetJobRequest) Leases() []LeaseRef            { return nil }
 func (EventsRequest) Leases() []LeaseRef            { return nil }
 func (AttemptsRequest) Leases() []LeaseRef          { return nil }
 func (EffectsRequest) Leases() []LeaseRef           { return nil }
 func (SnapshotRequest) Leases() []LeaseRef          { return nil }
+
+// TenantScope implements Request: the messages' tenant when they share one.
+func (r MarkDeliveredRequest) TenantScope() (string, bool) {
+	if len(r.Messages) == 0 {
+		return "", false
+	}
+	t := r.Messages[0].Tenant
+	for _, m := range r.Messages[1:] {
+		if m.Tenant != t {
+			return "", false
+		}
+	}
+	return t, true
+}

@@ -109,6 +109,20 @@ type Store interface {
 	// system; a succeeded or failed row is CodeEffectConflict.
 	ReconcileEffect(ctx context.Context, req ReconcileEffectRequest) (Effect, error)
 
+	// ClaimOutbox claims up to req.Limit pending outbox messages (of
+	// req.Tenant, or of every tenant) that no live claim holds, in
+	// (created_at, tenant, run id, seq) order, for req.Relay until
+	// now+LeaseMs, and returns them. Like Claim it may skip rows locked by
+	// others. A message whose claim expired is claimable again: a relay that
+	// died with it claimed is replaced by the next.
+	ClaimOutbox(ctx context.Context, req ClaimOutboxRequest) ([]OutboxMessage, error)
+
+	// MarkDelivered marks the named pending messages delivered (whoever
+	// claimed them) and returns how many it marked; a message already
+	// delivered, or not there, is left alone. Call it only after the
+	// broker acknowledged the publish.
+	MarkDelivered(ctx context.Context, req MarkDeliveredRequest) (int, error)
+
 	// Snapshot returns every row in canonical order. It is for verification
 	// and audits, not for hot paths.
 	Snapshot(ctx context.Context) (Snapshot, error)

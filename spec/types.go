@@ -239,7 +239,7 @@ type LeaseRef struct {
 // (conformance, the harness's table scans, audits). Order: runs, jobs by
 // (tenant, run id); events by (tenant, run id, seq); attempts by (tenant, run
 // id, generation); idempotency by (tenant, operation, key); effects by (tenant,
-// run id, step, key).
+// run id, step, key); outbox messages by (tenant, run id, seq).
 type Snapshot struct {
 	Runs        []Run               `json:"runs"`
 	Events      []Event             `json:"events"`
@@ -247,4 +247,5 @@ type Snapshot struct {
 	Attempts    []Attempt           `json:"attempts"`
 	Idempotency []IdempotencyRecord `json:"idempotency"`
 	Effects     []Effect            `json:"effects"`
+	Outbox      []OutboxMessage     `json:"outbox"`
 }

@@ -124,6 +124,8 @@ type NormalizedCreate struct {
 	// AvailableAt is when the job becomes claimable: the request's
 	// AvailableAt (a time in the past means now), now + its DelayMs, or now.
 	AvailableAt int64
+	// Outbox is the request's messages, validated (NormalizeOutbox).
+	Outbox []OutgoingMessage
 }
 
 // NormalizeCreate validates req at time now and fills in defaults.
@@ -172,10 +174,13 @@ func (c Config) NormalizeCreate(req CreateRunRequest, now int64) (NormalizedCrea
 	if n.AvailableAt, err = schedule(req, now, n.DeadlineAt); err != nil {
 		return NormalizedCreate{}, err
 	}
+	if n.Outbox, err = NormalizeOutbox(req.Outbox); err != nil {
+		return NormalizedCreate{}, err
+	}
 	n.Fingerprint = Fingerprint(FingerprintInput{
 		Tenant: n.Tenant, Operation: n.Operation, SchemaVersion: policy.SchemaVersion,
 		MaxAttempts: n.MaxAttempts, TimeoutMs: n.TimeoutMs, Payload: n.Payload,
-		AvailableAt: req.AvailableAt, DelayMs: req.DelayMs,
+		AvailableAt: req.AvailableAt, DelayMs: req.DelayMs, Outbox: outboxFingerprint(n.Outbox),
 	})
 	return n, nil
 }
@@ -239,7 +244,8 @@ func (c Config) CheckRenew(req RenewRequest, now int64) (expiresAt int64, err er
 }
 
 // CheckComplete validates a completion and returns the canonical result
-// ("" when req.Result is empty).
+// ("" when req.Result is empty). Its outbox messages are checked last
+// (NormalizeOutbox, which a store calls again for their canonical form).
 func (c Config) CheckComplete(req CompleteRequest, now int64) (result string, err error) {
 	if err := CheckNow(now); err != nil {
 		return "", err
@@ -247,10 +253,15 @@ func (c Config) CheckComplete(req CompleteRequest, now int64) (result string, er
 	if err := c.CheckLeaseRef(req.Lease); err != nil {
 		return "", err
 	}
-	if len(req.Result) == 0 {
-		return "", nil
+	if len(req.Result) > 0 {
+		if result, err = Canonicalize(req.Result); err != nil {
+			return "", err
+		}
 	}
-	return Canonicalize(req.Result)
+	if _, err := NormalizeOutbox(req.Outbox); err != nil {
+		return "", err
+	}
+	return result, nil
 }
 
 // CheckRetry validates a retry request.

@@ -119,6 +119,16 @@ func (s *Store) PurgeRuns(ctx context.Context, req spec.PurgeRunsRequest) ([]str
 	return do[[]string](ctx, s, req, nil)
 }
 
+// ClaimOutbox implements spec.Store.
+func (s *Store) ClaimOutbox(ctx context.Context, req spec.ClaimOutboxRequest) ([]spec.OutboxMessage, error) {
+	return do[[]spec.OutboxMessage](ctx, s, req, nil)
+}
+
+// MarkDelivered implements spec.Store.
+func (s *Store) MarkDelivered(ctx context.Context, req spec.MarkDeliveredRequest) (int, error) {
+	return do[int](ctx, s, req, nil)
+}
+
 // Replay implements spec.Store.
 func (s *Store) Replay(ctx context.Context, req spec.ReplayRequest) (spec.Run, error) {
 	return do[spec.Run](ctx, s, req, nil)

@@ -28,6 +28,8 @@ type attempt struct {
 
 	mu    sync.Mutex
 	fence error // non-nil: publish nothing more for this generation
+	// outbox is what the handler staged (Job.Outbox) for the completion.
+	outbox []spec.Message
 
 	// deadline is the monotonic reading (Timers.Monotonic) past which this
 	// worker no longer counts on the lease: when the last claim or renewal
@@ -312,7 +314,7 @@ func (a *attempt) complete(result []byte) Result {
 			return a.fail(CodeInvalidResult, err, "the handler's result is not valid JSON within the size limit")
 		}
 	}
-	req := spec.CompleteRequest{Lease: a.lease.Ref(), Result: result}
+	req := spec.CompleteRequest{Lease: a.lease.Ref(), Result: result, Outbox: a.staged()}
 	var job *spec.Job
 	var err error
 	if a.w.completer != nil {
@@ -324,6 +326,13 @@ func (a *attempt) complete(result []byte) Result {
 		})
 	}
 	return a.outcome(OutcomeCompleted, job, err)
+}
+
+// staged returns the messages the handler staged.
+func (a *attempt) staged() []spec.Message {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.outbox
 }
 
 // fail publishes a terminal failure with code.

@@ -23,7 +23,9 @@
 //     why) and nothing more is published for the generation: whatever the
 //     handler returns is discarded. The store's lease guard makes this safe
 //     even when the worker learns late; the fence only saves the work.
-//  4. Publish. nil completes the run (Store.Complete, or batched); a
+//  4. Publish. nil completes the run (Store.Complete, or batched), with
+//     the messages the handler staged with Job.Outbox written in the same
+//     transaction (the transactional outbox; package relay publishes them); a
 //     Retryable error retries it (Store.Retry: the store's exponential
 //     backoff, raised to the handler's Retry-After and, optionally, to a
 //     decorrelated-jitter delay; failing instead once the retry deadline has

@@ -74,9 +74,30 @@ func (j *Job) Lease() spec.LeaseRef { return j.a.lease.Ref() }
 // requeued without spending an attempt.
 func (j *Job) Stopping() <-chan struct{} { return j.a.w.stopping }
 
-// CompleteRequest is the completion of this attempt with result, for a
-// handler that completes the run inside its own transaction
-// (postgres.Store.CompleteTx) and then returns ErrCompletedInTx.
+// CompleteRequest is the completion of this attempt with result and the
+// messages staged so far (Outbox), for a handler that completes the run
+// inside its own transaction (postgres.Store.CompleteTx) and then returns
+// ErrCompletedInTx.
 func (j *Job) CompleteRequest(result []byte) spec.CompleteRequest {
-	return spec.CompleteRequest{Lease: j.Lease(), Result: result}
+	return spec.CompleteRequest{Lease: j.Lease(), Result: result, Outbox: j.a.staged()}
+}
+
+// Outbox stages a message (a subject and a JSON payload) for this attempt's
+// completion: the store writes it in the completion's transaction, under
+// its lease guard, and a relay (package relay) publishes it later. It is
+// written only if the handler returns nil and the completion is accepted:
+// a retried, failed, cancelled or lost attempt writes none of its messages,
+// and a later attempt stages its own. The message is checked here; an
+// invalid subject or payload, or more than spec.MaxOutboxMessages staged,
+// is an invalid_argument error and is not staged. Safe for concurrent use.
+func (j *Job) Outbox(subject string, payload []byte) error {
+	m := spec.Message{Subject: subject, Payload: append([]byte(nil), payload...)}
+	a := j.a
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if _, err := spec.NormalizeOutbox(append(append([]spec.Message(nil), a.outbox...), m)); err != nil {
+		return err
+	}
+	a.outbox = append(a.outbox, m)
+	return nil
 }

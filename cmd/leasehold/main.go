@@ -4,6 +4,7 @@
 //	leasehold verify --store-cmd CMD           the checks on a store in any language (docs/PROTOCOL.md)
 //	leasehold doctor --sqlite F | --dsn D      diagnose (and --repair) a live database
 //	leasehold demo [--dir DIR]                 the companion example on a fresh SQLite file
+//	leasehold relay --sqlite FILE | --dsn DSN  publish the outbox to NATS JetStream
 //	leasehold replay [FILE...]                 replay kept failing seeds (reports/failfiles)
 //	leasehold lincheck FILE                    re-check a recorded history
 //	leasehold scenario run FILE|DIR...         play race scenarios against a store
@@ -62,7 +63,7 @@ var pgEnv = []string{
 var commands []*command
 
 func init() {
-	commands = []*command{verifyCommand, doctorCommand, demoCommand, replayCommand, lincheckCommand, scenarioCommand, benchCommand, testsumCommand}
+	commands = []*command{verifyCommand, doctorCommand, demoCommand, relayCommand, replayCommand, lincheckCommand, scenarioCommand, benchCommand, testsumCommand}
 }
 
 func main() {

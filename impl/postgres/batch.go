@@ -151,6 +151,7 @@ func (s *Store) CompleteBatch(ctx context.Context, reqs []spec.CompleteRequest) 
 		for _, r := range runs {
 			byKey[jobKey{r.Tenant, r.ID}] = r
 		}
+		var w outboxWrite
 		for n, i := range apply.index {
 			k := apply.keys[n]
 			r, ok := byKey[k]
@@ -158,8 +159,10 @@ func (s *Store) CompleteBatch(ctx context.Context, reqs []spec.CompleteRequest) 
 				return fmt.Errorf("postgres: batch completion did not write run %s/%s although its lease was current under lock", k.tenant, k.runID)
 			}
 			outcomes[i].Run = r
+			outbox, _ := spec.NormalizeOutbox(reqs[i].Outbox) // CheckComplete checked them
+			w.add(r, reqs[i].Lease.Generation, outbox)
 		}
-		return nil
+		return t.writeOutbox(w, now)
 	})
 	if err != nil {
 		return nil, err
@@ -320,12 +323,20 @@ func (s *Store) mutantCompleteBatch(t *txn, reqs []spec.CompleteRequest, invalid
 }
 
 // completeIn is Complete's body after the lock and the clock: check the
-// request at now, then the guarded terminal transition.
+// request at now, then the guarded terminal transition and its outbox
+// messages.
 func (s *Store) completeIn(t *txn, req spec.CompleteRequest, now int64) (spec.Run, error) {
 	result, err := s.cfg.CheckComplete(req, now)
 	if err != nil {
 		return spec.Run{}, err
 	}
-	return s.finish(t, spec.OpComplete, req.Lease, now, terminal{job: spec.JobCompleted, run: spec.RunCompleted,
+	run, err := s.finish(t, spec.OpComplete, req.Lease, now, terminal{job: spec.JobCompleted, run: spec.RunCompleted,
 		payload: spec.CompletedPayload(req.Lease.Generation), result: result, outcome: spec.AttemptCompleted})
+	if err != nil {
+		return spec.Run{}, err
+	}
+	var w outboxWrite
+	outbox, _ := spec.NormalizeOutbox(req.Outbox) // CheckComplete checked them
+	w.add(run, req.Lease.Generation, outbox)
+	return run, t.writeOutbox(w, now)
 }

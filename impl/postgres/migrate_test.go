@@ -266,6 +266,7 @@ func TestMigrationMovesRunStateToJobRows(t *testing.T) {
 			CreatedAt: 10, ExpiresAt: 86400010}},
 		Effects: []spec.Effect{{Tenant: "acme", RunID: "c1", Step: "charge", Key: "k", State: spec.EffectSucceeded,
 			ProviderRef: "ref-1", Generation: 2, UpdatedAt: 800}},
+		Outbox: []spec.OutboxMessage{}, // migration 6 adds the table, empty
 	}
 
 	clk := clock.NewManual(1000)

@@ -122,6 +122,11 @@ func (s *Store) CreateRun(ctx context.Context, req spec.CreateRunRequest) (res s
 		if _, err := t.exec(insertEvent, a.with(args{"payload": spec.QueuedPayload("", "", 0)})); err != nil {
 			return err
 		}
+		var w outboxWrite
+		w.add(run, 0, n.Outbox)
+		if err := t.writeOutbox(w, now); err != nil {
+			return err
+		}
 		if err := s.notify(t, spec.NotifyRunCreated, n.Tenant, n.RunID, 0); err != nil {
 			return err
 		}
@@ -310,12 +315,7 @@ func (s *Store) Complete(ctx context.Context, req spec.CompleteRequest) (run spe
 		if err != nil {
 			return err
 		}
-		result, err := s.cfg.CheckComplete(req, now)
-		if err != nil {
-			return err
-		}
-		run, err = s.finish(t, spec.OpComplete, req.Lease, now, terminal{job: spec.JobCompleted, run: spec.RunCompleted,
-			payload: spec.CompletedPayload(req.Lease.Generation), result: result, outcome: spec.AttemptCompleted})
+		run, err = s.completeIn(t, req, now)
 		return err
 	})
 	return run, err
@@ -620,7 +620,7 @@ func (s *Store) PurgeRuns(ctx context.Context, req spec.PurgeRunsRequest) (delet
 			return nil
 		}
 		a := args{"tenant": req.Tenant, "run_ids": deleted, "now": now}
-		for _, q := range []string{deletePurgedEffects, deletePurgedAttempts, deletePurgedJobs, deletePurgedEvents,
+		for _, q := range []string{deletePurgedOutbox, deletePurgedEffects, deletePurgedAttempts, deletePurgedJobs, deletePurgedEvents,
 			deletePurgedIdempotency, deletePurgedRuns} {
 			if _, err := t.exec(q, a); err != nil {
 				return err
@@ -878,4 +878,108 @@ func (s *Store) resolveEffect(ctx context.Context, op spec.Op, req spec.RecordEf
 		return err
 	})
 	return eff, err
+}
+
+// outboxWrite is a set of outbox messages to write in one statement
+// (insertOutbox's arrays): each with its run and generation.
+type outboxWrite struct {
+	tenants, runIDs, subjects, payloads []string
+	created, generations                []int64
+}
+
+// add appends msgs, written by generation gen (0: the admission) of run.
+func (w *outboxWrite) add(run spec.Run, gen int64, msgs []spec.OutgoingMessage) {
+	for _, m := range msgs {
+		w.tenants, w.runIDs = append(w.tenants, run.Tenant), append(w.runIDs, run.ID)
+		w.created, w.generations = append(w.created, run.CreatedAt), append(w.generations, gen)
+		w.subjects, w.payloads = append(w.subjects, m.Subject), append(w.payloads, m.Payload)
+	}
+}
+
+// writeOutbox inserts w's messages at now, if any.
+func (t *txn) writeOutbox(w outboxWrite, now int64) error {
+	if len(w.tenants) == 0 {
+		return nil
+	}
+	n, err := t.exec(insertOutbox, args{"tenants": w.tenants, "run_ids": w.runIDs, "created": w.created,
+		"generations": w.generations, "subjects": w.subjects, "payloads": w.payloads, "now": now})
+	if err == nil && n != int64(len(w.tenants)) {
+		err = fmt.Errorf("postgres: wrote %d outbox messages of %d", n, len(w.tenants))
+	}
+	return err
+}
+
+// ClaimOutbox implements spec.Store.
+func (s *Store) ClaimOutbox(ctx context.Context, req spec.ClaimOutboxRequest) (claimed []spec.OutboxMessage, err error) {
+	if err := s.precheck(func(now int64) error { _, err := s.cfg.CheckClaimOutbox(req, now); return err }); err != nil {
+		return nil, err
+	}
+	err = s.write(ctx, spec.OpClaimOutbox, func(t *txn) error {
+		// Like Claim: no lock to wait for first, the statement skips rows
+		// others hold.
+		now, err := t.clock()
+		if err != nil {
+			return err
+		}
+		expiresAt, err := s.cfg.CheckClaimOutbox(req, now)
+		if err != nil {
+			return err
+		}
+		query := claimOutboxAll
+		if req.Tenant != "" {
+			query = claimOutboxTenant
+		}
+		claimed, err = queryAll(ctx, t, scanOutbox, query, args{"tenant": req.Tenant, "relay": req.Relay, "now": now,
+			"expires_at": expiresAt, "limit": req.Limit})
+		sort.Slice(claimed, func(i, j int) bool {
+			a, b := claimed[i], claimed[j]
+			if a.CreatedAt != b.CreatedAt {
+				return a.CreatedAt < b.CreatedAt
+			}
+			if a.Tenant != b.Tenant {
+				return a.Tenant < b.Tenant
+			}
+			if a.RunID != b.RunID {
+				return a.RunID < b.RunID
+			}
+			return a.Seq < b.Seq
+		})
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	return claimed, nil
+}
+
+// MarkDelivered implements spec.Store. It locks the pending messages it
+// names, then reads the clock, then marks them.
+func (s *Store) MarkDelivered(ctx context.Context, req spec.MarkDeliveredRequest) (marked int, err error) {
+	if err := s.precheck(func(now int64) error { return s.cfg.CheckMarkDelivered(req, now) }); err != nil {
+		return 0, err
+	}
+	err = s.write(ctx, spec.OpMarkDelivered, func(t *txn) error {
+		a := args{"tenants": make([]string, len(req.Messages)), "run_ids": make([]string, len(req.Messages)),
+			"seqs": make([]int64, len(req.Messages))}
+		for i, k := range req.Messages {
+			a["tenants"].([]string)[i], a["run_ids"].([]string)[i], a["seqs"].([]int64)[i] = k.Tenant, k.RunID, k.Seq
+		}
+		if _, err := t.exec(lockDelivered, a); err != nil {
+			return err
+		}
+		now, err := t.clock()
+		if err != nil {
+			return err
+		}
+		if err := s.cfg.CheckMarkDelivered(req, now); err != nil {
+			return err
+		}
+		n, err := t.exec(markDelivered, a.with(args{"now": now}))
+		marked = int(n)
+		return err
+	})
+	if err != nil {
+		return 0, err
+	}
+	return marked, nil
 }

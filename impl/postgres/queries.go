@@ -105,6 +105,39 @@ const effectColumns = `tenant, run_id, step, effect_key, state, provider_ref, ge
 
 const idempotencyColumns = `tenant, operation, idempotency_key, fingerprint, run_id, created_at, expires_at`
 
+const outboxColumns = `tenant, run_id, seq, message_id, subject, payload, generation, created_at, state, relay,
+	claim_expires_at, claims, delivered_at`
+
+// outboxClaimable is the claim predicate of an outbox message: pending, and
+// never claimed or its claim expired at @now.
+const outboxClaimable = `state = 'pending' AND (relay IS NULL OR claim_expires_at <= @now)`
+
+// claimOutboxStatement builds the claim of outbox messages: one statement
+// that picks up to @limit claimable messages (of the tenant, when tenant is
+// set) in claim order, locking each with SKIP LOCKED, and claims them,
+// repeating the predicate (under READ COMMITTED a row that changed after
+// the pick's snapshot is re-checked when locked). The rows come back in no
+// particular order; the store sorts them.
+func claimOutboxStatement(tenant bool) string {
+	pred, order := outboxClaimable, "created_at, tenant, run_id, seq"
+	if tenant {
+		pred, order = "tenant = @tenant AND "+outboxClaimable, "created_at, run_id, seq"
+	}
+	return `WITH picked AS (
+		SELECT tenant AS p_tenant, run_id AS p_run_id, seq AS p_seq FROM outbox
+		WHERE ` + pred + `
+		ORDER BY ` + order + ` LIMIT @limit
+		FOR NO KEY UPDATE SKIP LOCKED)
+	UPDATE outbox SET relay = @relay, claim_expires_at = @expires_at, claims = claims + 1
+	FROM picked WHERE tenant = p_tenant AND run_id = p_run_id AND seq = p_seq AND ` + outboxClaimable + `
+	RETURNING ` + outboxColumns
+}
+
+var (
+	claimOutboxAll    = claimOutboxStatement(false)
+	claimOutboxTenant = claimOutboxStatement(true)
+)
+
 // runEnds makes the job row's run terminal: its state, its version, and its
 // terminal event (the next sequence, at @now, with @payload).
 const runEnds = `run_state = @run_state, run_version = run_version + 1, run_last_seq = run_last_seq + 1,
@@ -361,11 +394,14 @@ const (
 
 	// runRetired is the retention predicate for one run of the tenant, j
 	// its job row (which holds its terminal event's time): it finished by
-	// @retired_by and no live idempotency record names it (a retried
-	// request must still get it back).
+	// @retired_by, no live idempotency record names it (a retried request
+	// must still get it back) and none of its outbox messages is pending
+	// (it would be lost).
 	runRetired = `j.tenant = @tenant AND j.run_finished_at IS NOT NULL AND j.run_finished_at <= @retired_by
 		AND NOT EXISTS (SELECT 1 FROM idempotency_keys AS k
-			WHERE k.tenant = j.tenant AND k.run_id = j.run_id AND k.expires_at > @now)`
+			WHERE k.tenant = j.tenant AND k.run_id = j.run_id AND k.expires_at > @now)
+		AND NOT EXISTS (SELECT 1 FROM outbox AS o
+			WHERE o.tenant = j.tenant AND o.run_id = j.run_id AND o.state = 'pending')`
 	// selectRetiredLeaves lists the tenant's retired runs that nobody
 	// replayed (the leaves of their lineages) in (finished, run id) order,
 	// after the cursor (@after_at, @after_id), from jobs_finished. It locks
@@ -397,6 +433,7 @@ const (
 	// statement, so each replay_of link among them is checked at its end. A
 	// live record is never deleted: the runs delete would then fail on its
 	// foreign key.
+	deletePurgedOutbox      = `DELETE FROM outbox WHERE tenant = @tenant AND run_id = ANY (@run_ids) AND state = 'delivered'`
 	deletePurgedEffects     = `DELETE FROM effects WHERE tenant = @tenant AND run_id = ANY (@run_ids)`
 	deletePurgedAttempts    = `DELETE FROM attempts WHERE tenant = @tenant AND run_id = ANY (@run_ids)`
 	deletePurgedJobs        = `DELETE FROM jobs WHERE tenant = @tenant AND run_id = ANY (@run_ids)`
@@ -405,6 +442,36 @@ const (
 	deletePurgedRuns        = `DELETE FROM runs WHERE tenant = @tenant AND run_id = ANY (@run_ids)`
 
 	selectReplayOf = `SELECT run_id FROM runs WHERE tenant = @tenant AND replay_of = @run_id`
+
+	// insertOutbox writes outbox messages, each of its run (its tenant, run
+	// id and creation time) and generation: the next seqs of each run, in
+	// the order given, and the message id of spec.OutboxID
+	// (tenant/run_id/created_at/seq). A run's messages are written only by
+	// the holder of its job's lock (or with the new run), so the seqs read
+	// cannot be taken meanwhile.
+	insertOutbox = `WITH m AS (
+		SELECT * FROM unnest(@tenants::text[], @run_ids::text[], @created::bigint[], @generations::bigint[],
+			@subjects::text[], @payloads::text[]) WITH ORDINALITY AS m(tenant, run_id, run_created_at, generation, subject, payload, ord)
+	), n AS (
+		SELECT m.*, row_number() OVER (PARTITION BY tenant, run_id ORDER BY ord) AS k FROM m
+	)
+	INSERT INTO outbox (tenant, run_id, seq, message_id, subject, payload, generation, created_at, state, claims)
+	SELECT n.tenant, n.run_id, b.base + n.k, n.tenant || '/' || n.run_id || '/' || n.run_created_at || '/' || (b.base + n.k),
+		n.subject, n.payload, n.generation, @now, 'pending', 0
+	FROM n CROSS JOIN LATERAL (SELECT coalesce(max(o.seq), 0) AS base FROM outbox AS o
+		WHERE o.tenant = n.tenant AND o.run_id = n.run_id) AS b`
+
+	// lockDelivered locks the pending messages a mark names, in key order
+	// (two marks cannot deadlock), before the mark reads its clock.
+	lockDelivered = `SELECT seq FROM outbox
+		WHERE (tenant, run_id, seq) IN (SELECT * FROM unnest(@tenants::text[], @run_ids::text[], @seqs::bigint[]))
+			AND state = 'pending'
+		ORDER BY tenant, run_id, seq FOR NO KEY UPDATE`
+	// markDelivered marks the named pending messages delivered, whoever
+	// claimed them.
+	markDelivered = `UPDATE outbox SET state = 'delivered', delivered_at = @now, relay = NULL, claim_expires_at = NULL
+		WHERE (tenant, run_id, seq) IN (SELECT * FROM unnest(@tenants::text[], @run_ids::text[], @seqs::bigint[]))
+			AND state = 'pending'`
 
 	selectEffect = `SELECT state FROM effects WHERE tenant = @tenant AND run_id = @run_id AND step = @step AND effect_key = @key`
 	insertEffect = `INSERT INTO effects (tenant, run_id, step, effect_key, state, generation, updated_at)
@@ -431,6 +498,7 @@ const (
 	snapJobs      = `SELECT ` + jobColumns + ` FROM jobs ORDER BY tenant, run_id`
 	snapIdempKeys = `SELECT ` + idempotencyColumns + ` FROM idempotency_keys ORDER BY tenant, operation, idempotency_key`
 	snapEffects   = `SELECT ` + effectColumns + ` FROM effects ORDER BY tenant, run_id, step, effect_key`
+	snapOutbox    = `SELECT ` + outboxColumns + ` FROM outbox ORDER BY tenant, run_id, seq`
 )
 
 var (

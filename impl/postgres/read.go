@@ -88,6 +88,17 @@ func scanEffect(row scanner) (spec.Effect, error) {
 	return e, err
 }
 
+func scanOutbox(row scanner) (spec.OutboxMessage, error) {
+	var m spec.OutboxMessage
+	var state string
+	var relay *string
+	var expires, delivered *int64
+	err := row.Scan(&m.Tenant, &m.RunID, &m.Seq, &m.ID, &m.Subject, &m.Payload, &m.Generation, &m.CreatedAt, &state,
+		&relay, &expires, &m.Claims, &delivered)
+	m.State, m.Relay, m.ClaimExpiresAt, m.DeliveredAt = spec.OutboxState(state), str(relay), num(expires), num(delivered)
+	return m, err
+}
+
 func notFound(err error, format string, a ...any) error {
 	if errors.Is(err, pgx.ErrNoRows) {
 		return spec.Errorf(spec.CodeNotFound, format, a...)
@@ -206,7 +217,10 @@ func (s *Store) Snapshot(ctx context.Context) (snap spec.Snapshot, err error) {
 		if snap.Idempotency, err = queryAll(ctx, tx, scanIdempotency, snapIdempKeys, nil); err != nil {
 			return err
 		}
-		snap.Effects, err = queryAll(ctx, tx, scanEffect, snapEffects, nil)
+		if snap.Effects, err = queryAll(ctx, tx, scanEffect, snapEffects, nil); err != nil {
+			return err
+		}
+		snap.Outbox, err = queryAll(ctx, tx, scanOutbox, snapOutbox, nil)
 		return err
 	})
 	return snap, err

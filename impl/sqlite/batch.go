@@ -32,7 +32,7 @@ func (s *Store) CompleteBatch(ctx context.Context, reqs []spec.CompleteRequest) 
 		// write may run fn again after a busy database: build afresh.
 		outcomes = make([]spec.BatchOutcome, len(reqs))
 		for i, req := range reqs {
-			run, err := s.completeIn(ctx, tx, req, now)
+			run, err := s.completeIn(ctx, tx, req, now, true)
 			var se *spec.Error
 			switch {
 			case err == nil:
@@ -51,16 +51,27 @@ func (s *Store) CompleteBatch(ctx context.Context, reqs []spec.CompleteRequest) 
 	return outcomes, nil
 }
 
-// completeIn is Complete's body inside the caller's transaction.
-func (s *Store) completeIn(ctx context.Context, tx *sql.Tx, req spec.CompleteRequest, now int64) (spec.Run, error) {
+// completeIn is Complete's body inside the caller's transaction: the
+// guarded transition, then its outbox messages. batch says which operation
+// it is part of (the mutants differ).
+func (s *Store) completeIn(ctx context.Context, tx *sql.Tx, req spec.CompleteRequest, now int64, batch bool) (spec.Run, error) {
 	result, err := s.cfg.CheckComplete(req, now)
 	if err != nil {
 		return spec.Run{}, err
 	}
-	err = s.finish(ctx, tx, spec.OpCompleteBatch, req.Lease, now, terminal{job: spec.JobCompleted, run: spec.RunCompleted,
+	op := spec.OpComplete
+	if batch {
+		op = spec.OpCompleteBatch
+	}
+	err = s.finish(ctx, tx, op, req.Lease, now, terminal{job: spec.JobCompleted, run: spec.RunCompleted,
 		event: spec.EventRunCompleted, payload: spec.CompletedPayload(req.Lease.Generation), result: result, outcome: spec.AttemptCompleted})
 	if err != nil {
 		return spec.Run{}, err
 	}
-	return getRun(ctx, tx, req.Lease.Tenant, req.Lease.RunID)
+	run, err := getRun(ctx, tx, req.Lease.Tenant, req.Lease.RunID)
+	if err != nil {
+		return spec.Run{}, err
+	}
+	outbox, _ := spec.NormalizeOutbox(req.Outbox) // CheckComplete checked them
+	return run, writeOutbox(ctx, tx, run.Tenant, run.ID, run.CreatedAt, req.Lease.Generation, now, outbox)
 }

@@ -100,6 +100,9 @@ func (s *Store) CreateRun(ctx context.Context, req spec.CreateRunRequest) (res s
 		if _, err := exec(ctx, tx, insertEvent, a.with(args{"payload": spec.QueuedPayload("", "", 0)})); err != nil {
 			return err
 		}
+		if err := writeOutbox(ctx, tx, n.Tenant, n.RunID, now, 0, now, n.Outbox); err != nil {
+			return err
+		}
 		res.Run, err = getRun(ctx, tx, n.Tenant, n.RunID)
 		return err
 	})
@@ -293,16 +296,8 @@ func finishRunWithEvent(ctx context.Context, tx *sql.Tx, tenant, runID string, n
 // Complete implements spec.Store.
 func (s *Store) Complete(ctx context.Context, req spec.CompleteRequest) (run spec.Run, err error) {
 	err = s.write(ctx, spec.OpComplete, func(tx *sql.Tx, now int64) error {
-		result, err := s.cfg.CheckComplete(req, now)
-		if err != nil {
-			return err
-		}
-		err = s.finish(ctx, tx, spec.OpComplete, req.Lease, now, terminal{job: spec.JobCompleted, run: spec.RunCompleted,
-			event: spec.EventRunCompleted, payload: spec.CompletedPayload(req.Lease.Generation), result: result, outcome: spec.AttemptCompleted})
-		if err != nil {
-			return err
-		}
-		run, err = getRun(ctx, tx, req.Lease.Tenant, req.Lease.RunID)
+		var err error
+		run, err = s.completeIn(ctx, tx, req, now, false)
 		return err
 	})
 	return run, err
@@ -535,7 +530,7 @@ func (s *Store) PurgeRuns(ctx context.Context, req spec.PurgeRunsRequest) (delet
 		for _, l := range lineages {
 			for _, runID := range l { // leaf first: a replay goes before the run it references
 				a := args{"tenant": req.Tenant, "run_id": runID, "now": now}
-				for _, q := range []string{deleteRunEffects, deleteRunAttempts, deleteRunJob, deleteRunEvents, deleteRunIdempotency, deleteRun} {
+				for _, q := range []string{deleteRunOutbox, deleteRunEffects, deleteRunAttempts, deleteRunJob, deleteRunEvents, deleteRunIdempotency, deleteRun} {
 					if _, err := exec(ctx, tx, q, a); err != nil {
 						return err
 					}
@@ -743,4 +738,78 @@ func (s *Store) resolveEffect(ctx context.Context, op spec.Op, req spec.RecordEf
 		return err
 	})
 	return eff, err
+}
+
+// writeOutbox inserts msgs as the next pending outbox messages of run
+// (tenant, runID), created at runCreatedAt, written at now by generation gen
+// (0: the admission).
+func writeOutbox(ctx context.Context, tx *sql.Tx, tenant, runID string, runCreatedAt, gen, now int64, msgs []spec.OutgoingMessage) error {
+	if len(msgs) == 0 {
+		return nil
+	}
+	a := args{"tenant": tenant, "run_id": runID, "generation": gen, "now": now}
+	var seq int64
+	if err := tx.QueryRowContext(ctx, nextOutboxSeq, a.list()...).Scan(&seq); err != nil {
+		return err
+	}
+	for i, m := range msgs {
+		n := seq + int64(i)
+		if _, err := exec(ctx, tx, insertOutbox, a.with(args{"seq": n, "message_id": spec.OutboxID(tenant, runID, runCreatedAt, n),
+			"subject": m.Subject, "payload": m.Payload})); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// ClaimOutbox implements spec.Store.
+func (s *Store) ClaimOutbox(ctx context.Context, req spec.ClaimOutboxRequest) (claimed []spec.OutboxMessage, err error) {
+	err = s.write(ctx, spec.OpClaimOutbox, func(tx *sql.Tx, now int64) error {
+		expiresAt, err := s.cfg.CheckClaimOutbox(req, now)
+		if err != nil {
+			return err
+		}
+		a := args{"tenant": req.Tenant, "relay": req.Relay, "now": now, "expires_at": expiresAt, "limit": req.Limit}
+		query := selectClaimableOutbox
+		if req.Tenant != "" {
+			query = selectClaimableOutboxOfTenant
+		}
+		keys, err := queryAll(ctx, tx, func(row scanner) (spec.OutboxKey, error) {
+			var k spec.OutboxKey
+			return k, row.Scan(&k.Tenant, &k.RunID, &k.Seq)
+		}, query, a.list()...)
+		if err != nil {
+			return err
+		}
+		claimed = make([]spec.OutboxMessage, 0, len(keys))
+		for _, k := range keys {
+			m, err := scanOutbox(tx.QueryRowContext(ctx, claimOutbox, a.with(args{"tenant": k.Tenant, "run_id": k.RunID, "seq": k.Seq}).list()...))
+			if err != nil {
+				// The writer lock is held since the candidates were read.
+				return fmt.Errorf("sqlite: outbox candidate %s/%s#%d no longer claimable: %w", k.Tenant, k.RunID, k.Seq, err)
+			}
+			claimed = append(claimed, m)
+		}
+		return nil
+	})
+	return claimed, err
+}
+
+// MarkDelivered implements spec.Store.
+func (s *Store) MarkDelivered(ctx context.Context, req spec.MarkDeliveredRequest) (marked int, err error) {
+	err = s.write(ctx, spec.OpMarkDelivered, func(tx *sql.Tx, now int64) error {
+		if err := s.cfg.CheckMarkDelivered(req, now); err != nil {
+			return err
+		}
+		marked = 0
+		for _, k := range req.Messages {
+			n, err := exec(ctx, tx, markDelivered, args{"tenant": k.Tenant, "run_id": k.RunID, "seq": k.Seq, "now": now})
+			if err != nil {
+				return err
+			}
+			marked += int(n)
+		}
+		return nil
+	})
+	return marked, err
 }

@@ -27,6 +27,13 @@ const attemptColumns = `tenant, run_id, generation, number, worker, claimed_at, 
 
 const effectColumns = `tenant, run_id, step, effect_key, state, provider_ref, generation, updated_at`
 
+const outboxColumns = `tenant, run_id, seq, message_id, subject, payload, generation, created_at, state, relay,
+	claim_expires_at, claims, delivered_at`
+
+// outboxClaimable is the claim predicate of an outbox message: pending, and
+// never claimed or its claim expired at :now.
+const outboxClaimable = `state = 'pending' AND (relay IS NULL OR claim_expires_at <= :now)`
+
 const (
 	selectIdempotency = `SELECT fingerprint, run_id, expires_at FROM idempotency_keys
 		WHERE tenant = :tenant AND operation = :operation AND idempotency_key = :key`
@@ -121,12 +128,14 @@ const (
 		ORDER BY expires_at, tenant, operation, idempotency_key LIMIT :limit)`
 
 	// runRetired is the retention predicate for one run of the tenant, e
-	// its terminal event and r its run: it finished by :retired_by and no
+	// its terminal event and r its run: it finished by :retired_by, no
 	// live idempotency record names it (a retried request must still get
-	// it back).
+	// it back) and none of its outbox messages is pending (it would be lost).
 	runRetired = `e.tenant = :tenant AND e.kind IN ('run_completed', 'run_failed', 'run_cancelled') AND e.at <= :retired_by
 		AND NOT EXISTS (SELECT 1 FROM idempotency_keys AS k
-			WHERE k.tenant = e.tenant AND k.run_id = e.run_id AND k.expires_at > :now)`
+			WHERE k.tenant = e.tenant AND k.run_id = e.run_id AND k.expires_at > :now)
+		AND NOT EXISTS (SELECT 1 FROM outbox AS o
+			WHERE o.tenant = e.tenant AND o.run_id = e.run_id AND o.state = 'pending')`
 	// selectRetiredLeaves lists the tenant's retired runs that nobody
 	// replayed (the leaves of their lineages) in (finished, run id) order,
 	// after the cursor (:after_at, :after_id), from run_events_finished.
@@ -140,8 +149,10 @@ const (
 	selectRetiredRun = `SELECT coalesce(r.replay_of, '') FROM run_events AS e
 		JOIN runs AS r ON r.tenant = e.tenant AND r.run_id = e.run_id
 		WHERE ` + runRetired + ` AND e.run_id = :run_id`
-	// The rows of one purged run, children first. A live record is never
-	// deleted: the run delete would then fail on its foreign key.
+	// The rows of one purged run, children first. A live record and a
+	// pending outbox message are never deleted: the run delete would then
+	// fail on its foreign key.
+	deleteRunOutbox      = `DELETE FROM outbox WHERE tenant = :tenant AND run_id = :run_id AND state = 'delivered'`
 	deleteRunEffects     = `DELETE FROM effects WHERE tenant = :tenant AND run_id = :run_id`
 	deleteRunAttempts    = `DELETE FROM attempts WHERE tenant = :tenant AND run_id = :run_id`
 	deleteRunJob         = `DELETE FROM jobs WHERE tenant = :tenant AND run_id = :run_id`
@@ -150,6 +161,25 @@ const (
 	deleteRun            = `DELETE FROM runs WHERE tenant = :tenant AND run_id = :run_id`
 
 	selectReplayOf = `SELECT run_id FROM runs WHERE tenant = :tenant AND replay_of = :run_id`
+
+	// nextOutboxSeq is the seq of a run's next outbox message.
+	nextOutboxSeq = `SELECT coalesce(max(seq), 0) + 1 FROM outbox WHERE tenant = :tenant AND run_id = :run_id`
+	insertOutbox  = `INSERT INTO outbox (tenant, run_id, seq, message_id, subject, payload, generation, created_at, state, claims)
+		VALUES (:tenant, :run_id, :seq, :message_id, :subject, :payload, :generation, :now, 'pending', 0)`
+	// selectClaimableOutbox and selectClaimableOutboxOfTenant list up to
+	// :limit claimable messages in claim order (created_at, tenant, run_id,
+	// seq), each from its index (outbox_pending, outbox_pending_tenant).
+	selectClaimableOutbox = `SELECT tenant, run_id, seq FROM outbox WHERE ` + outboxClaimable + `
+		ORDER BY created_at, tenant, run_id, seq LIMIT :limit`
+	selectClaimableOutboxOfTenant = `SELECT tenant, run_id, seq FROM outbox WHERE tenant = :tenant AND ` + outboxClaimable + `
+		ORDER BY created_at, run_id, seq LIMIT :limit`
+	// claimOutbox claims one candidate, repeating the claim predicate.
+	claimOutbox = `UPDATE outbox SET relay = :relay, claim_expires_at = :expires_at, claims = claims + 1
+		WHERE tenant = :tenant AND run_id = :run_id AND seq = :seq AND ` + outboxClaimable + `
+		RETURNING ` + outboxColumns
+	// markDelivered marks one pending message delivered, whoever claimed it.
+	markDelivered = `UPDATE outbox SET state = 'delivered', delivered_at = :now, relay = NULL, claim_expires_at = NULL
+		WHERE tenant = :tenant AND run_id = :run_id AND seq = :seq AND state = 'pending'`
 
 	selectEffect = `SELECT state FROM effects WHERE tenant = :tenant AND run_id = :run_id AND step = :step AND effect_key = :key`
 	insertEffect = `INSERT INTO effects (tenant, run_id, step, effect_key, state, generation, updated_at)

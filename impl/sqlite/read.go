@@ -57,6 +57,16 @@ func scanEffect(row scanner) (spec.Effect, error) {
 	return e, err
 }
 
+func scanOutbox(row scanner) (spec.OutboxMessage, error) {
+	var m spec.OutboxMessage
+	var relay sql.NullString
+	var expires, delivered sql.NullInt64
+	err := row.Scan(&m.Tenant, &m.RunID, &m.Seq, &m.ID, &m.Subject, &m.Payload, &m.Generation, &m.CreatedAt, &m.State,
+		&relay, &expires, &m.Claims, &delivered)
+	m.Relay, m.ClaimExpiresAt, m.DeliveredAt = relay.String, expires.Int64, delivered.Int64
+	return m, err
+}
+
 func notFound(err error, format string, a ...any) error {
 	if errors.Is(err, sql.ErrNoRows) {
 		return spec.Errorf(spec.CodeNotFound, format, a...)
@@ -184,7 +194,10 @@ func (s *Store) Snapshot(ctx context.Context) (snap spec.Snapshot, err error) {
 			FROM idempotency_keys ORDER BY tenant, operation, idempotency_key`); err != nil {
 			return err
 		}
-		snap.Effects, err = queryAll(ctx, tx, scanEffect, `SELECT `+effectColumns+` FROM effects ORDER BY tenant, run_id, step, effect_key`)
+		if snap.Effects, err = queryAll(ctx, tx, scanEffect, `SELECT `+effectColumns+` FROM effects ORDER BY tenant, run_id, step, effect_key`); err != nil {
+			return err
+		}
+		snap.Outbox, err = queryAll(ctx, tx, scanOutbox, `SELECT `+outboxColumns+` FROM outbox ORDER BY tenant, run_id, seq`)
 		return err
 	})
 	return snap, err

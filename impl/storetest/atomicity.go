@@ -77,6 +77,37 @@ func atomicCases() []atomicCase {
 				return err
 			}
 		}},
+		{op: spec.OpComplete, name: "CompleteWithOutbox", prepare: func(e *env) func() error {
+			l := claimed(e)
+			return func() error {
+				_, err := e.s.Complete(e.ctx, spec.CompleteRequest{Lease: l.Ref(), Outbox: msgs("done", 2)})
+				return err
+			}
+		}},
+		{op: spec.OpCreateRun, name: "CreateRunWithOutbox", prepare: func(e *env) func() error {
+			r := req("acme", "r1")
+			r.Outbox = msgs("created", 2)
+			return func() error { _, err := e.s.CreateRun(e.ctx, r); return err }
+		}},
+		{op: spec.OpClaimOutbox, name: "ClaimOutbox", prepare: func(e *env) func() error {
+			r := req("acme", "r1")
+			r.Outbox = msgs("created", 2)
+			e.create(r)
+			return func() error {
+				_, err := e.s.ClaimOutbox(e.ctx, spec.ClaimOutboxRequest{Relay: "relay", LeaseMs: 1000, Limit: 5})
+				return err
+			}
+		}},
+		{op: spec.OpMarkDelivered, name: "MarkDelivered", prepare: func(e *env) func() error {
+			r := req("acme", "r1")
+			r.Outbox = msgs("created", 2)
+			e.create(r)
+			return func() error {
+				_, err := e.s.MarkDelivered(e.ctx, spec.MarkDeliveredRequest{Messages: []spec.OutboxKey{
+					{Tenant: "acme", RunID: "r1", Seq: 1}, {Tenant: "acme", RunID: "r1", Seq: 2}}})
+				return err
+			}
+		}},
 		{op: spec.OpFail, name: "Fail", prepare: func(e *env) func() error {
 			l := claimed(e)
 			return func() error {

@@ -119,6 +119,7 @@ func without(snap spec.Snapshot, tenant string, ids ...string) spec.Snapshot {
 		Attempts:    slices.DeleteFunc(slices.Clone(snap.Attempts), func(r spec.Attempt) bool { return gone(r.Tenant, r.RunID) }),
 		Idempotency: slices.DeleteFunc(slices.Clone(snap.Idempotency), func(r spec.IdempotencyRecord) bool { return gone(r.Tenant, r.RunID) }),
 		Effects:     slices.DeleteFunc(slices.Clone(snap.Effects), func(r spec.Effect) bool { return gone(r.Tenant, r.RunID) }),
+		Outbox:      slices.DeleteFunc(slices.Clone(snap.Outbox), func(r spec.OutboxMessage) bool { return gone(r.Tenant, r.RunID) }),
 	}
 }
 

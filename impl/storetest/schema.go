@@ -28,7 +28,7 @@ func testMigrationRecorded(t *testing.T, f Factory) {
 	e := newEnv(t, f)
 	e.need(CapSQL)
 	// Every table of the schema exists.
-	for _, table := range []string{"runs", "run_events", "jobs", "idempotency_keys", "attempts", "effects", "leasehold_schema_migrations"} {
+	for _, table := range []string{"runs", "run_events", "jobs", "idempotency_keys", "attempts", "effects", "outbox", "leasehold_schema_migrations"} {
 		mustOK(t, "select from "+table, e.h.Exec(e.ctx, "SELECT count(*) FROM "+table))
 	}
 	// Version 1 is recorded: the version table refuses a second row for it.
@@ -154,6 +154,15 @@ func rawAttempt(tenant, run string, generation int, outcome string, claimed int6
 		VALUES ('%s', '%s', %d, 1, 'w', %d, %d, %v, '%s', %s, %v)`, tenant, run, generation, claimed, claimed, finished, outcome, c, retryAt)
 }
 
+func rawOutbox(tenant, run string, seq int, state, relay string, expires, delivered any) string {
+	r := "NULL"
+	if relay != "" {
+		r = "'" + relay + "'"
+	}
+	return fmt.Sprintf(`INSERT INTO outbox (tenant, run_id, seq, message_id, subject, payload, generation, created_at, state, relay, claim_expires_at, claims, delivered_at)
+		VALUES ('%s', '%s', %d, 'id', 'orders.x', '{}', 0, 0, '%s', %s, %v, 1, %v)`, tenant, run, seq, state, r, expires, delivered)
+}
+
 func rawEffect(tenant, run, step, key, state string, generation int, updated int64) string {
 	return fmt.Sprintf(`INSERT INTO effects (tenant, run_id, step, effect_key, state, provider_ref, generation, updated_at)
 		VALUES ('%s', '%s', '%s', '%s', '%s', '', %d, %d)`, tenant, run, step, key, state, generation, updated)
@@ -222,6 +231,20 @@ func testDatabaseRejectsOrphans(t *testing.T, f Factory) {
 		// pins the generation.)
 		cases = append(cases, execCase{"effect of a generation with no attempt", rawEffect("ta", "r1", "s", "k", "reserved", 2, 0), false})
 	}
+	cases = append(cases,
+		execCase{"outbox message of a missing run", rawOutbox("ta", "ghost", 1, "pending", "", "NULL", "NULL"), false},
+		execCase{"outbox message of another tenant's run", rawOutbox("tb", "r1", 1, "pending", "", "NULL", "NULL"), false},
+		execCase{"outbox message of an existing run", rawOutbox("ta", "r1", 1, "pending", "", "NULL", "NULL"), true},
+		execCase{"outbox: duplicate seq", rawOutbox("ta", "r1", 1, "pending", "", "NULL", "NULL"), false},
+		execCase{"outbox: seq 0", rawOutbox("ta", "r1", 0, "pending", "", "NULL", "NULL"), false},
+		execCase{"outbox: unknown state", rawOutbox("ta", "r1", 2, "sent", "", "NULL", "NULL"), false},
+		execCase{"outbox: a claim without an expiry", rawOutbox("ta", "r1", 2, "pending", "relay", "NULL", "NULL"), false},
+		execCase{"outbox: delivered without a time", rawOutbox("ta", "r1", 2, "delivered", "", "NULL", "NULL"), false},
+		execCase{"outbox: delivered with a claim", rawOutbox("ta", "r1", 2, "delivered", "relay", 5, 5), false},
+		execCase{"outbox: pending with a delivery time", rawOutbox("ta", "r1", 2, "pending", "", "NULL", 5), false},
+		execCase{"outbox: claimed", rawOutbox("ta", "r1", 2, "pending", "relay", 5, "NULL"), true},
+		execCase{"outbox: delivered", rawOutbox("ta", "r1", 3, "delivered", "", "NULL", 5), true},
+	)
 	runExecCases(t, e, append(cases, execCase{"effect of an existing attempt", rawEffect("ta", "r1", "s", "k", "reserved", 1, 0), true}))
 	// A run with children cannot be deleted out from under them.
 	if err := e.h.Exec(e.ctx, `DELETE FROM runs WHERE tenant = 'ta' AND run_id = 'r1'`); err == nil {

@@ -653,6 +653,14 @@ func writes(e *env, l spec.Lease) []call {
 			_, err := e.s.Replay(e.ctx, spec.ReplayRequest{Tenant: "acme", RunID: "dead", NewRunID: "dead-r", Actor: "ops"})
 			return err
 		}},
+		{"ClaimOutbox", func() error {
+			_, err := e.s.ClaimOutbox(e.ctx, spec.ClaimOutboxRequest{Relay: "relay", LeaseMs: 1000, Limit: 1})
+			return err
+		}},
+		{"MarkDelivered", func() error {
+			_, err := e.s.MarkDelivered(e.ctx, spec.MarkDeliveredRequest{Messages: []spec.OutboxKey{{Tenant: "acme", RunID: "r1", Seq: 1}}})
+			return err
+		}},
 	}
 }
 

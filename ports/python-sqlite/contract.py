@@ -20,6 +20,8 @@ MAX_STEP_BYTES = 64
 MAX_PAYLOAD_BYTES = 64 << 10
 MAX_PROVIDER_BYTES = 512
 MAX_BATCH = 1000
+MAX_OUTBOX_MESSAGES = 16
+MAX_SUBJECT_BYTES = 255
 MAX_INT64 = (1 << 63) - 1
 
 REAP_ERROR_CODE = "lease_expired"
@@ -116,6 +118,42 @@ def schedule(req, now, deadline_at):
     return at
 
 
+def check_subject(s):
+    """A message subject: 1..255 bytes of dot-separated [A-Za-z0-9_-] tokens."""
+    b = s.encode("utf-8", "surrogatepass")
+    if not b:
+        raise invalid("subject is empty")
+    if len(b) > MAX_SUBJECT_BYTES:
+        raise invalid("subject is %d bytes; the limit is %d" % (len(b), MAX_SUBJECT_BYTES))
+    for i, tok in enumerate(b.split(b".")):
+        if not tok:
+            raise invalid("subject %r has an empty token %d (tokens are separated by single dots)" % (s, i))
+        for c in tok:
+            if not (0x61 <= c <= 0x7a or 0x41 <= c <= 0x5a or 0x30 <= c <= 0x39 or c in (0x5f, 0x2d)):
+                raise invalid("subject %r has a byte 0x%02x that is not allowed (tokens are [A-Za-z0-9_-])" % (s, c))
+
+
+def normalize_outbox(msgs):
+    """The messages of one request, validated: [(subject, canonical payload)]."""
+    if len(msgs) > MAX_OUTBOX_MESSAGES:
+        raise invalid("%d outbox messages; the limit is %d per request" % (len(msgs), MAX_OUTBOX_MESSAGES))
+    out = []
+    for i, m in enumerate(msgs):
+        try:
+            check_subject(m["subject"])
+            out.append((m["subject"], canonicalize(m["payload"])))
+        except ContractError as e:
+            raise ContractError(e.code, "outbox message %d: %s" % (i, e.message))
+    return out
+
+
+def outbox_fingerprint(msgs):
+    """The canonical JSON array of normalized messages, for the fingerprint."""
+    if not msgs:
+        return ""
+    return "[" + ",".join('{"payload":%s,"subject":%s}' % (p, go_json_string(s)) for s, p in msgs) + "]"
+
+
 def check_run_id(what, s):
     check_name(what, s, MAX_RUN_ID_BYTES, _id_byte)
 
@@ -184,16 +222,19 @@ def go_json_string(s):
     return "".join(out)
 
 
-def fingerprint(tenant, operation, schema_version, max_attempts, timeout_ms, payload, available_at=0, delay_ms=0):
+def fingerprint(tenant, operation, schema_version, max_attempts, timeout_ms, payload, available_at=0, delay_ms=0, outbox=""):
     """fp1: + hex SHA-256 of the canonical object of the normalized command,
-    with the schedule as the request gave it, each member only when set."""
+    with the schedule as the request gave it and the outbox messages
+    (outbox_fingerprint), each member only when set."""
     schedule = ""
     if available_at:
         schedule += '"available_at":%d,' % available_at
     if delay_ms:
         schedule += '"delay_ms":%d,' % delay_ms
-    text = ('{' + schedule + '"max_attempts":%d,"operation":%s,"payload":%s,"schema_version":%d,"tenant":%s,"timeout_ms":%d}'
-            % (max_attempts, go_json_string(operation), payload, schema_version, go_json_string(tenant), timeout_ms))
+    messages = ',"outbox":' + outbox if outbox else ""
+    text = ('{' + schedule + '"max_attempts":%d,"operation":%s' + messages +
+            ',"payload":%s,"schema_version":%d,"tenant":%s,"timeout_ms":%d}') % (
+        max_attempts, go_json_string(operation), payload, schema_version, go_json_string(tenant), timeout_ms)
     return FINGERPRINT_VERSION + ":" + hashlib.sha256(text.encode("utf-8")).hexdigest()
 
 
@@ -352,8 +393,10 @@ class Config:
              "expires_at": deadline(now, self.retention_ms, "idempotency expiry"),
              "schema_version": policy["schema_version"]}
         n["available_at"] = schedule(req, now, n["deadline_at"])
+        n["outbox"] = normalize_outbox(req["outbox"])
         n["fingerprint"] = fingerprint(n["tenant"], n["operation"], policy["schema_version"], max_attempts,
-                                       timeout_ms, payload, req["available_at"], req["delay_ms"])
+                                       timeout_ms, payload, req["available_at"], req["delay_ms"],
+                                       outbox_fingerprint(n["outbox"]))
         return n
 
     def check_claim(self, req, now):
@@ -371,11 +414,32 @@ class Config:
         return deadline(now, req["lease_ms"], "lease expiry")
 
     def check_complete(self, req, now):
+        """The canonical result ("" for none); the outbox messages are
+        checked last (normalize_outbox, called again for their form)."""
         check_now(now)
         self.check_lease_ref(req["lease"])
-        if len(req["result"]) == 0:
-            return ""
-        return canonicalize(req["result"])
+        result = canonicalize(req["result"]) if len(req["result"]) else ""
+        normalize_outbox(req["outbox"])
+        return result
+
+    def check_claim_outbox(self, req, now):
+        """Returns the claim's expiry."""
+        check_now(now)
+        if req["tenant"] != "":
+            self.check_tenant(req["tenant"])
+        check_name("relay", req["relay"], MAX_WORKER_BYTES, _printable)
+        self.check_lease_ms(req["lease_ms"])
+        check_limit(req["limit"])
+        return deadline(now, req["lease_ms"], "outbox claim expiry")
+
+    def check_mark_delivered(self, req, now):
+        check_now(now)
+        if len(req["messages"]) < 1 or len(req["messages"]) > MAX_BATCH:
+            raise invalid("%d messages to mark; want 1 to %d" % (len(req["messages"]), MAX_BATCH))
+        for k in req["messages"]:
+            self.check_run_ref(k["tenant"], k["run_id"])
+            if k["seq"] < 1:
+                raise invalid("outbox message seq %d: seqs start at 1" % k["seq"])
 
     def check_retry(self, req, now):
         check_now(now)

@@ -87,6 +87,16 @@ CREATE TABLE IF NOT EXISTS attempts (
     PRIMARY KEY (tenant, run_id, generation),
     FOREIGN KEY (tenant, run_id) REFERENCES jobs (tenant, run_id)
 ) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS outbox (
+    tenant TEXT NOT NULL, run_id TEXT NOT NULL, seq INTEGER NOT NULL, id TEXT NOT NULL, subject TEXT NOT NULL,
+    payload TEXT NOT NULL, generation INTEGER NOT NULL, created_at INTEGER NOT NULL,
+    state TEXT NOT NULL CHECK (state IN ('pending', 'delivered')),
+    relay TEXT NOT NULL DEFAULT '', claim_expires_at INTEGER NOT NULL DEFAULT 0, claims INTEGER NOT NULL DEFAULT 0,
+    delivered_at INTEGER NOT NULL DEFAULT 0,
+    PRIMARY KEY (tenant, run_id, seq),
+    FOREIGN KEY (tenant, run_id) REFERENCES runs (tenant, run_id)
+) WITHOUT ROWID;
+CREATE INDEX IF NOT EXISTS outbox_pending ON outbox (created_at, tenant, run_id, seq) WHERE state = 'pending';
 CREATE TABLE IF NOT EXISTS effects (
     tenant TEXT NOT NULL, run_id TEXT NOT NULL, step TEXT NOT NULL, key TEXT NOT NULL,
     state TEXT NOT NULL CHECK (state IN ('reserved', 'succeeded', 'failed', 'unknown')),
@@ -105,6 +115,8 @@ ATTEMPT_COLUMNS = ("tenant", "run_id", "generation", "number", "worker", "claime
                    "outcome", "error_code", "error_class", "retry_at")
 IDEMPOTENCY_COLUMNS = ("tenant", "operation", "key", "fingerprint", "run_id", "created_at", "expires_at")
 EFFECT_COLUMNS = ("tenant", "run_id", "step", "key", "state", "provider_ref", "generation", "updated_at")
+OUTBOX_COLUMNS = ("tenant", "run_id", "seq", "id", "subject", "payload", "generation", "created_at", "state", "relay",
+                  "claim_expires_at", "claims", "delivered_at")
 
 # The lease guard: the one predicate of every write made under a lease.
 LEASE_GUARD = ("tenant = :tenant AND run_id = :run_id AND state = 'leased' AND lease_owner = :owner "
@@ -114,6 +126,9 @@ if BUG == "complete_ignores_generation":
                       "AND lease_expires_at > :now")
 else:
     COMPLETE_GUARD = LEASE_GUARD
+# The claim predicate of an outbox message: pending, never claimed or its
+# claim expired.
+OUTBOX_CLAIMABLE = "state = 'pending' AND (relay = '' OR claim_expires_at <= :now)"
 # The claim predicate (spec.GuardClaimable).
 CLAIMABLE = ("tenant = :tenant AND available_at <= :now AND attempts < max_attempts "
              "AND (state = 'queued' OR (state = 'leased' AND lease_expires_at <= :now))")
@@ -129,10 +144,13 @@ SELECT run_id FROM (
         ORDER BY lease_expires_at, run_id LIMIT :limit))
 ORDER BY eligible_at, run_id LIMIT :limit"""
 # A run is retired (SPEC.md, PurgeRuns) when its terminal event is at or
-# before :by and no live idempotency record names it.
+# before :by, no live idempotency record names it and none of its outbox
+# messages is pending (it would be lost).
 RUN_RETIRED = ("e.tenant = :tenant AND e.kind IN ('run_completed', 'run_failed', 'run_cancelled') AND e.at <= :by "
                "AND NOT EXISTS (SELECT 1 FROM idempotency AS k WHERE k.tenant = e.tenant AND k.run_id = e.run_id "
-               "AND k.expires_at > :now)")
+               "AND k.expires_at > :now) "
+               "AND NOT EXISTS (SELECT 1 FROM outbox AS o WHERE o.tenant = e.tenant AND o.run_id = e.run_id "
+               "AND o.state = 'pending')")
 # The tenant's retired runs nobody replayed (lineage leaves), in finishing order.
 RETIRED_LEAVES = ("SELECT e.run_id, r.replay_of FROM events AS e JOIN runs AS r ON r.tenant = e.tenant AND r.run_id = e.run_id "
                   "WHERE " + RUN_RETIRED + " AND NOT EXISTS (SELECT 1 FROM runs AS x WHERE x.tenant = e.tenant "
@@ -205,6 +223,11 @@ def b64(s):
         return base64.b64decode(s, validate=True)
     except (binascii.Error, ValueError):
         raise ContractError("invalid_argument", "a bytes field is not base64")
+
+
+def messages_of(j):
+    """The outbox messages of a request: [{subject, payload (base64)}]."""
+    return [{"subject": m.get("subject", ""), "payload": b64(m.get("payload"))} for m in (j or [])]
 
 
 def ref_of(j):
@@ -384,7 +407,7 @@ class Store:
                "idempotency_key": p.get("idempotency_key", ""), "run_id": p.get("run_id", ""),
                "payload": b64(p.get("payload")), "max_attempts": p.get("max_attempts", 0),
                "timeout_ms": p.get("timeout_ms", 0), "available_at": p.get("available_at", 0),
-               "delay_ms": p.get("delay_ms", 0)}
+               "delay_ms": p.get("delay_ms", 0), "outbox": messages_of(p.get("outbox"))}
 
         def fn(now):
             n = self.cfg.normalize_create(req, now)
@@ -392,7 +415,8 @@ class Store:
                 policy = self.cfg.operations[n["operation"]]
                 n["fingerprint"] = contract.fingerprint(n["tenant"], n["operation"], policy["schema_version"],
                                                         n["max_attempts"], n["timeout_ms"],
-                                                        req["payload"].decode("utf-8"), req["available_at"], req["delay_ms"])
+                                                        req["payload"].decode("utf-8"), req["available_at"], req["delay_ms"],
+                                                        contract.outbox_fingerprint(n["outbox"]))
             scope = (n["tenant"], n["operation"], n["key"])
             rec = self.one("SELECT fingerprint, run_id, expires_at FROM idempotency WHERE tenant = ? AND operation = ? AND key = ?",
                            scope)
@@ -420,6 +444,7 @@ class Store:
                    "VALUES (?, ?, ?, ?, ?, ?, ?)", scope + (n["fingerprint"], n["run_id"], now, n["expires_at"]))
             self.q("INSERT INTO events (tenant, run_id, seq, kind, at, payload) VALUES (?, ?, 1, 'run_queued', ?, ?)",
                    (n["tenant"], n["run_id"], now, contract.queued_payload("", "", 0)))
+            self.write_outbox(n["tenant"], n["run_id"], now, 0, now, n["outbox"])
             return {"run": self.get_run_row(n["tenant"], n["run_id"]), "replayed": False}
         return self.write("create_run", fn)
 
@@ -479,11 +504,62 @@ class Store:
         ref = req["lease"]
         self.finish("complete", ref, now, "completed", "completed", "run_completed",
                     contract.completed_payload(ref["generation"]), result=result, outcome="completed")
-        return self.get_run_row(ref["tenant"], ref["run_id"])
+        run = self.get_run_row(ref["tenant"], ref["run_id"])
+        self.write_outbox(ref["tenant"], ref["run_id"], run["created_at"], ref["generation"], now,
+                          contract.normalize_outbox(req["outbox"]))
+        return run
+
+    def write_outbox(self, tenant, run_id, run_created_at, generation, now, msgs):
+        """Inserts msgs as the run's next pending outbox messages, written at
+        now by generation (0: the admission)."""
+        if not msgs:
+            return
+        seq = self.one("SELECT coalesce(max(seq), 0) + 1 FROM outbox WHERE tenant = ? AND run_id = ?", (tenant, run_id))[0]
+        for i, (subject, payload) in enumerate(msgs):
+            n = seq + i
+            self.q("INSERT INTO outbox (tenant, run_id, seq, id, subject, payload, generation, created_at, state) "
+                   "VALUES (?, ?, ?, ?, ?, ?, ?, ?, 'pending')",
+                   (tenant, run_id, n, "%s/%s/%d/%d" % (tenant, run_id, run_created_at, n), subject, payload, generation, now))
+
+    def claim_outbox(self, p):
+        req = {"tenant": p.get("tenant", ""), "relay": p.get("relay", ""), "lease_ms": p.get("lease_ms", 0),
+               "limit": p.get("limit", 0)}
+
+        def fn(now):
+            expires_at = self.cfg.check_claim_outbox(req, now)
+            a = {"tenant": req["tenant"], "relay": req["relay"], "now": now, "expires_at": expires_at, "limit": req["limit"]}
+            of_tenant = "tenant = :tenant AND " if req["tenant"] else ""
+            keys = self.q("SELECT tenant, run_id, seq FROM outbox WHERE " + of_tenant + OUTBOX_CLAIMABLE +
+                          " ORDER BY created_at, tenant, run_id, seq LIMIT :limit", a).fetchall()
+            claimed = []
+            for tenant, run_id, seq in keys:
+                r = self.one("UPDATE outbox SET relay = :relay, claim_expires_at = :expires_at, claims = claims + 1 "
+                             "WHERE tenant = :t AND run_id = :r AND seq = :s AND " + OUTBOX_CLAIMABLE +
+                             " RETURNING " + ", ".join(OUTBOX_COLUMNS), dict(a, t=tenant, r=run_id, s=seq))
+                if r is None:
+                    raise AssertionError("outbox candidate %s/%s#%d no longer claimable under the writer lock"
+                                         % (tenant, run_id, seq))
+                claimed.append(dict(zip(OUTBOX_COLUMNS, r)))
+            return claimed
+        return self.write("claim_outbox", fn)
+
+    def mark_delivered(self, p):
+        req = {"messages": [{"tenant": k.get("tenant", ""), "run_id": k.get("run_id", ""), "seq": k.get("seq", 0)}
+                            for k in (p.get("messages") or [])]}
+
+        def fn(now):
+            self.cfg.check_mark_delivered(req, now)
+            marked = 0
+            for k in req["messages"]:
+                marked += self.q("UPDATE outbox SET state = 'delivered', delivered_at = ?, relay = '', claim_expires_at = 0 "
+                                 "WHERE tenant = ? AND run_id = ? AND seq = ? AND state = 'pending'",
+                                 (now, k["tenant"], k["run_id"], k["seq"])).rowcount
+            return marked
+        return self.write("mark_delivered", fn)
 
     @staticmethod
     def complete_request(p):
-        return {"lease": ref_of(p.get("lease")), "result": b64(p.get("result"))}
+        return {"lease": ref_of(p.get("lease")), "result": b64(p.get("result")), "outbox": messages_of(p.get("outbox"))}
 
     def complete(self, p):
         req = self.complete_request(p)
@@ -625,7 +701,7 @@ class Store:
                 lineages += 1
                 for run_id in lineage:
                     key = (req["tenant"], run_id)
-                    for table in ("effects", "attempts", "jobs", "events"):
+                    for table in ("outbox", "effects", "attempts", "jobs", "events"):
                         self.q("DELETE FROM %s WHERE tenant = ? AND run_id = ?" % table, key)
                     self.q("DELETE FROM idempotency WHERE tenant = ? AND run_id = ? AND expires_at <= ?", key + (now,))
                     self.q("DELETE FROM runs WHERE tenant = ? AND run_id = ?", key)
@@ -785,7 +861,8 @@ class Store:
                     "jobs": table(JOB_COLUMNS, "jobs", "tenant, run_id"),
                     "attempts": table(ATTEMPT_COLUMNS, "attempts", "tenant, run_id, generation"),
                     "idempotency": table(IDEMPOTENCY_COLUMNS, "idempotency", "tenant, operation, key"),
-                    "effects": table(EFFECT_COLUMNS, "effects", "tenant, run_id, step, key")}
+                    "effects": table(EFFECT_COLUMNS, "effects", "tenant, run_id, step, key"),
+                    "outbox": table(OUTBOX_COLUMNS, "outbox", "tenant, run_id, seq")}
         return self.read(fn)
 
 
@@ -793,7 +870,7 @@ ZERO_RUN = {c: (0 if c in ("version", "last_seq", "max_attempts", "created_at", 
             for c in RUN_COLUMNS}
 
 OPERATIONS = ("create_run", "claim", "renew", "complete", "retry", "fail", "cancel", "release", "reap",
-              "purge_idempotency", "purge_runs", "replay", "reserve_effect", "record_effect", "reconcile_effect",
+              "purge_idempotency", "purge_runs", "claim_outbox", "mark_delivered", "replay", "reserve_effect", "record_effect", "reconcile_effect",
               "get_run", "get_job", "events", "attempts", "effects", "snapshot", "complete_batch")
 
 
