@@ -106,6 +106,34 @@ func (r CompleteBatchRequest) Leases() []LeaseRef {
 	return out
 }
 
+// BatchCreator admits many runs in one transaction (bulk admission).
+type BatchCreator interface {
+	// CreateRuns applies each request as its own idempotent admission — the
+	// exact writes, checks and error codes of Store.CreateRun — inside ONE
+	// transaction that reads the store's clock once. Each member has its own
+	// outcome, in request order: created, replayed (a live record of the same
+	// fingerprint, nothing written for it), or refused individually in its
+	// CreateOutcome (idempotency_conflict, already_exists, invalid_argument)
+	// while the other members are still admitted. Two members with the same
+	// (tenant, operation, key) behave as two CreateRun calls in order: the
+	// second is a replay or a conflict of the first.
+	//
+	// The returned error is for the batch as a whole: CodeUnavailable
+	// (nothing was written), CodeUnknownOutcome (the commit's answer was
+	// lost), CodeInvalidArgument (more than MaxBatch requests, or an invalid
+	// clock reading). With a non-nil error the outcomes are nil. An empty
+	// batch writes nothing and returns no outcomes.
+	CreateRuns(ctx context.Context, reqs []CreateRunRequest) ([]CreateOutcome, error)
+}
+
+// CreateOutcome is one member's result in a bulk admission: the admitted or
+// replayed run when Err is nil, else Err (a *Error whose code is the one
+// Store.CreateRun would have returned) and a zero Result.
+type CreateOutcome struct {
+	Result CreateRunResult `json:"result"`
+	Err    error           `json:"error,omitempty"` // a *Error in its JSON form
+}
+
 // NotificationKind says what a Notification announces.
 type NotificationKind string
 
