@@ -370,11 +370,11 @@ func (r *Report) computeGoals() {
 			continue
 		}
 		detail := x.Text()
-		if x.Note != "" {
-			detail = cmpNote(x.Note, detail)
-			if x.Spread != nil {
-				detail = x.Text() + "; " + x.Note
-			}
+		switch {
+		case x.Spread == nil && x.Note != "":
+			detail = x.Note
+		case x.Note != "":
+			detail += "; " + x.Note
 		}
 		r.Goals = append(r.Goals, Goal{Goal: fmt.Sprintf("%s ≥ %.1f", x.Name, x.Target), Status: x.Status, Detail: detail})
 	}
