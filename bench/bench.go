@@ -1,11 +1,26 @@
-// Package bench measures leasehold's stores against a peer queue (River) and
-// against the database's own commit ceiling, in one run, on one machine and
-// one PostgreSQL server, and writes reports/bench.json and reports/bench.md.
+// Package bench measures leasehold's stores against a peer queue (River, on
+// PostgreSQL and on SQLite) and against the database's own commit ceiling,
+// in one run, on one machine and one PostgreSQL server, and writes
+// reports/bench.json, reports/bench.md and reports/bench.html.
 //
 // Only ratios measured in the same run mean anything (the machines this runs
-// on are shared and noisy), so Run measures everything back to back and the
-// report leads with the ratios: leasehold / River, leasehold / ceiling and
-// claim latency at 1M queued jobs / at 1k.
+// on are shared and noisy), so every leasehold / peer ratio is the median of
+// Options.Rounds alternating rounds (leasehold, peer, leasehold, peer, …)
+// with its min–max, and a ratio whose rounds spread wider than NoisyAbove of
+// its median is reported as not readable. The report leads with the goals
+// of issue 16 and the ratios: drain, admission one per call and in bulk,
+// latency at a steady rate, server CPU per job, leasehold / ceiling and
+// claim latency at depth.
+//
+// # Adding a store or a peer
+//
+// A PostgreSQL drain shape is a row of pgVariants, a SQLite one of
+// sqliteVariants; bestPG and sqliteBest name the shape measured in every
+// round. Another store (an etcd store, say) follows runSQLite: its own
+// run function appending DrainResults and InsertResults with its Store
+// name, Round set, and the methods methodOne and methodBulk, plus its
+// ratios in computeRatios (the rounds helper pairs them by round). A peer
+// is a Peer (SteadyPeer for the latency runs) plugged in by bench/river.
 //
 // # Why the peer is an interface
 //

@@ -172,6 +172,16 @@ func drainLeaseholdPG(ctx context.Context, pg *server, dsn string, o Options, v 
 	if err := loadQueued(ctx, s.Pool(), 1, int64(o.N)); err != nil {
 		return res, err
 	}
+	if round == 1 {
+		// The drain's first claim batch as the planner runs it (rolled back):
+		// what one claim of the drain reads and costs.
+		plan, err := s.ExplainClaim(ctx, spec.ClaimRequest{Tenant: tenant, Worker: "bench-explain", LeaseMs: leaseMs, Limit: o.ClaimBatch})
+		if err != nil {
+			return res, fmt.Errorf("explain: %w", err)
+		}
+		res.ClaimPlan = plan
+		res.ClaimPlanBuffers, res.ClaimPlanMs = planFigures(plan)
+	}
 	if _, err := s.Pool().Exec(ctx, `CHECKPOINT`); err != nil {
 		return res, err
 	}

@@ -149,6 +149,12 @@ type DrainResult struct {
 	CompleteCallMs      float64 `json:"complete_call_ms,omitempty"` // mean wall time of one Complete or CompleteBatch
 	Retries             int64   `json:"unavailable_retries"`
 	NotMeasured         string  `json:"not_measured,omitempty"`
+	// ClaimPlan is EXPLAIN (ANALYZE, BUFFERS) of a claim of ClaimBatch jobs
+	// on the full queue before the first round's drain (rolled back), with
+	// its buffers and execution time.
+	ClaimPlan        string  `json:"claim_plan,omitempty"`
+	ClaimPlanBuffers int     `json:"claim_plan_buffers,omitempty"`
+	ClaimPlanMs      float64 `json:"claim_plan_ms,omitempty"`
 }
 
 // InsertResult is one admission run.
@@ -565,6 +571,12 @@ func (r *Report) Markdown(w io.Writer) {
 	p("\n## PostgreSQL\n\n%s\n\n| setting | value |\n|---|---|\n", r.Postgres.Version)
 	for _, k := range sortedKeys(r.Postgres.Settings) {
 		p("| %s | %s |\n", k, r.Postgres.Settings[k])
+	}
+	for _, d := range r.Drains {
+		if d.ClaimPlan != "" {
+			p("\n## The drain's claim (%s, %d jobs queued): EXPLAIN (ANALYZE, BUFFERS), rolled back\n\n%d buffers, %.3f ms: %.1f buffers and %.3f ms per claimed job.\n\n```\n%s\n```\n",
+				d.Name, d.Jobs, d.ClaimPlanBuffers, d.ClaimPlanMs, float64(d.ClaimPlanBuffers)/float64(max(1, r.Settings.ClaimBatch)), d.ClaimPlanMs/float64(max(1, r.Settings.ClaimBatch)), d.ClaimPlan)
+		}
 	}
 	if len(r.Depth) > 0 {
 		d := r.Depth[len(r.Depth)-1]
