@@ -75,6 +75,11 @@ func runSQLite(ctx context.Context, o Options, r *Report, logf func(string, ...a
 		peer.Close()
 		r.SQLitePeerName = peer.Name()
 		r.SQLitePeerSettings = peer.Settings()
+		warm := o
+		warm.SQLiteN = min(o.SQLiteN, warmupN)
+		if _, err := drainSQLitePeer(ctx, peer, peerPath, warm, -1, discard); err != nil {
+			return fmt.Errorf("%s warm-up: %w", peer.Name(), err)
+		}
 	}
 	for round := 1; round <= o.Rounds; round++ {
 		d, err := drainSQLite(ctx, dir, base, o, best, round, logf)
