@@ -326,6 +326,13 @@ func runPostgres(ctx context.Context, o Options, r *Report, logf func(string, ..
 		r.Drains = append(r.Drains, d)
 	}
 	best := variants(func(v drainMode) bool { return v.key == bestPG })
+	warm := o
+	warm.N, warm.InsertN = min(o.N, warmupN), min(o.InsertN, warmupN)
+	for _, v := range best {
+		if _, err := drainLeaseholdPG(ctx, pg, lhDSN, warm, v, -1, discard); err != nil {
+			return fmt.Errorf("leasehold warm-up: %w", err)
+		}
+	}
 
 	var peer *peerPG
 	if o.Peer != nil {
@@ -335,11 +342,8 @@ func runPostgres(ctx context.Context, o Options, r *Report, logf func(string, ..
 		defer pg.drop(context.WithoutCancel(ctx), DBPeer)
 		r.PeerName = o.Peer.Name()
 		r.PeerSettings = o.Peer.Settings()
-		// A warm-up drain and admission of the peer, not reported: its first
-		// drain after the migration ran at a third of the later ones, while
-		// leasehold's first round comes after the variants measured once.
-		warm := o
-		warm.N, warm.InsertN = min(o.N, warmupN), min(o.InsertN, warmupN)
+		// A warm-up drain and admission of each side, not reported: the
+		// first drain of a run was often at half the rate of the later ones.
 		if _, err := peer.drain(ctx, pg, warm, -1, discard); err != nil {
 			return fmt.Errorf("%s warm-up: %w", r.PeerName, err)
 		}
