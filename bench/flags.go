@@ -20,7 +20,11 @@ type CommandLine struct {
 	// Reports is the directory for bench.json and bench.md.
 	Reports string
 	// NoPeer leaves River out.
-	NoPeer   bool
+	NoPeer bool
+	// Render, when set, measures nothing: it re-renders bench.md and
+	// bench.html in that directory from its bench.json (after the findings
+	// changed, say).
+	Render   string
 	depths   string
 	variants string
 }
@@ -59,6 +63,7 @@ func NewCommandLine(defaultReports string) *CommandLine {
 	fs.BoolVar(&o.SkipDepth, "no-depth", false, "leave the depth measurement out")
 	fs.BoolVar(&c.NoPeer, "no-peer", false, "leave River out, on both stores (its ratios stay empty)")
 	fs.StringVar(&o.RepoDir, "repo", "../..", "the leasehold repository, for the commit in the report")
+	fs.StringVar(&c.Render, "render", "", "measure nothing: re-render bench.md and bench.html of this directory from its bench.json (with the current findings)")
 	return c
 }
 

@@ -472,6 +472,21 @@ func (r *Report) Write(dir string) error {
 	return os.WriteFile(filepath.Join(dir, "bench.html"), []byte(page.String()), 0o644)
 }
 
+// Rerender reads dir/bench.json and writes it again with bench.md and
+// bench.html rendered by this code (its findings included); the figures are
+// the file's.
+func Rerender(dir string) error {
+	b, err := os.ReadFile(filepath.Join(dir, "bench.json"))
+	if err != nil {
+		return err
+	}
+	var r Report
+	if err := json.Unmarshal(b, &r); err != nil {
+		return fmt.Errorf("%s/bench.json: %w", dir, err)
+	}
+	return r.Write(dir)
+}
+
 // Markdown renders the report: goals and ratios first, then the raw
 // figures, the settings, the server and the findings.
 func (r *Report) Markdown(w io.Writer) {

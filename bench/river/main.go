@@ -55,6 +55,9 @@ func run(ctx context.Context, args []string) error {
 	if err := c.Parse(args); err != nil {
 		return err
 	}
+	if c.Render != "" {
+		return bench.Rerender(c.Render)
+	}
 	o := c.Options
 	if !c.NoPeer {
 		o.Peer = &riverPeer{}
@@ -77,7 +80,7 @@ func run(ctx context.Context, args []string) error {
 		fmt.Printf("%-80s %s\n", x.Name, text)
 	}
 	for _, g := range r.Goals {
-		fmt.Printf("goal: %-74s %s: %s\n", g.Goal, g.Status, g.Detail)
+		fmt.Printf("goal: %-74s %s — %s\n", g.Goal, g.Status, g.Detail)
 	}
 	return nil
 }

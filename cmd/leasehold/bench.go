@@ -125,21 +125,21 @@ func repoRoot() (string, error) {
 	}
 }
 
-// absReports makes the value of --reports (either spelling, either form)
-// absolute, defaulting to ./reports of the caller.
+// absReports makes the values of --reports and --render (either spelling,
+// either form) absolute, --reports defaulting to ./reports of the caller.
 func absReports(args []string) ([]string, error) {
 	out := append([]string(nil), args...)
 	found := false
 	for i := 0; i < len(out); i++ {
 		a := out[i]
 		name, value, hasValue := strings.Cut(strings.TrimLeft(a, "-"), "=")
-		if !strings.HasPrefix(a, "-") || name != "reports" {
+		if !strings.HasPrefix(a, "-") || (name != "reports" && name != "render") {
 			continue
 		}
-		found = true
+		found = found || name == "reports"
 		if !hasValue {
 			if i+1 >= len(out) {
-				return nil, errors.New("bench: --reports needs a directory")
+				return nil, errors.New("bench: --" + name + " needs a directory")
 			}
 			i++
 			value = out[i]
@@ -149,7 +149,7 @@ func absReports(args []string) ([]string, error) {
 			return nil, err
 		}
 		if hasValue {
-			out[i] = "--reports=" + abs
+			out[i] = "--" + name + "=" + abs
 		} else {
 			out[i] = abs
 		}
