@@ -73,7 +73,11 @@ func (r *Report) throughputBars() []bar {
 		k := d.System + "|" + d.Store + "|" + d.Variant
 		if _, ok := index[k]; !ok {
 			index[k] = len(out)
-			out = append(out, bar{label: d.Store + ": " + d.System + " [" + d.Name + "]", system: d.System})
+			label := d.Store + ": " + d.System + " [" + d.Name + "]"
+			if d.Variant == "peer" {
+				label = d.Store + ": " + d.System
+			}
+			out = append(out, bar{label: label, system: d.System})
 		}
 		vals[k] = append(vals[k], d.JobsPerSec)
 	}
@@ -133,11 +137,11 @@ func (r *Report) spreadSVG(w io.Writer) {
 		}
 	}
 	lo, hi = lo/1.2, hi*1.2
-	const left, width, rowH = 420, 480, 24
-	h := rowH*len(rows) + 40
+	const left, width, rowH = 540, 400, 24
+	h := rowH*len(rows) + 50
 	x := func(v float64) float64 { return left + (math.Log(v)-math.Log(lo))/(math.Log(hi)-math.Log(lo))*width }
 	fmt.Fprintf(w, "<svg class=\"spread\" width=\"%d\" height=\"%d\" viewBox=\"0 0 %d %d\" xmlns=\"http://www.w3.org/2000/svg\" font-size=\"12\">\n", left+width+120, h, left+width+120, h)
-	fmt.Fprintf(w, "<line x1=\"%.1f\" x2=\"%.1f\" y1=\"0\" y2=\"%d\" stroke=\"#999\"/><text x=\"%.1f\" y=\"%d\" text-anchor=\"middle\">1.0 (parity)</text>\n", x(1), x(1), h-25, x(1), h-10)
+	fmt.Fprintf(w, "<line x1=\"%.1f\" x2=\"%.1f\" y1=\"0\" y2=\"%d\" stroke=\"#999\"/><text x=\"%.1f\" y=\"%d\" text-anchor=\"middle\">1.0 (parity)</text>\n", x(1), x(1), h-38, x(1), h-26)
 	for i, ratio := range rows {
 		y := i*rowH + 14
 		sp := ratio.Spread
@@ -161,7 +165,7 @@ func (r *Report) spreadSVG(w io.Writer) {
 		}
 		fmt.Fprintf(w, "<text x=\"%d\" y=\"%d\">%s</text>\n", left+width+8, y+4, verdict)
 	}
-	fmt.Fprintf(w, "<text x=\"%d\" y=\"%d\" class=\"muted\">log scale %.2f … %.2f; dots: rounds (red: noisy), bar: median, dashed: goal</text>\n</svg>\n", left, h-10, lo, hi)
+	fmt.Fprintf(w, "<text x=\"%d\" y=\"%d\" fill=\"#777\">log scale %.2f … %.2f; dots: rounds (red: noisy), black bar: median, green dashes: goal</text>\n</svg>\n", 10, h-6, lo, hi)
 }
 
 // series is one line of a line chart.
@@ -172,7 +176,7 @@ type series struct {
 
 // lineChart draws series on a log-y axis (latencies span decades) with
 // labelled x ticks.
-func lineChart(w io.Writer, class string, ss []series, xticks []float64, xlabel func(float64) string, logX bool) {
+func lineChart(w io.Writer, class, xname string, ss []series, xticks []float64, xlabel func(float64) string, logX bool) {
 	const left, top, width, height = 60, 10, 640, 260
 	var ymin, ymax, xmin, xmax = math.Inf(1), math.Inf(-1), math.Inf(1), math.Inf(-1)
 	for _, s := range ss {
@@ -200,16 +204,21 @@ func lineChart(w io.Writer, class string, ss []series, xticks []float64, xlabel 
 	W, H := left+width+220, top+height+40
 	fmt.Fprintf(w, "<svg class=\"%s\" width=\"%d\" height=\"%d\" viewBox=\"0 0 %d %d\" xmlns=\"http://www.w3.org/2000/svg\" font-size=\"12\">\n", class, W, H, W, H)
 	fmt.Fprintf(w, "<rect x=\"%d\" y=\"%d\" width=\"%d\" height=\"%d\" fill=\"none\" stroke=\"#ccc\"/>\n", left, top, width, height)
+	var yticks []float64
 	for e := math.Floor(math.Log10(ymin)); e <= math.Ceil(math.Log10(ymax)); e++ {
-		v := math.Pow(10, e)
-		if v < ymin || v > ymax {
-			continue
+		for _, m := range []float64{1, 2, 5} {
+			if v := m * math.Pow(10, e); v >= ymin && v <= ymax {
+				yticks = append(yticks, v)
+			}
 		}
+	}
+	for _, v := range yticks {
 		fmt.Fprintf(w, "<line x1=\"%d\" x2=\"%d\" y1=\"%.1f\" y2=\"%.1f\" stroke=\"#eee\"/><text x=\"%d\" y=\"%.1f\" text-anchor=\"end\">%g</text>\n", left, left+width, fy(v), fy(v), left-4, fy(v)+4, v)
 	}
 	for _, t := range xticks {
 		fmt.Fprintf(w, "<text x=\"%.1f\" y=\"%d\" text-anchor=\"middle\">%s</text>\n", fx(t), top+height+16, html.EscapeString(xlabel(t)))
 	}
+	fmt.Fprintf(w, "<text x=\"%d\" y=\"%d\" text-anchor=\"middle\" fill=\"#777\">%s; y: ms, log scale</text>\n", left+width/2, top+height+34, html.EscapeString(xname))
 	for i, s := range ss {
 		var pts []string
 		for k := range s.xs {
@@ -248,7 +257,7 @@ func (r *Report) latencySVG(w io.Writer) {
 	for i := range LatencyQuantiles {
 		ticks = append(ticks, float64(i))
 	}
-	lineChart(w, "latency", ss, ticks, func(v float64) string {
+	lineChart(w, "latency", "x: quantile of the median round (by admit→complete p50)", ss, ticks, func(v float64) string {
 		return fmt.Sprintf("p%g", LatencyQuantiles[int(v)]*100)
 	}, false)
 }
@@ -297,5 +306,5 @@ func (r *Report) depthSVG(w io.Writer) {
 	for _, d := range r.Depth {
 		ticks = append(ticks, float64(d.Depth))
 	}
-	lineChart(w, "depth", ss, ticks, func(v float64) string { return count(int(v)) }, true)
+	lineChart(w, "depth", "x: queued jobs (log scale)", ss, ticks, func(v float64) string { return count(int(v)) }, true)
 }
