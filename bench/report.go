@@ -111,22 +111,34 @@ func (x Ratio) Text() string {
 	return "—"
 }
 
-// status is where a goal ratio stands: "not measured" without rounds,
-// "not readable" when noisy, else met or not met (and whether every round
-// agreed).
+// status is where a goal ratio stands: "not measured" without rounds; met
+// or not met when every round is on the same side of the target (noise
+// cannot change that); otherwise "not readable" when the spread is too
+// wide, else the median decides.
 func status(x Ratio) string {
 	if x.Spread == nil || len(x.Spread.Rounds) == 0 {
 		return "not measured"
 	}
 	sp := *x.Spread
-	if sp.Noisy {
+	reaches := func(v float64) bool {
+		if x.Better == "lower" {
+			return v <= x.Target
+		}
+		return v >= x.Target
+	}
+	all, none := true, true
+	for _, v := range sp.Rounds {
+		all = all && reaches(v)
+		none = none && !reaches(v)
+	}
+	switch {
+	case all: // every round reached it, however wide the spread
+		return "met"
+	case none:
+		return "not met"
+	case sp.Noisy: // the rounds straddle the target and cannot be read
 		return "not readable"
-	}
-	met := sp.Median >= x.Target
-	if x.Better == "lower" {
-		met = sp.Median <= x.Target
-	}
-	if met {
+	case reaches(sp.Median):
 		return "met"
 	}
 	return "not met"
@@ -472,9 +484,9 @@ func (r *Report) Write(dir string) error {
 	return os.WriteFile(filepath.Join(dir, "bench.html"), []byte(page.String()), 0o644)
 }
 
-// Rerender reads dir/bench.json and writes it again with bench.md and
-// bench.html rendered by this code (its findings included); the figures are
-// the file's.
+// Rerender reads dir/bench.json and writes it again with its ratios and
+// goals recomputed and bench.md and bench.html rendered by this code (its
+// findings included); the measured figures are the file's.
 func Rerender(dir string) error {
 	b, err := os.ReadFile(filepath.Join(dir, "bench.json"))
 	if err != nil {
@@ -484,6 +496,7 @@ func Rerender(dir string) error {
 	if err := json.Unmarshal(b, &r); err != nil {
 		return fmt.Errorf("%s/bench.json: %w", dir, err)
 	}
+	r.computeRatios()
 	return r.Write(dir)
 }
 

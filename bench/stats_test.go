@@ -166,7 +166,7 @@ func TestRoundRatios(t *testing.T) {
 	}{
 		{"leasehold / River vX (PostgreSQL drain)", 1.65, 1.5, 1.8, false, "met"},
 		{"leasehold CreateRun / River vX Insert (PostgreSQL, one per call)", 0.5, 0.5, 0.5, false, "not met"},
-		{"leasehold / River vX (riversqlite) (SQLite drain)", 2, 1, 3, true, "not readable"},
+		{"leasehold / River vX (riversqlite) (SQLite drain)", 2, 1, 3, true, "not readable"}, // 1, 3, 2 straddle 1.5
 		{"leasehold / River vX server CPU per drained job", 3, 3, 3, false, ""},
 		{"leasehold / River vX admit-to-complete p99 (steady rate)", 0.5, 0.5, 0.5, false, ""},
 		{"leasehold / ceiling (PostgreSQL drain)", 1.1, 1, 1.2, false, ""},
@@ -213,6 +213,33 @@ func ramp(step float64) []float64 {
 		out[i] = step * float64(i+1)
 	}
 	return out
+}
+
+// TestGoalStatus: a noisy ratio whose every round is on one side of its
+// target is still met or not met; only a straddling one is not readable.
+func TestGoalStatus(t *testing.T) {
+	for _, tc := range []struct {
+		rounds []float64
+		better string
+		want   string
+	}{
+		{[]float64{0.26, 0.38, 0.35}, "higher", "not met"},   // noisy, all below 1.0
+		{[]float64{1.1, 2.0, 1.5}, "higher", "met"},          // noisy, all above 1.0
+		{[]float64{0.6, 1.4, 1.0}, "higher", "not readable"}, // noisy, straddles
+		{[]float64{0.95, 1.02, 1.05}, "higher", "met"},       // readable, median decides
+		{[]float64{0.95, 0.98, 1.05}, "higher", "not met"},   // readable, median decides
+		{[]float64{0.5, 0.9, 0.7}, "lower", "met"},           // lower is better, all below
+		{nil, "higher", "not measured"},
+	} {
+		x := Ratio{Target: 1.0, Better: tc.better}
+		if tc.rounds != nil {
+			sp := summarize(tc.rounds)
+			x.Spread = &sp
+		}
+		if got := status(x); got != tc.want {
+			t.Errorf("status(%v, %s is better, target 1.0) = %q, want %q", tc.rounds, tc.better, got, tc.want)
+		}
+	}
 }
 
 func near(a, b float64) bool { return a > b-1e-9 && a < b+1e-9 }
