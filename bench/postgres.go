@@ -172,8 +172,13 @@ func drainLeaseholdPG(ctx context.Context, pg *server, dsn string, o Options, v 
 	if err := loadQueued(ctx, s.Pool(), 1, int64(o.N)); err != nil {
 		return res, err
 	}
+	if _, err := s.Pool().Exec(ctx, `CHECKPOINT`); err != nil {
+		return res, err
+	}
 	if round == 1 {
-		// The drain's first claim batch as the planner runs it (rolled back):
+		// The drain's first claim batch as the planner runs it (rolled back;
+		// after the checkpoint, so that it does not write the loader's dirty
+		// pages out itself):
 		// what one claim of the drain reads and costs.
 		plan, err := s.ExplainClaim(ctx, spec.ClaimRequest{Tenant: tenant, Worker: "bench-explain", LeaseMs: leaseMs, Limit: o.ClaimBatch})
 		if err != nil {
@@ -181,9 +186,6 @@ func drainLeaseholdPG(ctx context.Context, pg *server, dsn string, o Options, v 
 		}
 		res.ClaimPlan = plan
 		res.ClaimPlanBuffers, res.ClaimPlanMs = planFigures(plan)
-	}
-	if _, err := s.Pool().Exec(ctx, `CHECKPOINT`); err != nil {
-		return res, err
 	}
 	st := &drainStats{}
 	var completed int
