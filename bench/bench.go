@@ -143,9 +143,9 @@ func (o Options) Defaults() Options {
 			}
 		}
 	}
-	set(&o.N, 20_000, 100_000)
-	set(&o.InsertN, 4_000, 20_000)
-	set(&o.SQLiteN, 4_000, 20_000)
+	set(&o.N, 10_000, 100_000)
+	set(&o.InsertN, 2_000, 20_000)
+	set(&o.SQLiteN, 3_000, 20_000)
 	set(&o.BulkBatch, 1_000, 1_000)
 	set(&o.Rounds, 3, 5)
 	if o.LatencySeconds == 0 {
@@ -164,7 +164,7 @@ func (o Options) Defaults() Options {
 	if o.Depths == nil {
 		o.Depths = []int{1_000, 100_000, 1_000_000}
 		if o.Quick {
-			o.Depths = []int{1_000, 100_000}
+			o.Depths = []int{1_000, 50_000}
 		}
 	}
 	if o.Log == nil {
@@ -225,7 +225,7 @@ func discard(string, ...any) {}
 // loaded machine).
 const (
 	onceN      = 20_000
-	quickOnceN = 4_000
+	quickOnceN = 2_000
 )
 
 // bestPG is the PostgreSQL drain that is measured in every round against

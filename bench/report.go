@@ -574,7 +574,7 @@ func (r *Report) Markdown(w io.Writer) {
 	}
 	p("\nPhases: `claim` — D queued jobs; `reclaim` — plus %d leases that expired (a few crashed workers), first in claim order; `mass_expiry` — plus D/10 more expired leases (a fleet died). A claim's latency includes its commit. Plan figures are the claim's EXPLAIN (ANALYZE, BUFFERS) after the phase (shared hit+read buffers of the top node, execution time).\n", reclaimExpired)
 	if strings.HasPrefix(r.Mode, "quick") {
-		p("\nQuick mode: depths %v (the full mode adds 1M).\n", r.Settings.Depths)
+		p("\nQuick mode: depths %v (the full mode measures 1k, 100k and 1M).\n", r.Settings.Depths)
 	}
 
 	p("\n## Settings\n\n")
