@@ -59,7 +59,7 @@ lint:
 	$(GO) vet ./...
 	$(GO) vet -tags leasehold_mutants ./...
 
-## bench: leasehold against River and the database's ceiling ($(REPORTS)/bench.*;
+## bench: leasehold against River (PostgreSQL, SQLite) and the database's ceiling ($(REPORTS)/bench.{json,md,html};
 ## REPORTS=reports for the committed evidence); BENCHFLAGS=--quick for the
 ## under-3-minutes run (PostgreSQL: LEASEHOLD_PG_DSN)
 BENCHFLAGS ?=

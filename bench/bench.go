@@ -1,11 +1,26 @@
-// Package bench measures leasehold's stores against a peer queue (River) and
-// against the database's own commit ceiling, in one run, on one machine and
-// one PostgreSQL server, and writes reports/bench.json and reports/bench.md.
+// Package bench measures leasehold's stores against a peer queue (River, on
+// PostgreSQL and on SQLite) and against the database's own commit ceiling,
+// in one run, on one machine and one PostgreSQL server, and writes
+// reports/bench.json, reports/bench.md and reports/bench.html.
 //
 // Only ratios measured in the same run mean anything (the machines this runs
-// on are shared and noisy), so Run measures everything back to back and the
-// report leads with the ratios: leasehold / River, leasehold / ceiling and
-// claim latency at 1M queued jobs / at 1k.
+// on are shared and noisy), so every leasehold / peer ratio is the median of
+// Options.Rounds alternating rounds (leasehold, peer, leasehold, peer, …)
+// with its min–max, and a ratio whose rounds spread wider than NoisyAbove of
+// its median is reported as not readable. The report leads with the goals
+// of issue 16 and the ratios: drain, admission one per call and in bulk,
+// latency at a steady rate, server CPU per job, leasehold / ceiling and
+// claim latency at depth.
+//
+// # Adding a store or a peer
+//
+// A PostgreSQL drain shape is a row of pgVariants, a SQLite one of
+// sqliteVariants; bestPG and sqliteBest name the shape measured in every
+// round. Another store (an etcd store, say) follows runSQLite: its own
+// run function appending DrainResults and InsertResults with its Store
+// name, Round set, and the methods methodOne and methodBulk, plus its
+// ratios in computeRatios (the rounds helper pairs them by round). A peer
+// is a Peer (SteadyPeer for the latency runs) plugged in by bench/river.
 //
 // # Why the peer is an interface
 //
@@ -24,11 +39,13 @@ import (
 	"io"
 	"slices"
 	"time"
+
+	"github.com/leasehold/leasehold/spec"
 )
 
 // partial names what a run left out, for the report's mode.
 func partial(o Options) string {
-	if len(o.Variants) > 0 || o.SkipDepth || o.SkipSQLite || o.Peer == nil || o.DSN == "" {
+	if len(o.Variants) > 0 || o.SkipDepth || o.SkipSQLite || o.Peer == nil || o.SQLitePeer == nil || o.DSN == "" {
 		return ", partial"
 	}
 	return ""
@@ -44,8 +61,22 @@ type Options struct {
 	// Quick is the CI and reviewer mode: smaller N, fewer depth samples, and
 	// the 1M depth point measured with a smaller sample (see Defaults).
 	Quick bool
-	// N is the number of jobs of each throughput run.
+	// N is the number of jobs of each PostgreSQL throughput run (drain).
 	N int
+	// InsertN is the number of jobs of each admission run (CreateRun and
+	// CreateRuns, the peer's Insert and InsertMany), on both stores.
+	InsertN int
+	// SQLiteN is the number of jobs of each SQLite drain (leasehold's and the
+	// SQLite peer's).
+	SQLiteN int
+	// BulkBatch is the batch of bulk admission: requests per CreateRuns
+	// call and jobs per InsertMany call (at most spec.MaxBatch).
+	BulkBatch int
+	// Rounds is the number of alternating rounds (leasehold, peer,
+	// leasehold, peer, …) every leasehold / peer ratio is the median of.
+	Rounds int
+	// LatencySeconds is how long each steady-rate latency run admits for.
+	LatencySeconds float64
 	// Workers (W) is the handler concurrency: leasehold's worker goroutines
 	// and River's MaxWorkers.
 	Workers int
@@ -82,9 +113,12 @@ type Options struct {
 	// ProfileDir, when set, receives a CPU profile (pprof) of the benchmark
 	// program during each leasehold drain: profile-<variant>.pprof.
 	ProfileDir string
-	// Peer is the queue compared against (River); nil leaves the peer's
-	// figures empty and the report says so.
+	// Peer is the queue compared against (River) on PostgreSQL; nil leaves
+	// the peer's figures empty and the report says so.
 	Peer Peer
+	// SQLitePeer is the queue compared against leasehold's SQLite store
+	// (River on riversqlite); its Open takes a file path for dsn.
+	SQLitePeer Peer
 	// Commit is the code's commit, for the report ("" = ask git in RepoDir).
 	Commit  string
 	RepoDir string
@@ -109,7 +143,17 @@ func (o Options) Defaults() Options {
 			}
 		}
 	}
-	set(&o.N, 5_000, 100_000)
+	set(&o.N, 10_000, 100_000)
+	set(&o.InsertN, 2_000, 20_000)
+	set(&o.SQLiteN, 3_000, 20_000)
+	set(&o.BulkBatch, 1_000, 1_000)
+	set(&o.Rounds, 3, 5)
+	if o.LatencySeconds == 0 {
+		o.LatencySeconds = 5
+		if o.Quick {
+			o.LatencySeconds = 2
+		}
+	}
 	set(&o.Workers, 100, 100)
 	set(&o.Conns, 16, 16)
 	set(&o.ClaimBatch, 100, 100)
@@ -119,6 +163,9 @@ func (o Options) Defaults() Options {
 	set(&o.DepthSamples, 300, 2000)
 	if o.Depths == nil {
 		o.Depths = []int{1_000, 100_000, 1_000_000}
+		if o.Quick {
+			o.Depths = []int{1_000, 50_000}
+		}
 	}
 	if o.Log == nil {
 		o.Log = io.Discard
@@ -141,8 +188,9 @@ type Peer interface {
 	// InsertOne inserts n jobs one per call (the peer's ordinary insert),
 	// from workers goroutines.
 	InsertOne(ctx context.Context, n, workers int) error
-	// InsertBulk inserts n jobs with the peer's bulk insert.
-	InsertBulk(ctx context.Context, n int) error
+	// InsertBulk inserts n jobs with the peer's bulk insert, batch jobs per
+	// call, one call after another.
+	InsertBulk(ctx context.Context, n, batch int) error
 	// Drain works n queued jobs with a no-op handler and workers handler
 	// goroutines, and returns when all n are completed (committed).
 	Drain(ctx context.Context, n, workers int) error
@@ -150,107 +198,213 @@ type Peer interface {
 	Completed(ctx context.Context) (int, error)
 	// Settings describes the peer's configuration for the report.
 	Settings() map[string]string
+	// Close closes what Open opened; the benchmark opens and closes the
+	// peer around each phase (so that its backends exit and publish their
+	// commit counts).
 	Close() error
 }
 
+// SteadyPeer is a Peer that can also run the latency measurement.
+type SteadyPeer interface {
+	Peer
+	// Steady starts the peer's workers (workers slots, notifications on),
+	// admits jobs 0..n-1 one per call through Pace at rate per second, marks
+	// each job's start (handler entry) and completion (acknowledged) in tl,
+	// and returns when all n completed.
+	Steady(ctx context.Context, n, workers int, rate float64, tl *Timeline) error
+}
+
+// warmupN is the size of the peer's warm-up drain and admission.
+const warmupN = 2_000
+
+// discard is a logf that drops its lines.
+func discard(string, ...any) {}
+
+// onceN and quickOnceN bound N for the drains measured once (the slowest
+// runs at a tenth of the best, and at 100,000 jobs took minutes on a
+// loaded machine).
+const (
+	onceN      = 20_000
+	quickOnceN = 2_000
+)
+
+// bestPG is the PostgreSQL drain that is measured in every round against
+// the peer; the other variants are measured once, for scale.
+const bestPG = "batch_batchcomplete"
+
 // Run measures everything Options asks for and returns the report. It fails
 // on the first error: a report with a figure missing is not written.
+//
+// Every leasehold / peer ratio is the median of o.Rounds alternating rounds:
+// each round measures leasehold and then the peer, for the drain, the
+// admission one per call and the bulk admission, so that the machine's
+// drift over the run falls on both sides alike.
 func Run(ctx context.Context, o Options) (*Report, error) {
 	o = o.Defaults()
+	if o.BulkBatch > spec.MaxBatch {
+		return nil, fmt.Errorf("bench: bulk batch %d exceeds spec.MaxBatch (%d)", o.BulkBatch, spec.MaxBatch)
+	}
 	start := time.Now()
 	r := &Report{
 		Mode:      map[bool]string{true: "quick", false: "full"}[o.Quick] + partial(o),
 		StartedAt: start.UTC().Format(time.RFC3339),
-		Settings: Settings{N: o.N, Workers: o.Workers, Conns: o.Conns, ClaimBatch: o.ClaimBatch,
+		Settings: Settings{N: o.N, InsertN: o.InsertN, SQLiteN: o.SQLiteN, BulkBatch: o.BulkBatch, Rounds: o.Rounds,
+			LatencySeconds: o.LatencySeconds, Workers: o.Workers, Conns: o.Conns, ClaimBatch: o.ClaimBatch,
 			Producers: o.Producers, CompleteBatch: o.CompleteBatch, Completers: o.Completers, Depths: o.Depths, DepthSamples: o.DepthSamples,
 			LeaseMs: leaseMs},
+		LoadBefore: loadAverage(),
 	}
 	r.Commit = o.Commit
 	if r.Commit == "" {
 		r.Commit = gitCommit(o.RepoDir)
 	}
 	r.Host = hostInfo()
-	logf := func(format string, a ...any) { fmt.Fprintf(o.Log, "bench: "+format+"\n", a...) }
+	logf := func(format string, a ...any) {
+		fmt.Fprintf(o.Log, "bench [%5.1fs]: "+format+"\n", append([]any{time.Since(start).Seconds()}, a...)...)
+	}
 
 	if o.DSN != "" {
-		pg, err := openServer(ctx, o.DSN)
-		if err != nil {
+		if err := runPostgres(ctx, o, r, logf); err != nil {
 			return nil, err
-		}
-		defer pg.close()
-		r.Postgres = pg.info
-		logf("PostgreSQL %s (synchronous_commit=%s, fsync=%s, shared_buffers=%s)", pg.info.Version,
-			pg.info.Settings["synchronous_commit"], pg.info.Settings["fsync"], pg.info.Settings["shared_buffers"])
-		if err := pg.recreate(ctx, DBLeasehold); err != nil {
-			return nil, err
-		}
-		defer pg.drop(context.WithoutCancel(ctx), DBLeasehold)
-		lhDSN, err := withDatabase(o.DSN, DBLeasehold)
-		if err != nil {
-			return nil, err
-		}
-
-		// The ceiling first and last: the database's own commit rate,
-		// measured twice to show how much the machine drifted in between.
-		c, err := ceiling(ctx, pg, lhDSN, o, logf)
-		if err != nil {
-			return nil, fmt.Errorf("ceiling: %w", err)
-		}
-		r.Ceiling = append(r.Ceiling, c)
-
-		ins, err := insertLeaseholdPG(ctx, pg, lhDSN, o, logf)
-		if err != nil {
-			return nil, fmt.Errorf("leasehold insert: %w", err)
-		}
-		r.Inserts = append(r.Inserts, ins...)
-		for _, v := range pgVariants {
-			if len(o.Variants) > 0 && !slices.Contains(o.Variants, v.key) {
-				continue
-			}
-			d, err := drainLeaseholdPG(ctx, pg, lhDSN, o, v, logf)
-			if err != nil {
-				return nil, fmt.Errorf("leasehold %s: %w", v.name, err)
-			}
-			r.Drains = append(r.Drains, d)
-		}
-
-		if o.Peer != nil {
-			ins, d, err := runPeer(ctx, pg, o, logf)
-			if err != nil {
-				return nil, fmt.Errorf("%s: %w", o.Peer.Name(), err)
-			}
-			r.Inserts = append(r.Inserts, ins...)
-			r.Drains = append(r.Drains, d)
-			r.PeerName = o.Peer.Name()
-			r.PeerSettings = o.Peer.Settings()
-		}
-
-		c, err = ceiling(ctx, pg, lhDSN, o, logf)
-		if err != nil {
-			return nil, fmt.Errorf("ceiling: %w", err)
-		}
-		r.Ceiling = append(r.Ceiling, c)
-
-		for _, depth := range o.Depths {
-			if o.SkipDepth {
-				break
-			}
-			d, err := measureDepth(ctx, pg, lhDSN, o, depth, logf)
-			if err != nil {
-				return nil, fmt.Errorf("depth %d: %w", depth, err)
-			}
-			r.Depth = append(r.Depth, d)
 		}
 	}
 	if !o.SkipSQLite {
-		ins, ds, err := runSQLite(ctx, o, logf)
-		if err != nil {
+		if err := runSQLite(ctx, o, r, logf); err != nil {
 			return nil, fmt.Errorf("sqlite: %w", err)
 		}
-		r.Inserts = append(r.Inserts, ins)
-		r.Drains = append(r.Drains, ds...)
 	}
-	r.computeRatios()
+	r.LoadAfter = loadAverage()
 	r.ElapsedSec = time.Since(start).Seconds()
+	r.computeRatios()
 	return r, nil
+}
+
+// runPostgres measures the PostgreSQL part: the ceiling, the drain variants
+// once, the alternating rounds, the ceiling again, latency and depth.
+func runPostgres(ctx context.Context, o Options, r *Report, logf func(string, ...any)) error {
+	pg, err := openServer(ctx, o.DSN)
+	if err != nil {
+		return err
+	}
+	defer pg.close()
+	r.Postgres = pg.info
+	logf("PostgreSQL %s (synchronous_commit=%s, fsync=%s, shared_buffers=%s)", pg.info.Version,
+		pg.info.Settings["synchronous_commit"], pg.info.Settings["fsync"], pg.info.Settings["shared_buffers"])
+	if err := pg.recreate(ctx, DBLeasehold); err != nil {
+		return err
+	}
+	defer pg.drop(context.WithoutCancel(ctx), DBLeasehold)
+	lhDSN, err := withDatabase(o.DSN, DBLeasehold)
+	if err != nil {
+		return err
+	}
+
+	// The ceiling first and last: the database's own commit rate,
+	// measured twice to show how much the machine drifted in between.
+	c, err := ceiling(ctx, pg, lhDSN, o, logf)
+	if err != nil {
+		return fmt.Errorf("ceiling: %w", err)
+	}
+	r.Ceiling = append(r.Ceiling, c)
+
+	variants := func(keep func(drainMode) bool) []drainMode {
+		var out []drainMode
+		for _, v := range pgVariants {
+			if (len(o.Variants) == 0 || slices.Contains(o.Variants, v.key)) && keep(v) {
+				out = append(out, v)
+			}
+		}
+		return out
+	}
+	// The variants measured once are there for scale, with fewer jobs.
+	once := o
+	once.N = min(o.N, onceN)
+	if o.Quick {
+		once.N = min(o.N, quickOnceN)
+	}
+	for _, v := range variants(func(v drainMode) bool { return v.key != bestPG }) {
+		d, err := drainLeaseholdPG(ctx, pg, lhDSN, once, v, 0, logf)
+		if err != nil {
+			return fmt.Errorf("leasehold %s: %w", v.name, err)
+		}
+		r.Drains = append(r.Drains, d)
+	}
+	best := variants(func(v drainMode) bool { return v.key == bestPG })
+	warm := o
+	warm.N, warm.InsertN = min(o.N, warmupN), min(o.InsertN, warmupN)
+	for _, v := range best {
+		if _, err := drainLeaseholdPG(ctx, pg, lhDSN, warm, v, -1, discard); err != nil {
+			return fmt.Errorf("leasehold warm-up: %w", err)
+		}
+	}
+
+	var peer *peerPG
+	if o.Peer != nil {
+		if peer, err = openPeerPG(ctx, pg, o); err != nil {
+			return fmt.Errorf("%s: %w", o.Peer.Name(), err)
+		}
+		defer pg.drop(context.WithoutCancel(ctx), DBPeer)
+		r.PeerName = o.Peer.Name()
+		r.PeerSettings = o.Peer.Settings()
+		// A warm-up drain and admission of each side, not reported: the
+		// first drain of a run was often at half the rate of the later ones.
+		if _, err := peer.drain(ctx, pg, warm, -1, discard); err != nil {
+			return fmt.Errorf("%s warm-up: %w", r.PeerName, err)
+		}
+		if _, err := peer.insert(ctx, pg, warm, false, -1, discard); err != nil {
+			return fmt.Errorf("%s warm-up: %w", r.PeerName, err)
+		}
+	}
+	for round := 1; round <= o.Rounds; round++ {
+		for _, v := range best {
+			d, err := drainLeaseholdPG(ctx, pg, lhDSN, o, v, round, logf)
+			if err != nil {
+				return fmt.Errorf("leasehold %s: %w", v.name, err)
+			}
+			r.Drains = append(r.Drains, d)
+		}
+		if peer != nil {
+			d, err := peer.drain(ctx, pg, o, round, logf)
+			if err != nil {
+				return fmt.Errorf("%s drain: %w", r.PeerName, err)
+			}
+			r.Drains = append(r.Drains, d)
+		}
+		for _, bulk := range []bool{false, true} {
+			in, err := insertLeaseholdPG(ctx, pg, lhDSN, o, bulk, round, logf)
+			if err != nil {
+				return fmt.Errorf("leasehold insert: %w", err)
+			}
+			r.Inserts = append(r.Inserts, in)
+			if peer != nil {
+				in, err := peer.insert(ctx, pg, o, bulk, round, logf)
+				if err != nil {
+					return fmt.Errorf("%s insert: %w", r.PeerName, err)
+				}
+				r.Inserts = append(r.Inserts, in)
+			}
+		}
+	}
+
+	c, err = ceiling(ctx, pg, lhDSN, o, logf)
+	if err != nil {
+		return fmt.Errorf("ceiling: %w", err)
+	}
+	r.Ceiling = append(r.Ceiling, c)
+
+	if err := runLatency(ctx, pg, lhDSN, peer, o, r, logf); err != nil {
+		return fmt.Errorf("latency: %w", err)
+	}
+
+	for _, depth := range o.Depths {
+		if o.SkipDepth {
+			break
+		}
+		d, err := measureDepth(ctx, pg, lhDSN, o, depth, logf)
+		if err != nil {
+			return fmt.Errorf("depth %d: %w", depth, err)
+		}
+		r.Depth = append(r.Depth, d)
+	}
+	return nil
 }

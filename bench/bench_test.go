@@ -10,6 +10,7 @@ import (
 
 	"github.com/leasehold/leasehold/impl/postgres"
 	"github.com/leasehold/leasehold/impl/postgres/pgtest"
+	"github.com/leasehold/leasehold/impl/sqlite"
 	"github.com/leasehold/leasehold/spec"
 )
 
@@ -19,53 +20,25 @@ import (
 func TestMain(m *testing.M) { pgtest.Main(m) }
 
 // TestReportRendering renders a report with every section and checks that
-// the ratios come first and are computed from the figures.
+// the goals and ratios come first, with their spreads.
 func TestReportRendering(t *testing.T) {
-	r := &Report{Mode: "quick", Commit: "abc", PeerName: "River vX", PeerSettings: map[string]string{"MaxWorkers": "100"},
-		Postgres: PostgresInfo{Version: "PostgreSQL 15.0 on x", Settings: map[string]string{"synchronous_commit": "on", "shared_buffers": "128MB", "fsync": "on"}},
-		Settings: Settings{N: 10, Workers: 2, Conns: 2, Depths: []int{1_000, 1_000_000}},
-		Drains: []DrainResult{
-			{System: "leasehold", Store: "postgres", Variant: "single", Name: "single claim", Jobs: 10, JobsPerSec: 100},
-			{System: "leasehold", Store: "postgres", Variant: "batch_batchcomplete", Name: "batch claim, CompleteBatch", Jobs: 10, JobsPerSec: 300},
-			{System: "leasehold", Store: "postgres", Variant: "batch", Name: "batch claim", NotMeasured: "no"},
-			{System: "River vX", Store: "postgres", Variant: "peer", Name: "River vX", Jobs: 10, JobsPerSec: 200},
-		},
-		Inserts: []InsertResult{{System: "leasehold", Store: "postgres", Method: "CreateRun, one", JobsPerSec: 50},
-			{System: "River vX", Store: "postgres", Method: "Insert, one", JobsPerSec: 100}},
-		Ceiling: []CeilingResult{{CommitsPerSec: 500}, {CommitsPerSec: 700}},
-		Depth: []DepthResult{
-			{Depth: 1_000, Phases: []PhaseResult{{Phase: phaseClaim, P50Ms: 2, P99Ms: 4}}},
-			{Depth: 1_000_000, Phases: []PhaseResult{{Phase: phaseClaim, P50Ms: 3, P99Ms: 4, Plan: "Limit (actual time=1..2)"}}},
-		},
-	}
-	r.computeRatios()
-	want := map[string]float64{
-		"leasehold / River vX (throughput, best variant)":          1.5,
-		"leasehold / ceiling (best variant)":                       0.5,
-		"River vX / ceiling":                                       200.0 / 600,
-		"leasehold CreateRun / River vX Insert (one job per call)": 0.5,
-		"depth 1M / 1k, claim p50":                                 1.5,
-		"depth 1M / 1k, claim p99":                                 1,
-		"leasehold [batch claim] / River vX":                       0,
-	}
-	got := map[string]float64{}
-	for _, x := range r.Ratios {
-		got[x.Name] = x.Value
-	}
-	for name, v := range want {
-		g, ok := got[name]
-		if !ok || g < v-1e-9 || g > v+1e-9 {
-			t.Errorf("ratio %q = %v (present %v), want %v", name, g, ok, v)
-		}
-	}
+	r := roundsReport()
+	r.PeerSettings = map[string]string{"MaxWorkers": "100"}
+	r.Postgres = PostgresInfo{Version: "PostgreSQL 15.0 on x", Settings: map[string]string{"synchronous_commit": "on", "shared_buffers": "128MB", "fsync": "on"}}
 	var md strings.Builder
 	r.Markdown(&md)
 	text := md.String()
-	ratios, raw := strings.Index(text, "## Ratios"), strings.Index(text, "## Throughput")
-	if ratios < 0 || raw < 0 || ratios > raw {
-		t.Errorf("the ratios must come before the raw figures:\n%s", text)
+	goals, ratios, raw := strings.Index(text, "## Goals"), strings.Index(text, "## Ratios"), strings.Index(text, "## Throughput")
+	if goals < 0 || ratios < 0 || raw < 0 || goals > ratios || ratios > raw {
+		t.Errorf("the goals, then the ratios, must come before the raw figures:\n%s", text)
 	}
-	for _, s := range []string{"synchronous_commit", "shared_buffers", "fsync", "Commit `abc`", "not measured: no", "Limit (actual time=1..2)", "## Findings"} {
+	for _, s := range []string{"synchronous_commit", "shared_buffers", "fsync", "Commit `abc`", "load average 1.00/2.00/3.00 at the start, 4.00/5.00/6.00 at the end",
+		"| leasehold / River vX (PostgreSQL drain) | 1.65 (1.50–1.80, 3 rounds) | higher |",
+		"| leasehold / River vX (riversqlite) (SQLite drain) | noisy: not readable (median 2.00, 1.00–3.00, 3 rounds, spread 100 % > 20 %) | higher |",
+		"| leasehold CreateRuns / River vX InsertMany (PostgreSQL, bulk, per job) ≥ 1.0 | **not measured** | not measured: store lacks CreateRuns |",
+		"| leasehold | postgres | CreateRuns (bulk) | 1 | not measured: store lacks CreateRuns |",
+		"| leasehold | postgres | single claim, Complete per job | once | 33 |",
+		"## Latency at a steady arrival rate", "Limit", "## Findings"} {
 		if !strings.Contains(text, s) {
 			t.Errorf("report lacks %q", s)
 		}
@@ -73,6 +46,11 @@ func TestReportRendering(t *testing.T) {
 	dir := t.TempDir()
 	if err := r.Write(dir); err != nil {
 		t.Fatal(err)
+	}
+	for _, name := range []string{"bench.md", "bench.html"} {
+		if _, err := os.Stat(filepath.Join(dir, name)); err != nil {
+			t.Error(err)
+		}
 	}
 	b, err := os.ReadFile(filepath.Join(dir, "bench.json"))
 	if err != nil {
@@ -82,19 +60,29 @@ func TestReportRendering(t *testing.T) {
 	if err := json.Unmarshal(b, &back); err != nil {
 		t.Fatal(err)
 	}
-	if len(back.Ratios) != len(r.Ratios) || back.Drains[1].JobsPerSec != 300 {
-		t.Errorf("bench.json does not round-trip: %+v", back)
+	if len(back.Ratios) != len(r.Ratios) || back.Ratios[0].Spread == nil || back.Ratios[0].Spread.Median != r.Ratios[0].Spread.Median {
+		t.Errorf("bench.json does not round-trip: %+v", back.Ratios)
 	}
 }
 
-// TestRunSQLiteTiny runs the whole program path on SQLite alone with N=20.
+// TestRunSQLiteTiny runs the whole program path on SQLite alone with N=20:
+// the other variant once, then three rounds of drain, CreateRun and
+// CreateRuns (not measured while the store lacks it).
 func TestRunSQLiteTiny(t *testing.T) {
-	r, err := Run(context.Background(), Options{N: 20, Workers: 4, Conns: 2, ClaimBatch: 5, CompleteBatch: 7, SQLiteDir: t.TempDir()})
+	r, err := Run(context.Background(), Options{N: 20, SQLiteN: 20, InsertN: 20, Rounds: 3, Workers: 4, Conns: 2, ClaimBatch: 5, CompleteBatch: 7, SQLiteDir: t.TempDir()})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(r.Inserts) != 1 || len(r.Drains) != len(sqliteVariants) {
-		t.Fatalf("want one insert and %d drains, got %+v", len(sqliteVariants), r)
+	if len(r.Inserts) != 2*3 || len(r.Drains) != len(sqliteVariants)-1+3 {
+		t.Fatalf("want 6 inserts and %d drains, got %+v", len(sqliteVariants)+2, r)
+	}
+	for _, in := range r.Inserts {
+		if in.Method == methodBulk && !(in.NotMeasured == notMeasuredCreateRuns && in.JobsPerSec == 0 || in.NotMeasured == "" && in.JobsPerSec > 0) {
+			t.Errorf("bulk admission must have a figure or say the store lacks CreateRuns: %+v", in)
+		}
+		if in.Method == methodOne && (in.NotMeasured != "" || in.JobsPerSec <= 0 || in.Jobs != 20) {
+			t.Errorf("admission %+v", in)
+		}
 	}
 	for _, d := range r.Drains {
 		if d.NotMeasured != "" || d.Jobs != 20 || d.JobsPerSec <= 0 {
@@ -213,5 +201,44 @@ func TestPostgresPaths(t *testing.T) {
 		if err != nil || completed != 20 {
 			t.Errorf("%s: %d runs completed (%v), want 20", v.key, completed, err)
 		}
+	}
+}
+
+// loopCreator is a spec.BatchCreator made of CreateRun calls: enough to
+// exercise the benchmark's bulk path (not a store's implementation).
+type loopCreator struct{ spec.Store }
+
+func (l loopCreator) CreateRuns(ctx context.Context, reqs []spec.CreateRunRequest) ([]spec.CreateOutcome, error) {
+	var outs []spec.CreateOutcome
+	for _, r := range reqs {
+		res, err := l.CreateRun(ctx, r)
+		outs = append(outs, spec.CreateOutcome{Result: res, Err: err})
+	}
+	return outs, nil
+}
+
+// TestInsertBulkAPI: without spec.BatchCreator the bulk path reports the
+// store as lacking it; with one it admits every run in batches, and a
+// replayed member is an error.
+func TestInsertBulkAPI(t *testing.T) {
+	ctx := context.Background()
+	s, err := sqlite.Open(ctx, filepath.Join(t.TempDir(), "b.db"), sqlite.Options{Config: config()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	if err := insertBulkAPI(ctx, s, 10, 3); err != errNoBatchCreator {
+		t.Fatalf("a store without CreateRuns: err = %v, want errNoBatchCreator", err)
+	}
+	if err := insertBulkAPI(ctx, loopCreator{s}, 10, 3); err != nil {
+		t.Fatal(err)
+	}
+	for i := int64(1); i <= 10; i++ {
+		if _, err := s.GetRun(ctx, tenant, runIDOf(i)); err != nil {
+			t.Errorf("run %d: %v", i, err)
+		}
+	}
+	if err := insertBulkAPI(ctx, loopCreator{s}, 2, 3); err == nil || !strings.Contains(err.Error(), "replayed") {
+		t.Errorf("admitting the same runs again: err = %v, want a replay error", err)
 	}
 }

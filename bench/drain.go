@@ -339,3 +339,46 @@ func insertAPI(ctx context.Context, store spec.Store, n, workers int) error {
 // runIDOf and keyOf name job i; the bulk loader uses the same forms.
 func runIDOf(i int64) string { return fmt.Sprintf("job-%010d", i) }
 func keyOf(i int64) string   { return "key-" + strconv.FormatInt(i, 10) }
+
+// errNoBatchCreator marks a store without spec.BatchCreator: bulk
+// admission is reported as not measured, never estimated.
+var errNoBatchCreator = errors.New("the store does not implement spec.BatchCreator")
+
+// notMeasuredCreateRuns is what the report says for such a store.
+const notMeasuredCreateRuns = "store lacks CreateRuns"
+
+// insertBulkAPI admits n runs through the store's CreateRuns in batches of
+// batch, one call after another, ids and keys numbered from 1; every member
+// must be created (a replay or a refusal is an error).
+func insertBulkAPI(ctx context.Context, store spec.Store, n, batch int) error {
+	bc, ok := store.(spec.BatchCreator)
+	if !ok {
+		return errNoBatchCreator
+	}
+	st := &drainStats{}
+	reqs := make([]spec.CreateRunRequest, 0, batch)
+	for i := int64(1); i <= int64(n); i++ {
+		reqs = append(reqs, spec.CreateRunRequest{Tenant: tenant, Operation: operation, IdempotencyKey: keyOf(i), RunID: runIDOf(i),
+			Payload: []byte(`{"n":` + strconv.FormatInt(i, 10) + `}`)})
+		if len(reqs) < batch && i < int64(n) {
+			continue
+		}
+		outs, err := retry(ctx, st, func() ([]spec.CreateOutcome, error) { return bc.CreateRuns(ctx, reqs) })
+		if err != nil {
+			return fmt.Errorf("CreateRuns of %d: %w", len(reqs), err)
+		}
+		if len(outs) != len(reqs) {
+			return fmt.Errorf("CreateRuns of %d returned %d outcomes", len(reqs), len(outs))
+		}
+		for k, out := range outs {
+			if out.Err != nil {
+				return fmt.Errorf("CreateRuns member %s: %w", reqs[k].RunID, out.Err)
+			}
+			if out.Result.Replayed {
+				return fmt.Errorf("CreateRuns member %s replayed an earlier run", reqs[k].RunID)
+			}
+		}
+		reqs = reqs[:0]
+	}
+	return nil
+}

@@ -6,6 +6,8 @@ import (
 	"os"
 	"strconv"
 	"strings"
+
+	"github.com/leasehold/leasehold/spec"
 )
 
 // CommandLine is the benchmark's command line: its flags, parsed into
@@ -18,7 +20,11 @@ type CommandLine struct {
 	// Reports is the directory for bench.json and bench.md.
 	Reports string
 	// NoPeer leaves River out.
-	NoPeer   bool
+	NoPeer bool
+	// Render, when set, measures nothing: it re-renders bench.md and
+	// bench.html in that directory from its bench.json (after the findings
+	// changed, say).
+	Render   string
 	depths   string
 	variants string
 }
@@ -34,24 +40,30 @@ func NewCommandLine(defaultReports string) *CommandLine {
 	if defaultDSN == "" {
 		defaultDSN = "postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable"
 	}
-	fs.StringVar(&c.Reports, "reports", defaultReports, "directory for bench.json and bench.md")
+	fs.StringVar(&c.Reports, "reports", defaultReports, "directory for bench.json, bench.md and bench.html")
 	fs.StringVar(&o.DSN, "dsn", defaultDSN, "PostgreSQL server (the benchmark creates and drops its databases "+DBLeasehold+" and "+DBPeer+" there; default LEASEHOLD_PG_DSN, else DATABASE_URL)")
-	fs.BoolVar(&o.Quick, "quick", false, "quick mode: under 3 minutes on 2 cores, every ratio measured")
-	fs.IntVar(&o.N, "n", 0, "jobs per throughput run (default: quick 5000, full 100000)")
+	fs.BoolVar(&o.Quick, "quick", false, "quick mode: under 3 minutes on 2 cores, every ratio measured (3 rounds; noisy ratios flagged)")
+	fs.IntVar(&o.N, "n", 0, "jobs per PostgreSQL drain (default: quick 10000, full 100000)")
+	fs.IntVar(&o.InsertN, "insert-n", 0, "jobs per admission run, both stores (default: quick 2000, full 20000)")
+	fs.IntVar(&o.SQLiteN, "sqlite-n", 0, "jobs per SQLite drain (default: quick 3000, full 20000)")
+	fs.IntVar(&o.BulkBatch, "bulk-batch", 0, "requests per CreateRuns call and jobs per InsertMany call (default 1000, at most spec.MaxBatch)")
+	fs.IntVar(&o.Rounds, "rounds", 0, "alternating rounds (leasehold, River, …) each peer ratio is the median of (default: quick 3, full 5; at least 3)")
+	fs.Float64Var(&o.LatencySeconds, "latency-seconds", 0, "seconds of steady arrivals per latency round (default: quick 2, full 5)")
 	fs.IntVar(&o.Workers, "workers", 0, "W: handler goroutines (leasehold workers, River MaxWorkers) (default 100)")
 	fs.IntVar(&o.Conns, "conns", 0, "C: connections per client (default 16)")
 	fs.IntVar(&o.ClaimBatch, "claim-batch", 0, "most jobs per batch claim (default 100)")
 	fs.IntVar(&o.Producers, "producers", 0, "goroutines making batch claims (default 1, River's one producer per queue)")
 	fs.IntVar(&o.CompleteBatch, "complete-batch", 0, "most completions per CompleteBatch (default 1000)")
 	fs.IntVar(&o.Completers, "completers", 0, "goroutines sending batched completions (default 1, River's one batch completer)")
-	fs.StringVar(&c.depths, "depths", "", "comma-separated queue depths (default 1000,100000,1000000)")
+	fs.StringVar(&c.depths, "depths", "", "comma-separated queue depths (default 1000,100000,1000000; quick 1000,50000)")
 	fs.IntVar(&o.DepthSamples, "samples", 0, "timed claims per depth phase (default: quick 300, full 2000)")
 	fs.StringVar(&o.ProfileDir, "profile", "", "write a CPU profile of each leasehold drain to this directory")
 	fs.BoolVar(&o.SkipSQLite, "no-sqlite", false, "leave the SQLite store out")
 	fs.StringVar(&c.variants, "variants", "", "only these PostgreSQL drains (comma-separated keys: single,single_batchcomplete,batch,batch_batchcomplete)")
 	fs.BoolVar(&o.SkipDepth, "no-depth", false, "leave the depth measurement out")
-	fs.BoolVar(&c.NoPeer, "no-peer", false, "leave River out (its ratios stay empty)")
+	fs.BoolVar(&c.NoPeer, "no-peer", false, "leave River out, on both stores (its ratios stay empty)")
 	fs.StringVar(&o.RepoDir, "repo", "../..", "the leasehold repository, for the commit in the report")
+	fs.StringVar(&c.Render, "render", "", "measure nothing: re-render bench.md and bench.html of this directory from its bench.json (with the current findings)")
 	return c
 }
 
@@ -63,6 +75,23 @@ func (c *CommandLine) Parse(args []string) error {
 	}
 	if c.Flags.NArg() > 0 {
 		return fmt.Errorf("unexpected arguments %q (the benchmark takes flags only)", c.Flags.Args())
+	}
+	if c.Options.Rounds != 0 && c.Options.Rounds < 3 {
+		return fmt.Errorf("--rounds %d: a ratio needs at least 3 rounds to show its spread", c.Options.Rounds)
+	}
+	for _, f := range []struct {
+		name string
+		v    int
+	}{{"n", c.Options.N}, {"insert-n", c.Options.InsertN}, {"sqlite-n", c.Options.SQLiteN}, {"bulk-batch", c.Options.BulkBatch}} {
+		if f.v < 0 {
+			return fmt.Errorf("--%s %d: want a positive count", f.name, f.v)
+		}
+	}
+	if c.Options.BulkBatch > spec.MaxBatch {
+		return fmt.Errorf("--bulk-batch %d exceeds spec.MaxBatch (%d)", c.Options.BulkBatch, spec.MaxBatch)
+	}
+	if c.Options.LatencySeconds < 0 {
+		return fmt.Errorf("--latency-seconds %v: want a positive duration", c.Options.LatencySeconds)
 	}
 	c.Options.Depths = nil
 	if c.depths != "" {

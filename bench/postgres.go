@@ -120,39 +120,50 @@ func expireLeases(ctx context.Context, pool *pgxpool.Pool, k int) error {
 	return err
 }
 
-// insertLeaseholdPG measures admission: n CreateRun calls from W
-// goroutines on a fresh schema, and the bulk loader's rate for comparison.
-func insertLeaseholdPG(ctx context.Context, pg *server, dsn string, o Options, logf func(string, ...any)) ([]InsertResult, error) {
+// insertLeaseholdPG measures one round of admission on a fresh schema:
+// o.InsertN CreateRun calls from W goroutines (bulk false), or o.InsertN
+// runs through spec.BatchCreator.CreateRuns in batches of o.BulkBatch from
+// one goroutine (bulk true; not measured when the store lacks it).
+func insertLeaseholdPG(ctx context.Context, pg *server, dsn string, o Options, bulk bool, round int, logf func(string, ...any)) (InsertResult, error) {
+	res := InsertResult{System: "leasehold", Store: "postgres", Method: methodOne, Jobs: o.InsertN, Round: round}
+	if bulk {
+		res.Method = methodBulk
+	}
 	s, err := openPG(ctx, dsn, "bench_insert", o)
 	if err != nil {
-		return nil, err
+		return res, err
 	}
 	defer closePG(ctx, dsn, s)
-	elapsed, c, err := pg.measure(ctx, o.N, func() error { return insertAPI(ctx, s, o.N, o.Workers) })
+	elapsed, c, err := pg.measure(ctx, o.InsertN, DBLeasehold, func() error {
+		if bulk {
+			return insertBulkAPI(ctx, s, o.InsertN, o.BulkBatch)
+		}
+		return insertAPI(ctx, s, o.InsertN, o.Workers)
+	}, func() { s.Close() })
+	if err == errNoBatchCreator {
+		res.NotMeasured = notMeasuredCreateRuns
+		logf("leasehold postgres %s: not measured (%s)", res.Method, res.NotMeasured)
+		return res, nil
+	}
 	if err != nil {
-		return nil, err
+		return res, err
 	}
-	api := InsertResult{System: "leasehold", Store: "postgres", Method: "CreateRun, one run per call, W goroutines",
-		Jobs: o.N, Seconds: elapsed.Seconds(), JobsPerSec: float64(o.N) / elapsed.Seconds(), Cost: c}
-	logf("leasehold postgres insert (CreateRun): %.0f jobs/s", api.JobsPerSec)
-
-	if _, err := s.Pool().Exec(ctx, `TRUNCATE runs, run_events, jobs, idempotency_keys, attempts, effects, outbox`); err != nil {
-		return nil, err
-	}
-	elapsed, c, err = pg.measure(ctx, o.N, func() error { return loadQueued(ctx, s.Pool(), 1, int64(o.N)) })
-	if err != nil {
-		return nil, err
-	}
-	bulk := InsertResult{System: "leasehold", Store: "postgres", Method: "bulk SQL loader (INSERT … SELECT generate_series, not the API; includes VACUUM ANALYZE)",
-		Jobs: o.N, Seconds: elapsed.Seconds(), JobsPerSec: float64(o.N) / elapsed.Seconds(), Cost: c}
-	logf("leasehold postgres bulk load: %.0f jobs/s", bulk.JobsPerSec)
-	return []InsertResult{api, bulk}, nil
+	res.Seconds, res.JobsPerSec, res.Cost = elapsed.Seconds(), float64(o.InsertN)/elapsed.Seconds(), c
+	logf("round %d: leasehold postgres %s: %.0f jobs/s", round, res.Method, res.JobsPerSec)
+	return res, nil
 }
+
+// Admission methods, as the report names them (the ratios find them by
+// these names).
+const (
+	methodOne  = "one per call"
+	methodBulk = "bulk"
+)
 
 // drainLeaseholdPG bulk-loads N jobs into a fresh schema and drains them
 // with variant v.
-func drainLeaseholdPG(ctx context.Context, pg *server, dsn string, o Options, v drainMode, logf func(string, ...any)) (DrainResult, error) {
-	res := DrainResult{System: "leasehold", Store: "postgres", Variant: v.key, Name: v.name, Jobs: o.N}
+func drainLeaseholdPG(ctx context.Context, pg *server, dsn string, o Options, v drainMode, round int, logf func(string, ...any)) (DrainResult, error) {
+	res := DrainResult{System: "leasehold", Store: "postgres", Variant: v.key, Name: v.name, Jobs: o.N, Round: round}
 	s, err := openPG(ctx, dsn, "bench_"+v.key, o)
 	if err != nil {
 		return res, err
@@ -164,10 +175,27 @@ func drainLeaseholdPG(ctx context.Context, pg *server, dsn string, o Options, v 
 	if _, err := s.Pool().Exec(ctx, `CHECKPOINT`); err != nil {
 		return res, err
 	}
+	if round == 1 {
+		// The drain's first claim batch as the planner runs it (rolled back;
+		// after the checkpoint, so that it does not write the loader's dirty
+		// pages out itself):
+		// what one claim of the drain reads and costs.
+		plan, err := s.ExplainClaim(ctx, spec.ClaimRequest{Tenant: tenant, Worker: "bench-explain", LeaseMs: leaseMs, Limit: o.ClaimBatch})
+		if err != nil {
+			return res, fmt.Errorf("explain: %w", err)
+		}
+		res.ClaimPlan = plan
+		res.ClaimPlanBuffers, res.ClaimPlanMs = planFigures(plan)
+	}
 	st := &drainStats{}
-	elapsed, c, err := pg.measure(ctx, o.N, func() error {
-		return profiled(o.ProfileDir, "postgres-"+v.key, func() error { return drain(ctx, s, o.N, o, v, st) })
-	})
+	var completed int
+	elapsed, c, err := pg.measure(ctx, o.N, DBLeasehold, func() error {
+		err := profiled(o.ProfileDir, fmt.Sprintf("postgres-%s-%d", v.key, round), func() error { return drain(ctx, s, o.N, o, v, st) })
+		if err == nil {
+			err = s.Pool().QueryRow(ctx, `SELECT count(*) FROM jobs WHERE state = 'completed'`).Scan(&completed)
+		}
+		return err
+	}, func() { s.Close() })
 	if err == errNoBatchCompleter {
 		res.NotMeasured = "the PostgreSQL store does not implement spec.BatchCompleter yet"
 		logf("leasehold postgres %s: not measured (%s)", v.key, res.NotMeasured)
@@ -176,15 +204,11 @@ func drainLeaseholdPG(ctx context.Context, pg *server, dsn string, o Options, v 
 	if err != nil {
 		return res, err
 	}
-	var completed int
-	if err := s.Pool().QueryRow(ctx, `SELECT count(*) FROM jobs WHERE state = 'completed'`).Scan(&completed); err != nil {
-		return res, err
-	}
 	if completed != o.N {
 		return res, fmt.Errorf("%d jobs completed in the table after the drain, want %d", completed, o.N)
 	}
 	res.fill(elapsed, c, st)
-	logf("leasehold postgres %s: %.0f jobs/s (%.2f write transactions/job)", v.key, res.JobsPerSec, c.WriteTxPerJob)
+	logf("round %d: leasehold postgres %s: %.0f jobs/s (%.2f write transactions/job)", round, v.key, res.JobsPerSec, c.WriteTxPerJob)
 	return res, nil
 }
 
@@ -228,7 +252,7 @@ func ceiling(ctx context.Context, pg *server, dsn string, o Options, logf func(s
 	}
 	defer pool.Exec(context.WithoutCancel(ctx), `DROP TABLE IF EXISTS bench_ceiling`)
 	n := o.N
-	elapsed, c, err := pg.measure(ctx, n, func() error {
+	elapsed, c, err := pg.measure(ctx, n, DBLeasehold, func() error {
 		errs := make(chan error, o.Conns)
 		per := n / o.Conns
 		for w := range o.Conns {
@@ -259,7 +283,7 @@ func ceiling(ctx context.Context, pg *server, dsn string, o Options, logf func(s
 			}
 		}
 		return first
-	})
+	}, nil)
 	if err != nil {
 		return CeilingResult{}, err
 	}
@@ -269,69 +293,115 @@ func ceiling(ctx context.Context, pg *server, dsn string, o Options, logf func(s
 	return res, nil
 }
 
-// runPeer measures the peer: one-at-a-time and bulk insert rates, then a
-// drain of N bulk-inserted jobs.
-func runPeer(ctx context.Context, pg *server, o Options, logf func(string, ...any)) ([]InsertResult, DrainResult, error) {
-	p := o.Peer
-	name := p.Name()
-	res := DrainResult{System: name, Store: "postgres", Variant: "peer", Name: name + " (its defaults for completion: batch completer)", Jobs: o.N}
+// peerPG is the peer on its own database of the server.
+type peerPG struct {
+	p   Peer
+	dsn string
+}
+
+// openPeerPG recreates the peer's database and migrates it once.
+func openPeerPG(ctx context.Context, pg *server, o Options) (*peerPG, error) {
 	if err := pg.recreate(ctx, DBPeer); err != nil {
-		return nil, res, err
+		return nil, err
 	}
-	defer pg.drop(context.WithoutCancel(ctx), DBPeer)
 	dsn, err := withDatabase(o.DSN, DBPeer)
 	if err != nil {
-		return nil, res, err
+		return nil, err
 	}
-	if err := p.Open(ctx, dsn, o.Conns); err != nil {
-		return nil, res, err
+	if err := o.Peer.Open(ctx, dsn, o.Conns); err != nil {
+		return nil, err
 	}
-	defer p.Close()
+	err = o.Peer.Close()
+	return &peerPG{p: o.Peer, dsn: dsn}, err
+}
 
-	var inserts []InsertResult
-	elapsed, c, err := pg.measure(ctx, o.N, func() error { return p.InsertOne(ctx, o.N, o.Workers) })
+// insert measures one round of the peer's admission (bulk: its bulk
+// insert in batches of o.BulkBatch; else one job per call from W
+// goroutines) into an emptied job table. The peer's pool is opened for the
+// phase and closed after it, so that its commits are counted.
+func (pp *peerPG) insert(ctx context.Context, pg *server, o Options, bulk bool, round int, logf func(string, ...any)) (InsertResult, error) {
+	name := pp.p.Name()
+	res := InsertResult{System: name, Store: "postgres", Method: methodOne, Jobs: o.InsertN, Round: round}
+	if bulk {
+		res.Method = methodBulk
+	}
+	if err := pp.p.Open(ctx, pp.dsn, o.Conns); err != nil {
+		return res, err
+	}
+	if err := pp.p.Reset(ctx); err != nil {
+		pp.p.Close()
+		return res, err
+	}
+	elapsed, c, err := pg.measure(ctx, o.InsertN, DBPeer, func() error {
+		if bulk {
+			return pp.p.InsertBulk(ctx, o.InsertN, o.BulkBatch)
+		}
+		return pp.p.InsertOne(ctx, o.InsertN, o.Workers)
+	}, func() { pp.p.Close() })
 	if err != nil {
-		return nil, res, err
+		return res, err
 	}
-	inserts = append(inserts, InsertResult{System: name, Store: "postgres", Method: "Insert, one job per call, W goroutines",
-		Jobs: o.N, Seconds: elapsed.Seconds(), JobsPerSec: float64(o.N) / elapsed.Seconds(), Cost: c})
-	logf("%s insert (one per call): %.0f jobs/s", name, inserts[0].JobsPerSec)
-	if err := p.Reset(ctx); err != nil {
-		return nil, res, err
+	res.Seconds, res.JobsPerSec, res.Cost = elapsed.Seconds(), float64(o.InsertN)/elapsed.Seconds(), c
+	logf("round %d: %s %s: %.0f jobs/s", round, name, res.Method, res.JobsPerSec)
+	return res, nil
+}
+
+// drain measures one round of the peer's drain: N jobs bulk-inserted,
+// VACUUM ANALYZE and CHECKPOINT (as for leasehold's loader), then drained.
+func (pp *peerPG) drain(ctx context.Context, pg *server, o Options, round int, logf func(string, ...any)) (DrainResult, error) {
+	name := pp.p.Name()
+	res := DrainResult{System: name, Store: "postgres", Variant: "peer", Name: name + " (its defaults for completion: batch completer)", Jobs: o.N, Round: round}
+	if err := pp.p.Open(ctx, pp.dsn, o.Conns); err != nil {
+		return res, err
 	}
-	elapsed, c, err = pg.measure(ctx, o.N, func() error { return p.InsertBulk(ctx, o.N) })
+	closed := false
+	closePeer := func() {
+		if !closed {
+			closed = true
+			pp.p.Close()
+		}
+	}
+	defer closePeer()
+	if err := pp.p.Reset(ctx); err != nil {
+		return res, err
+	}
+	if err := pp.p.InsertBulk(ctx, o.N, peerLoadBatch); err != nil {
+		return res, err
+	}
+	conn, err := pgx.Connect(ctx, pp.dsn)
 	if err != nil {
-		return nil, res, err
+		return res, err
 	}
-	inserts = append(inserts, InsertResult{System: name, Store: "postgres", Method: "InsertMany (bulk)",
-		Jobs: o.N, Seconds: elapsed.Seconds(), JobsPerSec: float64(o.N) / elapsed.Seconds(), Cost: c})
-	logf("%s bulk insert: %.0f jobs/s", name, inserts[1].JobsPerSec)
-	conn, err := pgx.Connect(ctx, dsn)
+	_, err = conn.Exec(ctx, `VACUUM ANALYZE`)
+	if err == nil {
+		_, err = conn.Exec(ctx, `CHECKPOINT`)
+	}
+	conn.Close(context.WithoutCancel(ctx))
 	if err != nil {
-		return nil, res, err
+		return res, err
 	}
-	defer conn.Close(context.WithoutCancel(ctx))
-	if _, err := conn.Exec(ctx, `VACUUM ANALYZE`); err != nil {
-		return nil, res, err
-	}
-	if _, err := conn.Exec(ctx, `CHECKPOINT`); err != nil {
-		return nil, res, err
-	}
-	elapsed, c, err = pg.measure(ctx, o.N, func() error { return p.Drain(ctx, o.N, o.Workers) })
+	var completed int
+	elapsed, c, err := pg.measure(ctx, o.N, DBPeer, func() error {
+		err := pp.p.Drain(ctx, o.N, o.Workers)
+		if err == nil {
+			completed, err = pp.p.Completed(ctx)
+		}
+		return err
+	}, closePeer)
 	if err != nil {
-		return nil, res, err
-	}
-	completed, err := p.Completed(ctx)
-	if err != nil {
-		return nil, res, err
+		return res, err
 	}
 	if completed != o.N {
-		return nil, res, fmt.Errorf("%d jobs completed after the drain, want %d", completed, o.N)
+		return res, fmt.Errorf("%d jobs completed after the drain, want %d", completed, o.N)
 	}
 	res.fill(elapsed, c, &drainStats{})
-	logf("%s drain: %.0f jobs/s (%.2f write transactions/job)", name, res.JobsPerSec, c.WriteTxPerJob)
-	return inserts, res, nil
+	logf("round %d: %s drain: %.0f jobs/s (%.2f write transactions/job)", round, name, res.JobsPerSec, c.WriteTxPerJob)
+	return res, nil
 }
+
+// peerLoadBatch is the batch of the peer's bulk insert when it only loads
+// a drain's jobs (not measured).
+const peerLoadBatch = 5_000
 
 // checkLoaderFingerprint compares the loader's SQL fingerprint of job i
 // with the one spec computes for the same request.

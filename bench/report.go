@@ -9,26 +9,43 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 )
 
 // Report is everything one run measured; it is written as bench.json and
 // rendered as bench.md.
 type Report struct {
-	Mode         string            `json:"mode"` // quick or full
-	StartedAt    string            `json:"started_at"`
-	ElapsedSec   float64           `json:"elapsed_sec"`
-	Commit       string            `json:"commit"`
-	Host         HostInfo          `json:"host"`
-	Postgres     PostgresInfo      `json:"postgres"`
-	Settings     Settings          `json:"settings"`
-	PeerName     string            `json:"peer,omitempty"`
-	PeerSettings map[string]string `json:"peer_settings,omitempty"`
-	Ratios       []Ratio           `json:"ratios"`
-	Drains       []DrainResult     `json:"throughput"`
-	Inserts      []InsertResult    `json:"inserts"`
-	Ceiling      []CeilingResult   `json:"ceiling"`
-	Depth        []DepthResult     `json:"depth"`
+	Mode       string       `json:"mode"` // quick or full
+	StartedAt  string       `json:"started_at"`
+	ElapsedSec float64      `json:"elapsed_sec"`
+	Commit     string       `json:"commit"`
+	Host       HostInfo     `json:"host"`
+	Postgres   PostgresInfo `json:"postgres"`
+	Settings   Settings     `json:"settings"`
+	// LoadBefore and LoadAfter are the machine's load averages (1, 5 and
+	// 15 minutes, /proc/loadavg) when the run started and ended: the
+	// machine is shared, and this says how much.
+	LoadBefore         []float64         `json:"load_average_before"`
+	LoadAfter          []float64         `json:"load_average_after"`
+	PeerName           string            `json:"peer,omitempty"`
+	PeerSettings       map[string]string `json:"peer_settings,omitempty"`
+	SQLitePeerName     string            `json:"sqlite_peer,omitempty"`
+	SQLitePeerSettings map[string]string `json:"sqlite_peer_settings,omitempty"`
+	Ratios             []Ratio           `json:"ratios"`
+	Goals              []Goal            `json:"goals"`
+	Drains             []DrainResult     `json:"throughput"`
+	Inserts            []InsertResult    `json:"inserts"`
+	Latency            []LatencyResult   `json:"latency"`
+	Ceiling            []CeilingResult   `json:"ceiling"`
+	Depth              []DepthResult     `json:"depth"`
+}
+
+// Goal is one of issue 16's targets and where this run leaves it.
+type Goal struct {
+	Goal   string `json:"goal"`
+	Status string `json:"status"` // met, not met, not readable, not measured
+	Detail string `json:"detail"`
 }
 
 // HostInfo describes the machine and the toolchain.
@@ -49,25 +66,82 @@ type PostgresInfo struct {
 
 // Settings are the benchmark's knobs as run.
 type Settings struct {
-	N             int   `json:"n"`
-	Workers       int   `json:"workers"`
-	Conns         int   `json:"conns"`
-	ClaimBatch    int   `json:"claim_batch"`
-	Producers     int   `json:"producers"`
-	CompleteBatch int   `json:"complete_batch"`
-	Completers    int   `json:"completers"`
-	Depths        []int `json:"depths"`
-	DepthSamples  int   `json:"depth_samples"`
-	LeaseMs       int64 `json:"lease_ms"`
+	N              int     `json:"n"`
+	InsertN        int     `json:"insert_n"`
+	SQLiteN        int     `json:"sqlite_n"`
+	BulkBatch      int     `json:"bulk_batch"`
+	Rounds         int     `json:"rounds"`
+	LatencySeconds float64 `json:"latency_seconds"`
+	Workers        int     `json:"workers"`
+	Conns          int     `json:"conns"`
+	ClaimBatch     int     `json:"claim_batch"`
+	Producers      int     `json:"producers"`
+	CompleteBatch  int     `json:"complete_batch"`
+	Completers     int     `json:"completers"`
+	Depths         []int   `json:"depths"`
+	DepthSamples   int     `json:"depth_samples"`
+	LeaseMs        int64   `json:"lease_ms"`
 }
 
 // Ratio is one of the headline comparisons. Value is 0 when a side was not
-// measured (Note says why).
+// measured (Note says why). A ratio measured in rounds has its Spread, and
+// Value is the Spread's median; a ratio with a Target is one of the issue's
+// goals, and Status says where it stands.
 type Ratio struct {
-	Name  string  `json:"name"`
-	Value float64 `json:"value"`
-	Of    string  `json:"of"` // what was divided by what
-	Note  string  `json:"note,omitempty"`
+	Name   string  `json:"name"`
+	Value  float64 `json:"value"`
+	Of     string  `json:"of"` // what was divided by what
+	Note   string  `json:"note,omitempty"`
+	Spread *Spread `json:"spread,omitempty"`
+	// Better is "higher" or "lower": which way is good for leasehold.
+	Better string  `json:"better,omitempty"`
+	Target float64 `json:"target,omitempty"`
+	Status string  `json:"status,omitempty"`
+}
+
+// Text is the ratio as the report prints it: the median with its spread,
+// "noisy: not readable (…)", a single value, or "—".
+func (x Ratio) Text() string {
+	if x.Spread != nil && len(x.Spread.Rounds) > 0 {
+		return x.Spread.Text()
+	}
+	if x.Value > 0 {
+		return fmt.Sprintf("%.2f", x.Value)
+	}
+	return "—"
+}
+
+// status is where a goal ratio stands: "not measured" without rounds; met
+// or not met when every round is on the same side of the target (noise
+// cannot change that); otherwise "not readable" when the spread is too
+// wide, else the median decides.
+func status(x Ratio) string {
+	if x.Spread == nil || len(x.Spread.Rounds) == 0 {
+		return "not measured"
+	}
+	sp := *x.Spread
+	reaches := func(v float64) bool {
+		if x.Better == "lower" {
+			return v <= x.Target
+		}
+		return v >= x.Target
+	}
+	all, none := true, true
+	for _, v := range sp.Rounds {
+		all = all && reaches(v)
+		none = none && !reaches(v)
+	}
+	switch {
+	case all: // every round reached it, however wide the spread
+		return "met"
+	case none:
+		return "not met"
+	case sp.Noisy: // the rounds straddle the target and cannot be read
+		return "not readable"
+	case reaches(sp.Median):
+		return "met"
+	}
+	return "not met"
 }
 
 // DrainResult is one throughput run: N queued jobs worked to completion.
@@ -79,6 +153,7 @@ type DrainResult struct {
 	Jobs                int     `json:"jobs"`
 	Seconds             float64 `json:"seconds"`
 	JobsPerSec          float64 `json:"jobs_per_sec"`
+	Round               int     `json:"round"` // 1..Rounds; 0: measured once, outside the rounds
 	Cost                Cost    `json:"cost"`
 	JobsPerClaim        float64 `json:"jobs_per_claim,omitempty"`
 	JobsPerCompleteCall float64 `json:"jobs_per_complete_call,omitempty"`
@@ -86,6 +161,12 @@ type DrainResult struct {
 	CompleteCallMs      float64 `json:"complete_call_ms,omitempty"` // mean wall time of one Complete or CompleteBatch
 	Retries             int64   `json:"unavailable_retries"`
 	NotMeasured         string  `json:"not_measured,omitempty"`
+	// ClaimPlan is EXPLAIN (ANALYZE, BUFFERS) of a claim of ClaimBatch jobs
+	// on the full queue before the first round's drain (rolled back), with
+	// its buffers and execution time.
+	ClaimPlan        string  `json:"claim_plan,omitempty"`
+	ClaimPlanBuffers int     `json:"claim_plan_buffers,omitempty"`
+	ClaimPlanMs      float64 `json:"claim_plan_ms,omitempty"`
 }
 
 // InsertResult is one admission run.
@@ -96,7 +177,11 @@ type InsertResult struct {
 	Jobs       int     `json:"jobs"`
 	Seconds    float64 `json:"seconds"`
 	JobsPerSec float64 `json:"jobs_per_sec"`
+	Round      int     `json:"round"`
 	Cost       Cost    `json:"cost"`
+	// NotMeasured says why a method has no figure (a store without
+	// spec.BatchCreator); such a result is never estimated.
+	NotMeasured string `json:"not_measured,omitempty"`
 }
 
 // CeilingResult is the database's own commit rate.
@@ -129,12 +214,139 @@ type PhaseResult struct {
 	Plan        string  `json:"plan"`
 }
 
-// computeRatios fills r.Ratios from the measurements.
+// drainRates are the jobs/s of a system's drains of one variant, in round
+// order (rounds 1.. only; a missing round is a zero, so that rounds stay
+// paired with the peer's).
+func (r *Report) drainRates(system, store, variant string) []float64 {
+	var out []float64
+	for _, d := range r.Drains {
+		if d.System == system && d.Store == store && d.Variant == variant && d.Round > 0 {
+			out = append(out, d.JobsPerSec)
+		}
+	}
+	return out
+}
+
+// drainCosts are a per-job cost of the same drains.
+func (r *Report) drainCosts(system, store, variant string, f func(Cost) float64) []float64 {
+	var out []float64
+	for _, d := range r.Drains {
+		if d.System == system && d.Store == store && d.Variant == variant && d.Round > 0 {
+			out = append(out, f(d.Cost))
+		}
+	}
+	return out
+}
+
+// insertRates are the jobs/s of a system's admissions by one method, in
+// round order (zero where not measured).
+func (r *Report) insertRates(system, store, method string) []float64 {
+	var out []float64
+	for _, in := range r.Inserts {
+		if in.System == system && in.Store == store && in.Method == method && in.Round > 0 {
+			out = append(out, in.JobsPerSec)
+		}
+	}
+	return out
+}
+
+func (r *Report) insertNote(system, store, method string) string {
+	for _, in := range r.Inserts {
+		if in.System == system && in.Store == store && in.Method == method && in.NotMeasured != "" {
+			return "not measured: " + in.NotMeasured
+		}
+	}
+	return ""
+}
+
+// latencies are one latency figure of a system's rounds.
+func (r *Report) latencies(system string, f func(LatencyResult) float64) []float64 {
+	var out []float64
+	for _, l := range r.Latency {
+		if l.System == system {
+			out = append(out, f(l))
+		}
+	}
+	return out
+}
+
+// computeRatios fills r.Ratios and r.Goals from the measurements.
 func (r *Report) computeRatios() {
 	r.Ratios = nil
-	best := r.bestLeasehold()
-	peer := r.drain(func(d DrainResult) bool { return d.Variant == "peer" })
+	peer := r.PeerName
+	if peer == "" {
+		peer = "peer"
+	}
+	speer := r.SQLitePeerName
+	if speer == "" {
+		speer = "SQLite peer"
+	} else {
+		speer += " (riversqlite)"
+	}
+	peerNote := ""
+	if r.PeerName == "" {
+		peerNote = "the peer was not run"
+	}
+	speerNote := ""
+	if r.SQLitePeerName == "" {
+		speerNote = "the SQLite peer was not run"
+	}
+	rounds := func(name, of string, num, den []float64, better string, target float64, note string) {
+		x := Ratio{Name: name, Of: of, Better: better, Target: target, Note: note}
+		if rs := ratios(num, den); len(rs) > 0 {
+			sp := summarize(rs)
+			x.Spread, x.Value = &sp, sp.Median
+		} else if x.Note == "" {
+			x.Note = "a side was not measured"
+		}
+		if target > 0 {
+			x.Status = status(x)
+		}
+		r.Ratios = append(r.Ratios, x)
+	}
+	lhBest := r.drainRates("leasehold", "postgres", bestPG)
+	rounds("leasehold / "+peer+" (PostgreSQL drain)", "jobs/s of leasehold [batch claim, CompleteBatch] / jobs/s of "+peer+", round by round",
+		lhBest, r.drainRates(r.PeerName, "postgres", "peer"), "higher", 1.5, peerNote)
+	rounds("leasehold CreateRun / "+peer+" Insert (PostgreSQL, one per call)", "jobs/s / jobs/s, round by round",
+		r.insertRates("leasehold", "postgres", methodOne), r.insertRates(r.PeerName, "postgres", methodOne), "higher", 1.0, peerNote)
+	rounds("leasehold CreateRuns / "+peer+" InsertMany (PostgreSQL, bulk, per job)", fmt.Sprintf("jobs/s / jobs/s, batches of %d, round by round", r.Settings.BulkBatch),
+		r.insertRates("leasehold", "postgres", methodBulk), r.insertRates(r.PeerName, "postgres", methodBulk), "higher", 1.0,
+		cmpNote(r.insertNote("leasehold", "postgres", methodBulk), peerNote))
+	rounds("leasehold / "+speer+" (SQLite drain)", "jobs/s of leasehold sqlite [batch claim, CompleteBatch] / jobs/s of "+speer+", round by round",
+		r.drainRates("leasehold", "sqlite", sqliteBest), r.drainRates(r.SQLitePeerName, "sqlite", "peer"), "higher", 1.5, speerNote)
+	rounds("leasehold CreateRun / "+speer+" Insert (SQLite, one per call)", "jobs/s / jobs/s, round by round",
+		r.insertRates("leasehold", "sqlite", methodOne), r.insertRates(r.SQLitePeerName, "sqlite", methodOne), "higher", 1.5, speerNote)
+	rounds("leasehold CreateRuns / "+speer+" InsertMany (SQLite, bulk, per job)", fmt.Sprintf("jobs/s / jobs/s, batches of %d, round by round", r.Settings.BulkBatch),
+		r.insertRates("leasehold", "sqlite", methodBulk), r.insertRates(r.SQLitePeerName, "sqlite", methodBulk), "higher", 1.5,
+		cmpNote(r.insertNote("leasehold", "sqlite", methodBulk), speerNote))
+	cpu := func(c Cost) float64 { return c.ServerCPUPerJob }
+	rounds("leasehold / "+peer+" server CPU per drained job", "µs/job / µs/job (PostgreSQL processes), round by round",
+		r.drainCosts("leasehold", "postgres", bestPG, cpu), r.drainCosts(r.PeerName, "postgres", "peer", cpu), "lower", 0, peerNote)
+	for _, l := range []struct {
+		name string
+		f    func(LatencyResult) float64
+	}{
+		{"admit-to-start p50", func(l LatencyResult) float64 { return l.StartP50Ms }},
+		{"admit-to-start p99", func(l LatencyResult) float64 { return l.StartP99Ms }},
+		{"admit-to-complete p50", func(l LatencyResult) float64 { return l.CompleteP50Ms }},
+		{"admit-to-complete p99", func(l LatencyResult) float64 { return l.CompleteP99Ms }},
+	} {
+		rounds("leasehold / "+peer+" "+l.name+" (steady rate)", "ms / ms at half of each one's drain rate (capped by its admission), round by round",
+			r.latencies("leasehold", l.f), r.latencies(r.PeerName, l.f), "lower", 0, peerNote)
+	}
+
 	ceil := r.meanCeiling()
+	ceilings := func(xs []float64) []float64 {
+		out := make([]float64, len(xs))
+		for i := range out {
+			out[i] = ceil
+		}
+		return out
+	}
+	rounds("leasehold / ceiling (PostgreSQL drain)", "jobs/s of leasehold [batch claim, CompleteBatch], round by round / mean single-row commits/s of the ceiling loop",
+		lhBest, ceilings(lhBest), "higher", 0, "")
+	peerRates := r.drainRates(r.PeerName, "postgres", "peer")
+	rounds(peer+" / ceiling", "jobs/s, round by round / mean commits/s", peerRates, ceilings(peerRates), "higher", 0, peerNote)
 	add := func(name, of string, num, den float64, note string) {
 		v := 0.0
 		if num > 0 && den > 0 {
@@ -142,43 +354,16 @@ func (r *Report) computeRatios() {
 		}
 		r.Ratios = append(r.Ratios, Ratio{Name: name, Value: v, Of: of, Note: note})
 	}
-	peerName := r.PeerName
-	if peerName == "" {
-		peerName = "peer"
-	}
-	bestName, bestRate := "not measured", 0.0
-	if best != nil {
-		bestName, bestRate = best.Name, best.JobsPerSec
-	}
-	peerRate, peerNote := 0.0, "the peer was not run"
-	if peer != nil {
-		peerRate, peerNote = peer.JobsPerSec, ""
-	}
-	add("leasehold / "+peerName+" (throughput, best variant)", "jobs/s of leasehold postgres ["+bestName+"] / jobs/s of "+peerName, bestRate, peerRate, peerNote)
+	bestMedian := summarize(lhBest).Median
 	for _, d := range r.Drains {
-		if d.System == "leasehold" && d.Store == "postgres" {
-			note := d.NotMeasured
-			if note == "" {
-				note = peerNote
+		if d.System == "leasehold" && d.Round == 0 {
+			best := bestMedian
+			if d.Store == "sqlite" {
+				best = summarize(r.drainRates("leasehold", "sqlite", sqliteBest)).Median
 			}
-			add("leasehold ["+d.Name+"] / "+peerName, "jobs/s / jobs/s", d.JobsPerSec, peerRate, note)
+			add(fmt.Sprintf("leasehold %s [%s] / [batch claim, CompleteBatch]", d.Store, d.Name), "jobs/s (one round) / median jobs/s of the rounds (not a peer ratio: for scale)",
+				d.JobsPerSec, best, d.NotMeasured)
 		}
-	}
-	ceilNote := ""
-	if ceil == 0 {
-		ceilNote = "the ceiling was not measured"
-	}
-	add("leasehold / ceiling (best variant)", "jobs/s of leasehold postgres ["+bestName+"] / single-row commits/s of the ceiling loop", bestRate, ceil, ceilNote)
-	add(peerName+" / ceiling", "jobs/s / commits/s", peerRate, ceil, cmpNote(peerNote, ceilNote))
-	if lh, pe := r.insert("leasehold", "postgres", "CreateRun"), r.insert(peerName, "postgres", "Insert,"); lh != nil || pe != nil {
-		a, b := 0.0, 0.0
-		if lh != nil {
-			a = lh.JobsPerSec
-		}
-		if pe != nil {
-			b = pe.JobsPerSec
-		}
-		add("leasehold CreateRun / "+peerName+" Insert (one job per call)", "jobs/s / jobs/s", a, b, peerNote)
 	}
 	if len(r.Depth) >= 2 {
 		lo, hi := r.Depth[0], r.Depth[len(r.Depth)-1]
@@ -191,6 +376,44 @@ func (r *Report) computeRatios() {
 			add(fmt.Sprintf("depth %s / %s, %s p50", count(hi.Depth), count(lo.Depth), ph), of, ph2.P50Ms, pl.P50Ms, "")
 			add(fmt.Sprintf("depth %s / %s, %s p99", count(hi.Depth), count(lo.Depth), ph), of, ph2.P99Ms, pl.P99Ms, "")
 		}
+	}
+	r.computeGoals()
+}
+
+// computeGoals states where each goal of issue 16 stands, from the ratios.
+func (r *Report) computeGoals() {
+	r.Goals = nil
+	for _, x := range r.Ratios {
+		if x.Target == 0 {
+			continue
+		}
+		detail := x.Text()
+		switch {
+		case x.Spread == nil && x.Note != "":
+			detail = x.Note
+		case x.Note != "":
+			detail += "; " + x.Note
+		}
+		r.Goals = append(r.Goals, Goal{Goal: fmt.Sprintf("%s ≥ %.1f", x.Name, x.Target), Status: x.Status, Detail: detail})
+	}
+	var noisy []string
+	for _, x := range r.Ratios {
+		if x.Spread != nil && len(x.Spread.Rounds) > 0 && x.Spread.Noisy {
+			noisy = append(noisy, x.Name)
+		}
+	}
+	st, detail := "met", fmt.Sprintf("every peer ratio is the median of %d alternating rounds with its min–max; none is wider than %.0f %% of its median", r.Settings.Rounds, 100*NoisyAbove)
+	if len(noisy) > 0 {
+		st = "not met"
+		detail = fmt.Sprintf("%d ratios flagged noisy (spread above %.0f %% of the median): %s", len(noisy), 100*NoisyAbove, strings.Join(noisy, "; "))
+	}
+	r.Goals = append(r.Goals, Goal{Goal: "stable ratios: every ratio readable", Status: st, Detail: detail})
+	if strings.HasPrefix(r.Mode, "quick") {
+		st := "met"
+		if r.ElapsedSec >= 180 {
+			st = "not met"
+		}
+		r.Goals = append(r.Goals, Goal{Goal: "quick mode under 3 minutes", Status: st, Detail: fmt.Sprintf("%.0f s of measurement (plus the program's build)", r.ElapsedSec)})
 	}
 }
 
@@ -205,34 +428,6 @@ func (d DepthResult) phase(name string) *PhaseResult {
 	for i := range d.Phases {
 		if d.Phases[i].Phase == name {
 			return &d.Phases[i]
-		}
-	}
-	return nil
-}
-
-func (r *Report) drain(f func(DrainResult) bool) *DrainResult {
-	for i := range r.Drains {
-		if f(r.Drains[i]) && r.Drains[i].NotMeasured == "" {
-			return &r.Drains[i]
-		}
-	}
-	return nil
-}
-
-func (r *Report) bestLeasehold() *DrainResult {
-	var best *DrainResult
-	for i, d := range r.Drains {
-		if d.System == "leasehold" && d.Store == "postgres" && d.NotMeasured == "" && (best == nil || d.JobsPerSec > best.JobsPerSec) {
-			best = &r.Drains[i]
-		}
-	}
-	return best
-}
-
-func (r *Report) insert(system, store, method string) *InsertResult {
-	for i, in := range r.Inserts {
-		if in.System == system && in.Store == store && strings.HasPrefix(in.Method, method) {
-			return &r.Inserts[i]
 		}
 	}
 	return nil
@@ -267,7 +462,7 @@ func count(n int) string {
 //go:embed findings.md
 var findings string
 
-// Write writes dir/bench.json and dir/bench.md.
+// Write writes dir/bench.json, dir/bench.md and dir/bench.html.
 func (r *Report) Write(dir string) error {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return err
@@ -281,54 +476,90 @@ func (r *Report) Write(dir string) error {
 	}
 	var md strings.Builder
 	r.Markdown(&md)
-	return os.WriteFile(filepath.Join(dir, "bench.md"), []byte(md.String()), 0o644)
+	if err := os.WriteFile(filepath.Join(dir, "bench.md"), []byte(md.String()), 0o644); err != nil {
+		return err
+	}
+	var page strings.Builder
+	r.HTML(&page)
+	return os.WriteFile(filepath.Join(dir, "bench.html"), []byte(page.String()), 0o644)
 }
 
-// Markdown renders the report: ratios first, then the raw figures, the
-// settings, the server and the findings.
+// Rerender reads dir/bench.json and writes it again with its ratios and
+// goals recomputed and bench.md and bench.html rendered by this code (its
+// findings included); the measured figures are the file's.
+func Rerender(dir string) error {
+	b, err := os.ReadFile(filepath.Join(dir, "bench.json"))
+	if err != nil {
+		return err
+	}
+	var r Report
+	if err := json.Unmarshal(b, &r); err != nil {
+		return fmt.Errorf("%s/bench.json: %w", dir, err)
+	}
+	r.computeRatios()
+	return r.Write(dir)
+}
+
+// Markdown renders the report: goals and ratios first, then the raw
+// figures, the settings, the server and the findings.
 func (r *Report) Markdown(w io.Writer) {
 	p := func(format string, a ...any) { fmt.Fprintf(w, format, a...) }
 	p("# leasehold benchmark (%s mode)\n\n", r.Mode)
-	p("Commit `%s`, started %s, %.0f s. PostgreSQL: %s. Machine: %d CPUs (%s), %s.\n\n",
-		r.Commit, r.StartedAt, r.ElapsedSec, shortVersion(r.Postgres.Version), r.Host.CPUs, r.Host.CPUModel, r.Host.Go)
-	p("Only the ratios mean anything: every figure below was measured in this one run, back to back, on a shared machine.\n\n")
+	p("Commit `%s`, started %s, %.0f s. PostgreSQL: %s. Machine: %d CPUs (%s), %s; load average %s at the start, %s at the end (the machine is shared).\n\n",
+		r.Commit, r.StartedAt, r.ElapsedSec, shortVersion(r.Postgres.Version), r.Host.CPUs, r.Host.CPUModel, r.Host.Go, loadText(r.LoadBefore), loadText(r.LoadAfter))
+	p("Only the ratios mean anything: every figure below was measured in this one run on a shared machine. Each leasehold / peer ratio is the median of %d alternating rounds (leasehold, peer, leasehold, peer, …), shown with its min–max; a ratio whose rounds spread more than %.0f %% of its median is printed as **noisy: not readable** instead of as a number. Pictures: bench.html.\n\n",
+		r.Settings.Rounds, 100*NoisyAbove)
 
-	p("## Ratios\n\n| ratio | value | of | note |\n|---|---:|---|---|\n")
+	p("## Goals (issue 16)\n\n| goal | status | figures |\n|---|---|---|\n")
+	for _, g := range r.Goals {
+		p("| %s | **%s** | %s |\n", g.Goal, g.Status, g.Detail)
+	}
+
+	p("\n## Ratios\n\n| ratio | median (min–max, rounds) | better | of | note |\n|---|---|---|---|---|\n")
 	for _, x := range r.Ratios {
-		v := "—"
-		if x.Value > 0 {
-			v = fmt.Sprintf("%.2f", x.Value)
-		}
-		p("| %s | %s | %s | %s |\n", x.Name, v, x.Of, x.Note)
+		p("| %s | %s | %s | %s | %s |\n", x.Name, x.Text(), x.Better, x.Of, x.Note)
 	}
 
 	p("\n## Throughput: drain N queued jobs with a no-op handler\n\n")
-	p("| system | store | variant | jobs/s | s | write txns/job | WAL B/job | server CPU µs/job | client CPU µs/job | jobs/claim | ms/claim | jobs/complete call | ms/complete call | retries |\n")
-	p("|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
+	p("| system | store | variant | round | jobs/s | s | write txns/job | commits/job | WAL B/job | server CPU µs/job | client CPU µs/job | jobs/claim | ms/claim | jobs/complete call | ms/complete call | retries |\n")
+	p("|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
 	for _, d := range r.Drains {
 		if d.NotMeasured != "" {
-			p("| %s | %s | %s | not measured: %s | | | | | | | | | | |\n", d.System, d.Store, d.Name, d.NotMeasured)
+			p("| %s | %s | %s | %s | not measured: %s | | | | | | | | | | | |\n", d.System, d.Store, d.Name, roundText(d.Round), d.NotMeasured)
 			continue
 		}
-		p("| %s | %s | %s | %.0f | %.2f | %s | %s | %s | %.0f | %s | %s | %s | %s | %d |\n", d.System, d.Store, d.Name, d.JobsPerSec, d.Seconds,
-			pgOnly(d.Store, "%.2f", d.Cost.WriteTxPerJob), pgOnly(d.Store, "%.0f", d.Cost.WALBytesPerJob),
+		p("| %s | %s | %s | %s | %.0f | %.2f | %s | %s | %s | %s | %.0f | %s | %s | %s | %s | %d |\n", d.System, d.Store, d.Name, roundText(d.Round), d.JobsPerSec, d.Seconds,
+			pgOnly(d.Store, "%.2f", d.Cost.WriteTxPerJob), pgOnly(d.Store, "%.3f", d.Cost.CommitsPerJob), pgOnly(d.Store, "%.0f", d.Cost.WALBytesPerJob),
 			pgOnly(d.Store, "%.0f", d.Cost.ServerCPUPerJob), d.Cost.ClientCPUPerJob,
 			opt("%.1f", d.JobsPerClaim), opt("%.2f", d.ClaimCallMs), opt("%.1f", d.JobsPerCompleteCall), opt("%.2f", d.CompleteCallMs), d.Retries)
 	}
-	p("\nWrite txns/job counts the transactions that wrote anything during the drain (transaction ids assigned; each is one commit and, with synchronous_commit on, one WAL flush unless group commit shares it), WAL B/job the WAL written (pg_current_wal_lsn); server CPU is the PostgreSQL processes' CPU time, client CPU this program's. The peer's jobs/claim and jobs/complete call are not observable from outside it.\n")
+	p("\nRound `once`: a variant measured outside the rounds, for scale. Write txns/job counts the transactions that wrote anything during the drain (transaction ids assigned; each is one commit and, with synchronous_commit on, one WAL flush unless group commit shares it); commits/job is pg_stat_database.xact_commit of the system's database (read-only transactions included, read once the phase's backends have exited); WAL B/job the WAL written (pg_current_wal_lsn); server CPU is the PostgreSQL processes' CPU time, client CPU this program's. The peer's jobs/claim and jobs/complete call are not observable from outside it.\n")
 
-	p("\n## Inserts\n\n| system | store | method | jobs/s | s | write txns/job | WAL B/job |\n|---|---|---|---:|---:|---:|---:|\n")
+	p("\n## Admission\n\n| system | store | method | round | jobs/s | s | write txns/job | commits/job | WAL B/job | server CPU µs/job | client CPU µs/job |\n|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|\n")
 	for _, in := range r.Inserts {
-		p("| %s | %s | %s | %.0f | %.2f | %s | %s |\n", in.System, in.Store, in.Method, in.JobsPerSec, in.Seconds,
-			pgOnly(in.Store, "%.2f", in.Cost.WriteTxPerJob), pgOnly(in.Store, "%.0f", in.Cost.WALBytesPerJob))
+		if in.NotMeasured != "" {
+			p("| %s | %s | %s | %s | not measured: %s | | | | | | |\n", in.System, in.Store, methodText(in), roundText(in.Round), in.NotMeasured)
+			continue
+		}
+		p("| %s | %s | %s | %s | %.0f | %.2f | %s | %s | %s | %s | %.0f |\n", in.System, in.Store, methodText(in), roundText(in.Round), in.JobsPerSec, in.Seconds,
+			pgOnly(in.Store, "%.2f", in.Cost.WriteTxPerJob), pgOnly(in.Store, "%.3f", in.Cost.CommitsPerJob), pgOnly(in.Store, "%.0f", in.Cost.WALBytesPerJob),
+			pgOnly(in.Store, "%.0f", in.Cost.ServerCPUPerJob), in.Cost.ClientCPUPerJob)
 	}
-	p("\nThe throughput drains of leasehold's PostgreSQL store start from the bulk loader's rows (the same rows CreateRun writes, checked by bench_test.go and by the fingerprint check at every depth); River's from InsertMany.\n")
+	p("\nOne per call: %d jobs from W goroutines (leasehold CreateRun: run, first event, job and idempotency record in one transaction, fingerprint checked; River Insert). Bulk: %d jobs in calls of %d, one after another (leasehold spec.BatchCreator.CreateRuns, River InsertMany). The drains of leasehold's PostgreSQL store start from the bulk loader's rows (the same rows CreateRun writes, checked by bench_test.go and by the fingerprint check at every depth); River's from InsertMany; leasehold's SQLite drains from a file admitted with CreateRun.\n",
+		r.Settings.InsertN, r.Settings.InsertN, r.Settings.BulkBatch)
+
+	p("\n## Latency at a steady arrival rate (PostgreSQL, notifications on)\n\n")
+	p("| system | round | arrival rate/s | achieved/s | jobs | admit→start p50 ms | p99 ms | admit→complete p50 ms | p99 ms |\n|---|---:|---:|---:|---:|---:|---:|---:|---:|\n")
+	for _, l := range r.Latency {
+		p("| %s | %d | %.0f | %.0f | %d | %.2f | %.2f | %.2f | %.2f |\n", l.System, l.Round, l.RatePerSec, l.AchievedRate, l.Jobs, l.StartP50Ms, l.StartP99Ms, l.CompleteP50Ms, l.CompleteP99Ms)
+	}
+	p("\nEach system's arrival rate is half its median drain rate, capped at half its median admission rate one per call (faster arrivals would measure the admission's backlog). Jobs are admitted one per call, each when due (%.0f s per round); admit is just before the admission call, start the handler's entry, complete the acknowledgement of the completion (leasehold: the worker's OnResult after the batch committed; River: its JobCompleted event, sent after its completer committed). leasehold runs package worker with W slots, batch claims and batched completion, waking on NOTIFY; River its client with the settings below.\n", r.Settings.LatencySeconds)
 
 	p("\n## Ceiling: the database's own commit rate\n\n| when | method | commits/s | s | WAL B/commit | server CPU µs/commit |\n|---|---|---:|---:|---:|---:|\n")
 	for i, c := range r.Ceiling {
 		when := "first"
 		if i > 0 {
-			when = "after the drains"
+			when = "after the rounds"
 		}
 		p("| %s | %s | %.0f | %.2f | %.0f | %.0f |\n", when, c.Method, c.CommitsPerSec, c.Seconds, c.Cost.WALBytesPerJob, c.Cost.ServerCPUPerJob)
 	}
@@ -342,25 +573,38 @@ func (r *Report) Markdown(w io.Writer) {
 		}
 	}
 	p("\nPhases: `claim` — D queued jobs; `reclaim` — plus %d leases that expired (a few crashed workers), first in claim order; `mass_expiry` — plus D/10 more expired leases (a fleet died). A claim's latency includes its commit. Plan figures are the claim's EXPLAIN (ANALYZE, BUFFERS) after the phase (shared hit+read buffers of the top node, execution time).\n", reclaimExpired)
-	if r.Mode == "quick" {
-		p("\nQuick mode: the 1M point is really loaded (bulk loader) but measured with a smaller sample (at most 100 claims per phase).\n")
+	if strings.HasPrefix(r.Mode, "quick") {
+		p("\nQuick mode: depths %v (the full mode measures 1k, 100k and 1M).\n", r.Settings.Depths)
 	}
 
 	p("\n## Settings\n\n")
 	s := r.Settings
-	p("- N = %d jobs per throughput run; W = %d handler goroutines (leasehold workers, River MaxWorkers); C = %d connections per client (leasehold's pool, River's pool, the ceiling loop)\n", s.N, s.Workers, s.Conns)
+	p("- %d alternating rounds; N = %d jobs per PostgreSQL drain, %d per SQLite drain, %d per admission run; bulk batches of %d\n", s.Rounds, s.N, s.SQLiteN, s.InsertN, s.BulkBatch)
+	p("- W = %d handler goroutines (leasehold workers, River MaxWorkers); C = %d connections per client (leasehold's pool, River's pool, the ceiling loop)\n", s.Workers, s.Conns)
 	p("- batch claim: %d producer goroutines each claim up to min(%d, free handler slots) per Claim; batched completion: %d goroutines each send what has queued up, up to %d per CompleteBatch\n", s.Producers, s.ClaimBatch, s.Completers, s.CompleteBatch)
 	p("- depths %v, %d timed claims per phase (fewer where the phase holds fewer expired leases); lease %d ms; leasehold on the database clock (production mode), fencing on\n", s.Depths, s.DepthSamples, s.LeaseMs)
-	if r.PeerName != "" {
-		p("- %s:", r.PeerName)
-		for _, k := range sortedKeys(r.PeerSettings) {
-			p(" %s=%s;", k, r.PeerSettings[k])
+	for _, peer := range []struct {
+		name string
+		set  map[string]string
+	}{{r.PeerName, r.PeerSettings}, {r.SQLitePeerName + " on SQLite", r.SQLitePeerSettings}} {
+		if len(peer.set) == 0 {
+			continue
+		}
+		p("- %s:", peer.name)
+		for _, k := range sortedKeys(peer.set) {
+			p(" %s=%s;", k, peer.set[k])
 		}
 		p("\n")
 	}
 	p("\n## PostgreSQL\n\n%s\n\n| setting | value |\n|---|---|\n", r.Postgres.Version)
 	for _, k := range sortedKeys(r.Postgres.Settings) {
 		p("| %s | %s |\n", k, r.Postgres.Settings[k])
+	}
+	for _, d := range r.Drains {
+		if d.ClaimPlan != "" {
+			p("\n## The drain's claim (%s, %d jobs queued): EXPLAIN (ANALYZE, BUFFERS), rolled back\n\n%d buffers, %.3f ms: %.1f buffers and %.3f ms per claimed job.\n\n```\n%s\n```\n",
+				d.Name, d.Jobs, d.ClaimPlanBuffers, d.ClaimPlanMs, float64(d.ClaimPlanBuffers)/float64(max(1, r.Settings.ClaimBatch)), d.ClaimPlanMs/float64(max(1, r.Settings.ClaimBatch)), d.ClaimPlan)
+		}
 	}
 	if len(r.Depth) > 0 {
 		d := r.Depth[len(r.Depth)-1]
@@ -370,6 +614,54 @@ func (r *Report) Markdown(w io.Writer) {
 		}
 	}
 	p("\n%s", findings)
+}
+
+func roundText(r int) string {
+	if r == 0 {
+		return "once"
+	}
+	return fmt.Sprint(r)
+}
+
+// methodText names an admission method for the tables.
+func methodText(in InsertResult) string {
+	lh := in.System == "leasehold"
+	switch {
+	case in.Method == methodOne && lh:
+		return "CreateRun, one run per call, W goroutines"
+	case in.Method == methodOne:
+		return "Insert, one job per call, W goroutines"
+	case in.Method == methodBulk && lh:
+		return "CreateRuns (bulk)"
+	case in.Method == methodBulk:
+		return "InsertMany (bulk)"
+	}
+	return in.Method
+}
+
+func loadText(l []float64) string {
+	if len(l) < 3 {
+		return "unknown"
+	}
+	return fmt.Sprintf("%.2f/%.2f/%.2f", l[0], l[1], l[2])
+}
+
+// loadAverage reads /proc/loadavg (nil where it is not available).
+func loadAverage() []float64 {
+	b, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return nil
+	}
+	f := strings.Fields(string(b))
+	var out []float64
+	for _, x := range f[:min(3, len(f))] {
+		v, err := strconv.ParseFloat(x, 64)
+		if err != nil {
+			return nil
+		}
+		out = append(out, v)
+	}
+	return out
 }
 
 func pgOnly(store, format string, v float64) string {

@@ -72,6 +72,7 @@ type counters struct {
 	at        time.Time
 	xids      int64 // the next transaction id: the count of writing transactions so far
 	walBytes  int64 // pg_current_wal_lsn() in bytes
+	commits   int64 // pg_stat_database.xact_commit of the phase's database
 	serverCPU time.Duration
 	clientCPU time.Duration
 }
@@ -82,17 +83,45 @@ type counters struct {
 // pg_stat_database's counters, which a backend publishes up to seconds
 // late. Read-only transactions (an empty claim) are not counted. The server
 // is the benchmark's alone while it runs, so the counts are the phase's.
-func (s *server) read(ctx context.Context) (counters, error) {
+//
+// Commits are pg_stat_database.xact_commit of db (read-only transactions
+// included: an empty claim is a commit too). A backend publishes its
+// counts at most once a second while busy and up to ten seconds after it
+// goes idle, but always when it exits: so the after-reading of a phase that
+// counts commits is taken once the phase's clients have closed their pools
+// and their backends are gone (see measure).
+func (s *server) read(ctx context.Context, db string) (counters, error) {
 	c := counters{at: time.Now(), serverCPU: serverCPU(), clientCPU: processCPU()}
 	err := s.conn.QueryRow(ctx, `SELECT pg_snapshot_xmax(pg_current_snapshot())::text::bigint,
-		pg_wal_lsn_diff(pg_current_wal_lsn(), '0/0')::bigint`).Scan(&c.xids, &c.walBytes)
+		pg_wal_lsn_diff(pg_current_wal_lsn(), '0/0')::bigint,
+		coalesce((SELECT xact_commit FROM pg_stat_database WHERE datname = $1), 0)`, db).Scan(&c.xids, &c.walBytes, &c.commits)
 	return c, err
+}
+
+// awaitNoBackends waits (up to 5 s) until no backend but this connection's
+// is connected to db, so that every backend of the phase has published its
+// counts.
+func (s *server) awaitNoBackends(ctx context.Context, db string) error {
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		var n int
+		if err := s.conn.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity WHERE datname = $1 AND pid <> pg_backend_pid()`, db).Scan(&n); err != nil {
+			return err
+		}
+		if n == 0 || time.Now().After(deadline) {
+			return nil
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
 }
 
 // Cost is what one phase cost, per job.
 type Cost struct {
-	WriteTxPerJob   float64 `json:"write_transactions_per_job"`
-	WALBytesPerJob  float64 `json:"wal_bytes_per_job"`
+	WriteTxPerJob  float64 `json:"write_transactions_per_job"`
+	WALBytesPerJob float64 `json:"wal_bytes_per_job"`
+	// CommitsPerJob is xact_commit of the phase's database per job (zero
+	// where it was not counted: the ceiling, SQLite).
+	CommitsPerJob   float64 `json:"commits_per_job"`
 	ServerCPUPerJob float64 `json:"server_cpu_us_per_job"` // PostgreSQL processes, µs
 	ClientCPUPerJob float64 `json:"client_cpu_us_per_job"` // this program, µs
 }
@@ -103,27 +132,51 @@ func cost(before, after counters, jobs int) Cost {
 	return Cost{
 		WriteTxPerJob:   float64(after.xids-before.xids) / n,
 		WALBytesPerJob:  float64(after.walBytes-before.walBytes) / n,
+		CommitsPerJob:   float64(after.commits-before.commits) / n,
 		ServerCPUPerJob: float64((after.serverCPU - before.serverCPU).Microseconds()) / n,
 		ClientCPUPerJob: float64((after.clientCPU - before.clientCPU).Microseconds()) / n,
 	}
 }
 
-// measure runs fn and returns its wall time and per-job cost.
-func (s *server) measure(ctx context.Context, jobs int, fn func() error) (time.Duration, Cost, error) {
-	before, err := s.read(ctx)
+// measure runs fn and returns its wall time and per-job cost. end, when
+// set, closes the phase's clients after fn (not timed); the after-reading
+// then waits for their backends to exit, so that the commit count of db is
+// complete. Without end the commit count is left zero.
+func (s *server) measure(ctx context.Context, jobs int, db string, fn func() error, end func()) (time.Duration, Cost, error) {
+	// No wait before: the phase's own clients are already connected (they
+	// loaded its jobs); what they committed and have not yet published is
+	// counted in the phase (a few statements of the loader).
+	before, err := s.read(ctx, db)
 	if err != nil {
 		return 0, Cost{}, err
 	}
 	start := time.Now()
 	if err := fn(); err != nil {
+		if end != nil {
+			end()
+		}
 		return 0, Cost{}, err
 	}
 	elapsed := time.Since(start)
-	after, err := s.read(ctx)
+	// CPU first: a backend that exits takes its CPU time with it.
+	after, err := s.read(ctx, db)
 	if err != nil {
 		return 0, Cost{}, err
 	}
-	return elapsed, cost(before, after, jobs), nil
+	if end != nil {
+		end()
+		if err := s.awaitNoBackends(ctx, db); err != nil {
+			return 0, Cost{}, err
+		}
+		if err := s.conn.QueryRow(ctx, `SELECT coalesce((SELECT xact_commit FROM pg_stat_database WHERE datname = $1), 0)`, db).Scan(&after.commits); err != nil {
+			return 0, Cost{}, err
+		}
+	}
+	c := cost(before, after, jobs)
+	if end == nil {
+		c.CommitsPerJob = 0
+	}
+	return elapsed, c, nil
 }
 
 // withDatabase returns dsn pointing at database name: a URL's path is

@@ -16,8 +16,11 @@ package main
 
 import (
 	"context"
+	"database/sql"
+	"encoding/json"
 	"fmt"
 	"log/slog"
+	"net/url"
 	"os"
 	"os/signal"
 	"runtime/debug"
@@ -26,13 +29,16 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/riverqueue/river"
+	"github.com/riverqueue/river/riverdriver"
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
+	"github.com/riverqueue/river/riverdriver/riversqlite"
 	"github.com/riverqueue/river/rivermigrate"
 
 	"github.com/leasehold/leasehold/bench"
+
+	_ "modernc.org/sqlite" // the "sqlite" database/sql driver, as leasehold's store
 )
 
 func main() {
@@ -49,9 +55,13 @@ func run(ctx context.Context, args []string) error {
 	if err := c.Parse(args); err != nil {
 		return err
 	}
+	if c.Render != "" {
+		return bench.Rerender(c.Render)
+	}
 	o := c.Options
 	if !c.NoPeer {
 		o.Peer = &riverPeer{}
+		o.SQLitePeer = &riverSQLitePeer{}
 	}
 	o.Log = os.Stderr
 	r, err := bench.Run(ctx, o)
@@ -61,18 +71,18 @@ func run(ctx context.Context, args []string) error {
 	if err := r.Write(c.Reports); err != nil {
 		return err
 	}
-	fmt.Fprintf(os.Stderr, "bench: wrote %s/bench.json and %s/bench.md in %.0f s\n", c.Reports, c.Reports, r.ElapsedSec)
+	fmt.Fprintf(os.Stderr, "bench: wrote %s/bench.json, bench.md and bench.html in %.0f s\n", c.Reports, r.ElapsedSec)
 	for _, x := range r.Ratios {
-		fmt.Printf("%-70s %s\n", x.Name, ratioText(x))
+		text := x.Text()
+		if x.Note != "" {
+			text += " — " + x.Note
+		}
+		fmt.Printf("%-80s %s\n", x.Name, text)
+	}
+	for _, g := range r.Goals {
+		fmt.Printf("goal: %-74s %s — %s\n", g.Goal, g.Status, g.Detail)
 	}
 	return nil
-}
-
-func ratioText(x bench.Ratio) string {
-	if x.Value == 0 {
-		return "— " + x.Note
-	}
-	return fmt.Sprintf("%.2f", x.Value)
 }
 
 // River's benchmark settings (riverbench in River's CLI): they matter more
@@ -81,7 +91,6 @@ func ratioText(x bench.Ratio) string {
 const (
 	fetchCooldown     = 2 * time.Millisecond
 	fetchPollInterval = 20 * time.Millisecond
-	insertBatch       = 5_000
 )
 
 // riverPeer is River with the pgx v5 driver, on its own database.
@@ -99,13 +108,20 @@ type NoopArgs struct {
 // Kind implements river.JobArgs.
 func (NoopArgs) Kind() string { return "bench_noop" }
 
-// noopWorker is the no-op handler.
+// noopWorker is the no-op handler; start, when set, is told each job's
+// argument as its Work begins (the latency run's start mark).
 type noopWorker struct {
 	river.WorkerDefaults[NoopArgs]
+	start func(n int)
 }
 
 // Work does nothing.
-func (noopWorker) Work(context.Context, *river.Job[NoopArgs]) error { return nil }
+func (w *noopWorker) Work(_ context.Context, j *river.Job[NoopArgs]) error {
+	if w.start != nil {
+		w.start(j.Args.N)
+	}
+	return nil
+}
 
 func (p *riverPeer) Name() string { return "River " + riverVersion() }
 
@@ -128,7 +144,7 @@ func (p *riverPeer) Settings() map[string]string {
 		"FetchCooldown":     fetchCooldown.String(),
 		"FetchPollInterval": fetchPollInterval.String(),
 		"completer":         "its default (batch completer)",
-		"InsertMany batch":  strconv.Itoa(insertBatch),
+		"notifications":     "on (LISTEN/NOTIFY, its default with riverpgxv5)",
 	}
 }
 
@@ -166,13 +182,116 @@ func (p *riverPeer) logger() *slog.Logger {
 	return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
 }
 
-// insertClient is a client that only inserts (no queues: it works nothing).
-func (p *riverPeer) insertClient() (*river.Client[pgx.Tx], error) {
-	return river.NewClient(riverpgxv5.New(p.pool), &river.Config{Logger: p.logger()})
+func (p *riverPeer) InsertOne(ctx context.Context, n, workers int) error {
+	return insertOne(ctx, riverpgxv5.New(p.pool), p.logger(), n, workers)
 }
 
-func (p *riverPeer) InsertOne(ctx context.Context, n, workers int) error {
-	c, err := p.insertClient()
+func (p *riverPeer) InsertBulk(ctx context.Context, n, size int) error {
+	return insertBulk(ctx, riverpgxv5.New(p.pool), p.logger(), n, size)
+}
+
+// Drain starts a client with one queue of MaxWorkers = workers and River's
+// benchmark fetch settings, and returns when n completion events arrived
+// (River sends them after its completer committed the batch).
+func (p *riverPeer) Drain(ctx context.Context, n, workers int) error {
+	p.workers = workers
+	return drain(ctx, riverpgxv5.New(p.pool), p.logger(), n, workers)
+}
+
+// Steady runs the same client while jobs arrive one Insert at a time.
+func (p *riverPeer) Steady(ctx context.Context, n, workers int, rate float64, tl *bench.Timeline) error {
+	return steady(ctx, riverpgxv5.New(p.pool), p.logger(), n, workers, rate, tl)
+}
+
+func (p *riverPeer) Completed(ctx context.Context) (int, error) {
+	var n int
+	err := p.pool.QueryRow(ctx, `SELECT count(*) FROM river_job WHERE state = 'completed'`).Scan(&n)
+	return n, err
+}
+
+// riverSQLitePeer is River with its SQLite driver (riversqlite, on the
+// modernc.org/sqlite driver like leasehold's SQLite store), on its own file
+// with the pragmas leasehold's store uses (WAL, synchronous NORMAL, a busy
+// timeout) and one connection: River's driver documentation asks for
+// SetMaxOpenConns(1), since its concurrent internal operations otherwise
+// fail with SQLITE_BUSY.
+type riverSQLitePeer struct {
+	db      *sql.DB
+	workers int
+}
+
+func (p *riverSQLitePeer) Name() string { return "River " + riverVersion() }
+
+func (p *riverSQLitePeer) Settings() map[string]string {
+	return map[string]string{
+		"driver":            "riversqlite (modernc.org/sqlite)",
+		"MaxWorkers":        strconv.Itoa(p.workers),
+		"MaxOpenConns":      "1 (River's documented setting for SQLite)",
+		"pragmas":           "journal_mode=WAL, synchronous=NORMAL, busy_timeout=5000 (as leasehold's store)",
+		"FetchCooldown":     fetchCooldown.String(),
+		"FetchPollInterval": fetchPollInterval.String(),
+		"completer":         "its default (batch completer; riversqlite completes one row per statement)",
+	}
+}
+
+func (p *riverSQLitePeer) Open(ctx context.Context, path string, conns int) error {
+	q := url.Values{}
+	q.Add("_pragma", "busy_timeout(5000)")
+	q.Add("_pragma", "journal_mode(WAL)")
+	q.Add("_pragma", "synchronous(NORMAL)")
+	db, err := sql.Open("sqlite", "file:"+path+"?"+q.Encode())
+	if err != nil {
+		return err
+	}
+	db.SetMaxOpenConns(1)
+	p.db = db
+	m, err := rivermigrate.New(riversqlite.New(db), nil)
+	if err != nil {
+		return err
+	}
+	_, err = m.Migrate(ctx, rivermigrate.DirectionUp, nil)
+	return err
+}
+
+func (p *riverSQLitePeer) Close() error {
+	if p.db != nil {
+		return p.db.Close()
+	}
+	return nil
+}
+
+func (p *riverSQLitePeer) Reset(ctx context.Context) error {
+	_, err := p.db.ExecContext(ctx, `DELETE FROM river_job`)
+	return err
+}
+
+func (p *riverSQLitePeer) logger() *slog.Logger {
+	return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+}
+
+func (p *riverSQLitePeer) InsertOne(ctx context.Context, n, workers int) error {
+	return insertOne(ctx, riversqlite.New(p.db), p.logger(), n, workers)
+}
+
+func (p *riverSQLitePeer) InsertBulk(ctx context.Context, n, size int) error {
+	return insertBulk(ctx, riversqlite.New(p.db), p.logger(), n, size)
+}
+
+func (p *riverSQLitePeer) Drain(ctx context.Context, n, workers int) error {
+	p.workers = workers
+	return drain(ctx, riversqlite.New(p.db), p.logger(), n, workers)
+}
+
+func (p *riverSQLitePeer) Completed(ctx context.Context) (int, error) {
+	var n int
+	err := p.db.QueryRowContext(ctx, `SELECT count(*) FROM river_job WHERE state = 'completed'`).Scan(&n)
+	return n, err
+}
+
+// insertOne inserts n jobs, one Insert per call, from workers goroutines of
+// a client that works nothing.
+func insertOne[TTx any](ctx context.Context, d riverdriver.Driver[TTx], log *slog.Logger, n, workers int) error {
+	c, err := river.NewClient(d, &river.Config{Logger: log})
 	if err != nil {
 		return err
 	}
@@ -198,15 +317,16 @@ func (p *riverPeer) InsertOne(ctx context.Context, n, workers int) error {
 	return <-errs
 }
 
-func (p *riverPeer) InsertBulk(ctx context.Context, n int) error {
-	c, err := p.insertClient()
+// insertBulk inserts n jobs with InsertMany, size per call.
+func insertBulk[TTx any](ctx context.Context, d riverdriver.Driver[TTx], log *slog.Logger, n, size int) error {
+	c, err := river.NewClient(d, &river.Config{Logger: log})
 	if err != nil {
 		return err
 	}
-	batch := make([]river.InsertManyParams, 0, insertBatch)
+	batch := make([]river.InsertManyParams, 0, size)
 	for i := 1; i <= n; i++ {
 		batch = append(batch, river.InsertManyParams{Args: NoopArgs{N: i}})
-		if len(batch) == insertBatch || i == n {
+		if len(batch) == size || i == n {
 			if _, err := c.InsertMany(ctx, batch); err != nil {
 				return err
 			}
@@ -216,40 +336,40 @@ func (p *riverPeer) InsertBulk(ctx context.Context, n int) error {
 	return nil
 }
 
-// Drain starts a client with one queue of MaxWorkers = workers and River's
-// benchmark fetch settings, and returns when n completion events arrived
-// (River sends them after its completer committed the batch).
-func (p *riverPeer) Drain(ctx context.Context, n, workers int) error {
-	p.workers = workers
+// workClient is a client with one queue of MaxWorkers = workers and
+// River's benchmark fetch settings; start is called at each job's Work.
+func workClient[TTx any](d riverdriver.Driver[TTx], log *slog.Logger, workers int, start func(n int)) (*river.Client[TTx], error) {
 	ws := river.NewWorkers()
-	river.AddWorker(ws, &noopWorker{})
-	c, err := river.NewClient(riverpgxv5.New(p.pool), &river.Config{
+	river.AddWorker(ws, &noopWorker{start: start})
+	return river.NewClient(d, &river.Config{
 		FetchCooldown:     fetchCooldown,
 		FetchPollInterval: fetchPollInterval,
-		Logger:            p.logger(),
+		Logger:            log,
 		Queues:            map[string]river.QueueConfig{river.QueueDefault: {MaxWorkers: workers}},
 		Workers:           ws,
 	})
-	if err != nil {
-		return err
-	}
-	events, cancel := c.SubscribeConfig(&river.SubscribeConfig{ChanSize: n + 1000,
-		Kinds: []river.EventKind{river.EventKindJobCompleted, river.EventKindJobFailed, river.EventKindJobCancelled}})
-	defer cancel()
-	if err := c.Start(ctx); err != nil {
-		return err
-	}
-	defer c.Stop(context.WithoutCancel(ctx))
-	for done := 0; done < n; {
+}
+
+// awaitCompleted reads n completion events (River sends them after its
+// completer committed), calling done with each job's argument.
+func awaitCompleted(ctx context.Context, events <-chan *river.Event, n int, done func(arg int)) error {
+	for got := 0; got < n; {
 		select {
 		case ev, ok := <-events:
 			if !ok {
-				return fmt.Errorf("subscription closed after %d of %d jobs", done, n)
+				return fmt.Errorf("subscription closed after %d of %d jobs", got, n)
 			}
 			if ev.Kind != river.EventKindJobCompleted {
 				return fmt.Errorf("job %d: unexpected event %s", ev.Job.ID, ev.Kind)
 			}
-			done++
+			if done != nil {
+				var a NoopArgs
+				if err := json.Unmarshal(ev.Job.EncodedArgs, &a); err != nil {
+					return err
+				}
+				done(a.N)
+			}
+			got++
 		case <-ctx.Done():
 			return ctx.Err()
 		}
@@ -257,8 +377,50 @@ func (p *riverPeer) Drain(ctx context.Context, n, workers int) error {
 	return nil
 }
 
-func (p *riverPeer) Completed(ctx context.Context) (int, error) {
-	var n int
-	err := p.pool.QueryRow(ctx, `SELECT count(*) FROM river_job WHERE state = 'completed'`).Scan(&n)
-	return n, err
+var completionKinds = []river.EventKind{river.EventKindJobCompleted, river.EventKindJobFailed, river.EventKindJobCancelled}
+
+// drain works n queued jobs and returns when all completed.
+func drain[TTx any](ctx context.Context, d riverdriver.Driver[TTx], log *slog.Logger, n, workers int) error {
+	c, err := workClient(d, log, workers, nil)
+	if err != nil {
+		return err
+	}
+	events, cancel := c.SubscribeConfig(&river.SubscribeConfig{ChanSize: n + 1000, Kinds: completionKinds})
+	defer cancel()
+	if err := c.Start(ctx); err != nil {
+		return err
+	}
+	defer c.Stop(context.WithoutCancel(ctx))
+	return awaitCompleted(ctx, events, n, nil)
+}
+
+// steady starts the client, admits jobs 0..n-1 one Insert at a time at rate
+// per second (bench.Pace) and returns when all completed, marking each
+// job's start and completion in tl.
+func steady[TTx any](ctx context.Context, d riverdriver.Driver[TTx], log *slog.Logger, n, workers int, rate float64, tl *bench.Timeline) error {
+	c, err := workClient(d, log, workers, func(i int) { tl.Mark(tl.Start, i) })
+	if err != nil {
+		return err
+	}
+	events, cancel := c.SubscribeConfig(&river.SubscribeConfig{ChanSize: n + 1000, Kinds: completionKinds})
+	defer cancel()
+	if err := c.Start(ctx); err != nil {
+		return err
+	}
+	defer c.Stop(context.WithoutCancel(ctx))
+	time.Sleep(200 * time.Millisecond) // as for leasehold's worker: let it start listening
+	done := make(chan error, 1)
+	go func() { done <- awaitCompleted(ctx, events, n, func(i int) { tl.Mark(tl.Complete, i) }) }()
+	if err := bench.Pace(ctx, n, rate, workers, tl, func(ctx context.Context, i int) error {
+		_, err := c.Insert(ctx, NoopArgs{N: i}, nil)
+		return err
+	}); err != nil {
+		return err
+	}
+	select {
+	case err := <-done:
+		return err
+	case <-time.After(time.Duration(float64(n)/rate*float64(time.Second)) + 60*time.Second):
+		return fmt.Errorf("not every job completed a minute after the last insert")
+	}
 }

@@ -21,12 +21,14 @@ const benchModule = "bench/river"
 
 var benchCommand = &command{
 	name:    "bench",
-	summary: "leasehold against River and the database's commit ceiling (PostgreSQL)",
+	summary: "leasehold against River (PostgreSQL and SQLite) and the database's commit ceiling",
 	usage:   "bench [--quick] [flags]",
-	help: `Measures leasehold against River and against the database's own commit ceiling, and writes
-bench.json and bench.md (package bench documents what is measured). The benchmark program is the
-separate module bench/river (it imports River); flags are checked here first, so a usage error or
--h needs neither River nor a database.`,
+	help: `Measures leasehold against River (riverpgxv5 on PostgreSQL, riversqlite on SQLite) and against
+the database's own commit ceiling, and writes bench.json, bench.md and bench.html (package bench
+documents what is measured). Every leasehold / River ratio is the median of --rounds alternating
+rounds with its min–max; a ratio whose spread exceeds 20 % of its median is reported as "noisy: not
+readable". The benchmark program is the separate module bench/river (it imports River); flags are
+checked here first, so a usage error or -h needs neither River nor a database.`,
 	env: pgEnv,
 	flags: func(fs *flag.FlagSet, o *streams) func(context.Context, []string) error {
 		c := bench.NewCommandLine(filepath.Join("reports", "latest"))
@@ -123,21 +125,21 @@ func repoRoot() (string, error) {
 	}
 }
 
-// absReports makes the value of --reports (either spelling, either form)
-// absolute, defaulting to ./reports of the caller.
+// absReports makes the values of --reports and --render (either spelling,
+// either form) absolute, --reports defaulting to ./reports of the caller.
 func absReports(args []string) ([]string, error) {
 	out := append([]string(nil), args...)
 	found := false
 	for i := 0; i < len(out); i++ {
 		a := out[i]
 		name, value, hasValue := strings.Cut(strings.TrimLeft(a, "-"), "=")
-		if !strings.HasPrefix(a, "-") || name != "reports" {
+		if !strings.HasPrefix(a, "-") || (name != "reports" && name != "render") {
 			continue
 		}
-		found = true
+		found = found || name == "reports"
 		if !hasValue {
 			if i+1 >= len(out) {
-				return nil, errors.New("bench: --reports needs a directory")
+				return nil, errors.New("bench: --" + name + " needs a directory")
 			}
 			i++
 			value = out[i]
@@ -147,7 +149,7 @@ func absReports(args []string) ([]string, error) {
 			return nil, err
 		}
 		if hasValue {
-			out[i] = "--reports=" + abs
+			out[i] = "--" + name + "=" + abs
 		} else {
 			out[i] = abs
 		}
