@@ -90,3 +90,13 @@ func BenchmarkCreateRuns(b *testing.B) {
 		})
 	}
 }
+
+func benchStoreT(t *testing.T) *postgres.Store {
+	dsn, schema := pgtest.Schema(t)
+	s, err := postgres.Open(context.Background(), dsn, postgres.Options{Config: spec.DefaultConfig(), Schema: schema, MaxConns: 8, DisableNotify: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	return s
+}

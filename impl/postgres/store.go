@@ -370,6 +370,11 @@ type txn struct {
 	// locked is the job row lockJob locked and read, before the
 	// transaction wrote it; a refusal is explained from it.
 	locked *lockedRow
+	// marked is set by an operation that ran markCommitQuery itself, in
+	// its last pipelined batch (xid its answer), or that wrote nothing
+	// (xid ""); write then does not run it again.
+	marked bool
+	xid    string
 }
 
 // lockedRow is the job row of one run as lockJob read it under its lock.
@@ -422,8 +427,8 @@ func (s *Store) precheck(check func(now int64) error) error {
 }
 
 // write runs fn as one READ COMMITTED transaction, then marks the transaction
-// for commit resolution, runs the BeforeCommit hook, commits and runs the
-// AfterCommit hook. fn runs once; it must read the clock through t.clock
+// for commit resolution (unless fn did, see txn.marked), runs the
+// BeforeCommit hook, commits and runs the AfterCommit hook. fn runs once; it must read the clock through t.clock
 // after taking its ordering lock.
 func (s *Store) write(ctx context.Context, op spec.Op, fn func(t *txn) error) error {
 	tx, err := s.pool.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.ReadCommitted})
@@ -435,9 +440,11 @@ func (s *Store) write(ctx context.Context, op spec.Op, fn func(t *txn) error) er
 	if err := fn(t); err != nil {
 		return typed(ctx, err)
 	}
-	xid, err := markCommit(ctx, tx)
-	if err != nil {
-		return typed(ctx, err)
+	xid := t.xid
+	if !t.marked {
+		if xid, err = markCommit(ctx, tx); err != nil {
+			return typed(ctx, err)
+		}
 	}
 	if err := s.runHook(ctx, op, spec.BeforeCommit); err != nil {
 		return typed(ctx, err)
