@@ -38,7 +38,7 @@ func TestCapabilitiesAreDeclared(t *testing.T) {
 		f    storetest.Factory
 		want []storetest.Capability
 	}{
-		{"sqlite", sqlitetest.Factory, []storetest.Capability{storetest.CapHooks, storetest.CapSQL, storetest.CapCompleteBatch}},
+		{"sqlite", sqlitetest.Factory, []storetest.Capability{storetest.CapHooks, storetest.CapSQL, storetest.CapCompleteBatch, storetest.CapCreateRuns}},
 		{"bare", bare, nil},
 	} {
 		if got := storetest.Declared(t, c.f); !slices.Equal(got, c.want) {
@@ -55,7 +55,9 @@ func TestConformanceNotApplicable(t *testing.T) {
 	t.Run("bare", func(t *testing.T) { sum = storetest.RunAll(t, bare) })
 	want := []string{"ProjectionEventAtomicity", "AfterCommitFailureIsUnknownOutcome", "CompleteBatchMembersAreIndependent",
 		"CompleteBatchEqualsComplete", "CompleteBatchAtomicity", "CompleteBatchLimits", "ConcurrentOverlappingBatches",
-		"MigrationRecorded", "DatabaseRejectsOrphans", "DatabaseRejectsInvalidDomain", "OutboxBatchMembers"}
+		"MigrationRecorded", "DatabaseRejectsOrphans", "DatabaseRejectsInvalidDomain", "OutboxBatchMembers",
+		"CreateRunsMembersAreIndependent", "CreateRunsEqualsCreateRun", "CreateRunsAtomicity", "CreateRunsLimits",
+		"ConcurrentOverlappingBulkAdmissions"}
 	slices.Sort(want)
 	got := slices.Sorted(slices.Values(sum.NotApplicable))
 	if !slices.Equal(got, want) {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sort"
 
 	"github.com/jackc/pgx/v5"
@@ -581,6 +582,8 @@ func (t *txn) lockPurged(tenant string, runIDs []string) error {
 	if err != nil {
 		return err
 	}
+	// The order every bulk admission takes them in (admit): no deadlock.
+	slices.Sort(scopes)
 	for _, scope := range scopes {
 		if _, err := t.exec(lockAdmission, args{"scope": scope}); err != nil {
 			return err
