@@ -325,12 +325,6 @@ const (
 	SELECT ` + runRow + ` FROM r JOIN j ON j.tenant = r.tenant AND j.run_id = r.run_id`
 	insertEvent = `INSERT INTO run_events (tenant, run_id, seq, kind, at, payload)
 		VALUES (@tenant, @run_id, 1, 'run_queued', @now, @payload)`
-	// insertIdempotency cannot conflict while the admission lock is held;
-	// DO NOTHING turns a violation of that reasoning into a typed error
-	// instead of a raw unique violation.
-	insertIdempotency = `INSERT INTO idempotency_keys (tenant, operation, idempotency_key, fingerprint, run_id, created_at, expires_at)
-		VALUES (@tenant, @operation, @key, @fingerprint, @run_id, @now, @expires_at)
-		ON CONFLICT DO NOTHING`
 
 	// renewLease extends the lease, never past the run's deadline.
 	renewLease = `UPDATE jobs SET lease_expires_at = @expires_at, attempt_renewed_at = @now
@@ -549,7 +543,9 @@ const (
 	// and job, the idempotency record and the run_queued event, each of the
 	// run the statement inserted (none when the run id is taken: zero rows
 	// is already_exists, as for insertRun). It returns the run and how many
-	// records it wrote (1: see insertIdempotency).
+	// records it wrote: the record cannot conflict while the admission lock
+	// is held, and DO NOTHING turns a violation of that reasoning into a
+	// count of 0 (a typed error) instead of a raw unique violation.
 	insertAdmission = `WITH r AS (
 		INSERT INTO runs (tenant, run_id, operation, payload, fingerprint, max_attempts, created_at, deadline_at,
 			replay_of, replay_depth)
