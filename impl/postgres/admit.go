@@ -18,32 +18,40 @@ var _ spec.BatchCreator = (*Store)(nil)
 
 // CreateRun implements spec.Store: admit with one member, its refusal the
 // call's error.
-func (s *Store) CreateRun(ctx context.Context, req spec.CreateRunRequest) (res spec.CreateRunResult, err error) {
+func (s *Store) CreateRun(ctx context.Context, req spec.CreateRunRequest) (spec.CreateRunResult, error) {
 	if err := s.precheck(func(now int64) error { _, err := s.cfg.NormalizeCreate(req, now); return err }); err != nil {
-		return res, err
+		return spec.CreateRunResult{}, err
 	}
-	err = s.write(ctx, spec.OpCreateRun, func(t *txn) error {
-		outs, err := s.admit(t, []spec.CreateRunRequest{req}, false)
-		if err != nil {
-			return err
-		}
-		res = outs[0].Result
-		return outs[0].Err
-	})
-	return res, err
+	outs, err := s.admitAll(ctx, spec.OpCreateRun, []spec.CreateRunRequest{req}, false)
+	if err != nil {
+		return spec.CreateRunResult{}, err
+	}
+	return outs[0].Result, nil
 }
 
 // CreateRuns implements spec.BatchCreator: admit with every member, in one
-// READ COMMITTED transaction of four round trips whatever the batch's size.
-func (s *Store) CreateRuns(ctx context.Context, reqs []spec.CreateRunRequest) (outcomes []spec.CreateOutcome, err error) {
+// READ COMMITTED transaction of three round trips whatever the batch's
+// size.
+func (s *Store) CreateRuns(ctx context.Context, reqs []spec.CreateRunRequest) ([]spec.CreateOutcome, error) {
 	if len(reqs) == 0 {
 		return []spec.CreateOutcome{}, nil
 	}
 	if len(reqs) > spec.MaxBatch {
 		return nil, spec.Errorf(spec.CodeInvalidArgument, "a batch of %d admissions is over the limit of %d", len(reqs), spec.MaxBatch)
 	}
-	err = s.write(ctx, spec.OpCreateRuns, func(t *txn) error {
-		outcomes, err = s.admit(t, reqs, true)
+	return s.admitAll(ctx, spec.OpCreateRuns, reqs, true)
+}
+
+// admitAll runs admit as operation op, its first round trip carrying the
+// transaction's BEGIN (writePipelined). With one member (bulk false) the
+// member's refusal is the operation's error, and rolls it back.
+func (s *Store) admitAll(ctx context.Context, op spec.Op, reqs []spec.CreateRunRequest, bulk bool) (outcomes []spec.CreateOutcome, err error) {
+	p := s.planAdmission(reqs, bulk)
+	err = s.writePipelined(ctx, op, p.queueReads, func(t *txn, br pgx.BatchResults) error {
+		outcomes, err = s.admit(t, br, p, reqs)
+		if err == nil && !bulk {
+			err = outcomes[0].Err
+		}
 		return err
 	})
 	if err != nil {
@@ -86,28 +94,12 @@ type admitted struct {
 // DO NOTHING: a run id taken by a concurrent admission under another key
 // is already_exists. A bulk admission checks the run ids it read instead;
 // one taken meanwhile aborts the whole batch (unavailable).
-func (s *Store) admit(t *txn, reqs []spec.CreateRunRequest, bulk bool) ([]spec.CreateOutcome, error) {
+func (s *Store) admit(t *txn, br pgx.BatchResults, p *admissionPlan, reqs []spec.CreateRunRequest) ([]spec.CreateOutcome, error) {
+	bulk, reach := p.bulk, p.reach
 	outcomes := make([]spec.CreateOutcome, len(reqs))
-	// Only members whose names are text PostgreSQL accepts reach SQL; the
-	// others are refused by NormalizeCreate below, whatever the time.
-	reach := make([]bool, len(reqs))
-	var scopes []string
-	var tenants, operations, keys, runIDs []string
-	for i, r := range reqs {
-		if !sqlText(r.Tenant, r.Operation, r.IdempotencyKey, r.RunID) {
-			continue
-		}
-		reach[i] = true
-		scopes = append(scopes, s.admissionScope(r.Tenant, r.Operation, r.IdempotencyKey))
-		tenants, operations, keys, runIDs = append(tenants, r.Tenant), append(operations, r.Operation),
-			append(keys, r.IdempotencyKey), append(runIDs, r.RunID)
-	}
-	slices.Sort(scopes)
-	scopes = slices.Compact(scopes)
-
 	records := map[scopeKey]admitted{}
 	taken := map[jobKey]bool{}
-	now, err := t.readAdmissions(bulk, scopes, tenants, operations, keys, runIDs, records, taken)
+	now, err := t.readAdmissions(br, p, records, taken)
 	if err != nil {
 		return nil, err
 	}
@@ -225,55 +217,88 @@ func sqlText(names ...string) bool {
 	return true
 }
 
-// readAdmissions is admit's first round trip: the locks, the clock, and the
-// records (with their runs) and taken run ids, into records and taken. It
-// returns the operation's time.
-func (t *txn) readAdmissions(bulk bool, scopes, tenants, operations, keys, runIDs []string, records map[scopeKey]admitted, taken map[jobKey]bool) (int64, error) {
-	ctx := t.ctx
-	var b pgx.Batch
-	switch {
-	case bulk:
-		b.Queue(lockAdmissions, args{"scopes": scopes})
-	case len(scopes) == 1:
-		b.Queue(lockAdmission, args{"scope": scopes[0]})
+// admissionPlan is what an admission's first round trip asks for: the
+// members that reach SQL, the scopes whose locks it takes, in order, and
+// the scopes and run ids it looks up.
+type admissionPlan struct {
+	bulk, dbClock                     bool
+	reach                             []bool
+	scopes                            []string
+	tenants, operations, keys, runIDs []string
+}
+
+// planAdmission plans the admission of reqs. Only members whose names are
+// text PostgreSQL accepts reach SQL; the others are refused by
+// NormalizeCreate, whatever the time.
+func (s *Store) planAdmission(reqs []spec.CreateRunRequest, bulk bool) *admissionPlan {
+	p := &admissionPlan{bulk: bulk, dbClock: s.clock == nil, reach: make([]bool, len(reqs))}
+	for i, r := range reqs {
+		if !sqlText(r.Tenant, r.Operation, r.IdempotencyKey, r.RunID) {
+			continue
+		}
+		p.reach[i] = true
+		p.scopes = append(p.scopes, s.admissionScope(r.Tenant, r.Operation, r.IdempotencyKey))
+		p.tenants, p.operations = append(p.tenants, r.Tenant), append(p.operations, r.Operation)
+		p.keys, p.runIDs = append(p.keys, r.IdempotencyKey), append(p.runIDs, r.RunID)
 	}
-	dbClock := t.s.clock == nil
-	if dbClock {
+	slices.Sort(p.scopes)
+	p.scopes = slices.Compact(p.scopes)
+	return p
+}
+
+// queueReads queues admit's first round trip after the BEGIN: the locks,
+// the clock, the lookups.
+func (p *admissionPlan) queueReads(b *pgx.Batch) {
+	switch {
+	case p.bulk:
+		b.Queue(lockAdmissions, args{"scopes": p.scopes})
+	case len(p.scopes) == 1:
+		b.Queue(lockAdmission, args{"scope": p.scopes[0]})
+	}
+	if p.dbClock {
 		b.Queue(clockQuery)
 	}
 	switch {
-	case bulk:
-		b.Queue(selectAdmissionRecords, args{"tenants": tenants, "operations": operations, "keys": keys})
-		b.Queue(selectTakenRuns, args{"tenants": tenants, "run_ids": runIDs})
-	case len(scopes) == 1:
-		b.Queue(selectIdempotency, args{"tenant": tenants[0], "operation": operations[0], "key": keys[0]})
+	case p.bulk:
+		b.Queue(selectAdmissionRecords, args{"tenants": p.tenants, "operations": p.operations, "keys": p.keys})
+		b.Queue(selectTakenRuns, args{"tenants": p.tenants, "run_ids": p.runIDs})
+	case len(p.scopes) == 1:
+		b.Queue(selectIdempotency, args{"tenant": p.tenants[0], "operation": p.operations[0], "key": p.keys[0]})
 	}
-	if b.Len() == 0 {
-		// A CreateRun whose names SQL cannot hold: refused at any time.
-		return t.clock()
-	}
-	br := t.SendBatch(ctx, &b)
+}
+
+// readAdmissions reads the results of queueReads from br (and closes it):
+// the records and taken run ids into records and taken. It returns the
+// operation's time.
+func (t *txn) readAdmissions(br pgx.BatchResults, p *admissionPlan, records map[scopeKey]admitted, taken map[jobKey]bool) (int64, error) {
 	defer br.Close()
-	if len(scopes) > 0 {
+	bulk, scopes := p.bulk, p.scopes
+	tenants, operations, keys := p.tenants, p.operations, p.keys
+	if bulk || len(scopes) == 1 {
 		if _, err := br.Exec(); err != nil {
 			return 0, err
 		}
 	}
 	var now int64
-	if dbClock {
+	if p.dbClock {
 		if err := br.QueryRow().Scan(&now); err != nil {
 			return 0, err
 		}
 		t.now, t.timed = now, true
-	} else {
+	}
+	if !bulk && len(scopes) == 0 {
+		// A CreateRun whose names SQL cannot hold: refused at any time.
+		if err := br.Close(); err != nil {
+			return 0, err
+		}
+		return t.clock()
+	}
+	if !p.dbClock {
 		// After the locks (their results came back, so they are held).
 		var err error
 		if now, err = t.clock(); err != nil {
 			return 0, err
 		}
-	}
-	if len(scopes) == 0 {
-		return now, br.Close()
 	}
 	rows, err := br.Query()
 	if err != nil {
