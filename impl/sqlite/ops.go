@@ -46,7 +46,7 @@ func nullable[T comparable](v T) any {
 	return v
 }
 
-func exec(ctx context.Context, tx *sql.Tx, query string, a args) (int64, error) {
+func exec(ctx context.Context, tx dbtx, query string, a args) (int64, error) {
 	res, err := tx.ExecContext(ctx, query, a.list()...)
 	if err != nil {
 		return 0, err
@@ -66,7 +66,7 @@ func (s *Store) CreateRun(ctx context.Context, req spec.CreateRunRequest) (res s
 // createIn is CreateRun's body inside the caller's transaction. Every
 // contract refusal (a *spec.Error) comes before its first write, so that a
 // bulk admission (bulk) can record it and go on with its next member.
-func (s *Store) createIn(ctx context.Context, tx *sql.Tx, req spec.CreateRunRequest, now int64, bulk bool) (res spec.CreateRunResult, err error) {
+func (s *Store) createIn(ctx context.Context, tx dbtx, req spec.CreateRunRequest, now int64, bulk bool) (res spec.CreateRunResult, err error) {
 	n, err := s.cfg.NormalizeCreate(req, now)
 	if err != nil {
 		return res, err
@@ -755,7 +755,7 @@ func (s *Store) resolveEffect(ctx context.Context, op spec.Op, req spec.RecordEf
 // writeOutbox inserts msgs as the next pending outbox messages of run
 // (tenant, runID), created at runCreatedAt, written at now by generation gen
 // (0: the admission).
-func writeOutbox(ctx context.Context, tx *sql.Tx, tenant, runID string, runCreatedAt, gen, now int64, msgs []spec.OutgoingMessage) error {
+func writeOutbox(ctx context.Context, tx dbtx, tenant, runID string, runCreatedAt, gen, now int64, msgs []spec.OutgoingMessage) error {
 	if len(msgs) == 0 {
 		return nil
 	}
