@@ -187,13 +187,18 @@ func (p *Call) Run(ctx context.Context) (model.Result, error) {
 
 // readsNoClock reports a write that may return without reading the clock:
 // one that wrote nothing because the store could not run it, and an empty
-// batch.
+// batch (of completions or of admissions).
 func readsNoClock(op model.Op, res model.Result) bool {
 	if res.Err != nil && res.Err.Code == spec.CodeUnavailable {
 		return true
 	}
-	b, isBatch := op.Req.(spec.CompleteBatchRequest)
-	return isBatch && len(b.Requests) == 0
+	switch b := op.Req.(type) {
+	case spec.CompleteBatchRequest:
+		return len(b.Requests) == 0
+	case spec.CreateRunsRequest:
+		return len(b.Requests) == 0
+	}
+	return false
 }
 
 // Execute runs one operation against a real store and returns its outcome

@@ -52,7 +52,7 @@ func RunLinearizableOn(t *testing.T, target Target) {
 	budget := Budget(t, 0)
 	start := time.Now()
 	total := Races{}
-	var ops, histories, violations, scheduled, purged, delivered, refusedMsgs int64
+	var ops, histories, violations, scheduled, purged, delivered, refusedMsgs, bulk int64
 	for i := 0; ; i++ {
 		// Every odd seed adds purges and so must be checked whole, which costs
 		// far more than per tenant: it is kept shorter, and has no unknown
@@ -73,6 +73,7 @@ func RunLinearizableOn(t *testing.T, target Target) {
 		ops += int64(len(h.Entries))
 		s, p := retention(h)
 		scheduled, purged = scheduled+s, purged+p
+		bulk += bulkAdmissions(h)
 		d, r := outboxCounts(h)
 		delivered, refusedMsgs = delivered+d, refusedMsgs+r
 		violations += int64(v.Violations())
@@ -90,13 +91,27 @@ func RunLinearizableOn(t *testing.T, target Target) {
 			t.Errorf("vacuous run: no %s (%s) happened in %d histories (seed %d)", race, race.Meaning(), histories, seed)
 		}
 	}
-	t.Logf("%d scheduled runs admitted, %d runs purged, %d outbox messages delivered, %d writes with messages refused", scheduled, purged, delivered, refusedMsgs)
+	t.Logf("%d scheduled runs admitted, %d runs purged, %d outbox messages delivered, %d writes with messages refused, %d bulk admissions",
+		scheduled, purged, delivered, refusedMsgs, bulk)
+	if bulk == 0 && len(storetest.Missing(storetest.Declared(t, f), storetest.CapCreateRuns)) == 0 {
+		t.Errorf("vacuous run: no bulk admission in %d histories (seed %d), though the store admits in bulk", histories, seed)
+	}
 	if delivered == 0 || refusedMsgs == 0 {
 		t.Errorf("vacuous run: %d outbox messages delivered and %d writes with messages refused in %d histories (seed %d); want some of each", delivered, refusedMsgs, histories, seed)
 	}
 	if scheduled == 0 || purged == 0 {
 		t.Errorf("vacuous run: %d scheduled runs admitted and %d runs purged in %d histories (seed %d); want some of each", scheduled, purged, histories, seed)
 	}
+}
+
+// bulkAdmissions counts the create_runs a history acknowledged.
+func bulkAdmissions(h *History) (n int64) {
+	for _, e := range h.Entries {
+		if _, isBulk := e.Op.Req.(spec.CreateRunsRequest); isBulk && !e.Out.Unknown && e.Out.Result.Err == nil {
+			n++
+		}
+	}
+	return n
 }
 
 // retention counts the scheduled runs a history admitted and the runs its
@@ -110,6 +125,12 @@ func retention(h *History) (scheduled, purged int64) {
 		case spec.CreateRunRequest:
 			if req.DelayMs != 0 && !e.Out.Result.Value.(spec.CreateRunResult).Replayed {
 				scheduled++
+			}
+		case spec.CreateRunsRequest:
+			for i, o := range e.Out.Result.Value.([]spec.CreateOutcome) {
+				if req.Requests[i].DelayMs != 0 && o.Err == nil && !o.Result.Replayed {
+					scheduled++
+				}
 			}
 		case spec.PurgeRunsRequest:
 			purged += int64(len(e.Out.Result.Value.([]string)))

@@ -68,6 +68,18 @@ func (c *Counters) count(op spec.Op, r model.Result) {
 			c.Outcomes[string(op)+" member "+member]++
 		}
 	}
+	if outs, isBulk := r.Value.([]spec.CreateOutcome); isBulk {
+		for _, o := range outs {
+			member := "created"
+			switch {
+			case o.Err != nil:
+				member = string(spec.CodeOf(o.Err))
+			case o.Result.Replayed:
+				member = "replayed"
+			}
+			c.Outcomes[string(op)+" member "+member]++
+		}
+	}
 }
 
 // Property compares a real store with the model, step by step, over random
@@ -278,7 +290,51 @@ func (m *machine) actions() map[string]func(*rapid.T) {
 		a[name] = action
 	}
 	a["zzz_retry"] = a["retry"] // "z_retry" was the last name
+	for name, action := range m.bulkActions() {
+		a[name] = action
+	}
+	a["zzzzz_retry"] = a["retry"] // "zzz_retry" was the last name
 	return a
+}
+
+// bulkActions are bulk admission's actions, added after zzz_retry (as the
+// outbox's were after z_retry): zzzz_create_runs admits 0 to 4 members,
+// each a new request or a repeat of an earlier member of the batch (the
+// same request, a replay; another payload, a conflict; another key with the
+// same run id, already_exists), now and then an invalid one.
+func (m *machine) bulkActions() map[string]func(*rapid.T) {
+	return map[string]func(*rapid.T){
+		"zzzz_create_runs": func(t *rapid.T) {
+			if !spec.OperationOf(spec.CreateRunsRequest{}).Supports(m.store) {
+				t.Skip("the store does not implement spec.BatchCreator")
+			}
+			var reqs []spec.CreateRunRequest
+			for range rapid.IntRange(0, 4).Draw(t, "members") {
+				if len(reqs) > 0 && rapid.IntRange(0, 2).Draw(t, "repeat?") == 0 {
+					r := rapid.SampledFrom(reqs).Draw(t, "repeated")
+					switch rapid.IntRange(0, 2).Draw(t, "repeat_as") {
+					case 0:
+						r.RunID = m.newRunID(t, r.Tenant) // the same request: a replay
+					case 1:
+						r.Payload = []byte(rapid.SampledFrom(payloads).Draw(t, "payload")) // maybe another fingerprint
+					default:
+						r.IdempotencyKey = rapid.SampledFrom(keys).Draw(t, "key") // maybe the same run id under another key
+					}
+					reqs = append(reqs, r)
+					continue
+				}
+				tenant := m.tenant(t)
+				reqs = append(reqs, spec.CreateRunRequest{
+					Tenant: tenant, Operation: "work",
+					IdempotencyKey: invalid(t, "key", keys, ""),
+					RunID:          m.newRunID(t, tenant),
+					Payload:        []byte(invalid(t, "payload", payloads, `{"a":1,"a":2}`)),
+					DelayMs:        sometimesBad(t, "delay_ms", rapid.SampledFrom([]int64{0, 0, 0, 20}), -1),
+				})
+			}
+			m.do(t, model.Op{Req: spec.CreateRunsRequest{Requests: reqs}})
+		},
+	}
 }
 
 // outboxActions are the outbox's actions, added after z_retry: their names
@@ -553,6 +609,12 @@ func (m *machine) do(t *rapid.T, op model.Op) {
 		m.remember(v.Run)
 	case spec.Run:
 		m.remember(v)
+	case []spec.CreateOutcome:
+		for _, o := range v {
+			if o.Err == nil {
+				m.remember(o.Result.Run)
+			}
+		}
 	}
 }
 

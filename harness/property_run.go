@@ -65,6 +65,10 @@ func RunPropertyOn(t *testing.T, target Target) {
 		p.Counters.Outcomes["complete_batch member lost_lease"] == 0) {
 		t.Fatalf("vacuous run: %d batch completions, but none completed a member and refused another: %v", batches, p.Counters.Outcomes)
 	}
+	if o := p.Counters.Outcomes; o["create_runs ok"] > 0 && !seedPinned() && (o["create_runs member created"] == 0 ||
+		o["create_runs member replayed"] == 0 || o["create_runs member idempotency_conflict"] == 0) {
+		t.Fatalf("vacuous run: %d bulk admissions, but none created, replayed and conflicted members: %v", o["create_runs ok"], o)
+	}
 	if o := p.Counters.Outcomes; !seedPinned() && (o["outbox written"] == 0 || o["outbox none written"] == 0 || o["claim_outbox ok"] == 0 || o["mark_delivered ok"] == 0) {
 		t.Fatalf("vacuous run: the outbox needs requests with messages written and refused, claims that took messages and marks that marked some: %v", o)
 	}

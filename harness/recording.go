@@ -16,10 +16,11 @@ import (
 	"github.com/leasehold/leasehold/spec"
 )
 
-// RecordingStore is a spec.Store, and a spec.BatchCompleter, that runs every
-// call of a program through a pool of Callers and so leaves a History the
-// model judges, whatever the program is: the worker runtime calling from
-// many goroutines at once, an HTTP handler. Each call takes a free caller
+// RecordingStore is a spec.Store, a spec.BatchCompleter and a
+// spec.BatchCreator (its Store offers only what the recorded store does)
+// that runs every call of a program through a pool of Callers and so
+// leaves a History the model judges, whatever the program is: the worker
+// runtime calling from many goroutines at once, an HTTP handler. Each call takes a free caller
 // (its own store on the same database, with its own clock recorder, so the
 // time its store read is known exactly), runs, and frees it; a caller's
 // operations are sequential, as porcupine requires of a client.
@@ -40,6 +41,8 @@ type RecordingStore struct {
 	notify spec.Notifier
 	// batches: the underlying store completes batches (spec.BatchCompleter).
 	batches bool
+	// bulk: the underlying store admits in bulk (spec.BatchCreator).
+	bulk bool
 	// pausedFirst holds the PauseFirst operations already held once.
 	pausedFirst sync.Map // spec.Op -> struct{}
 
@@ -138,44 +141,72 @@ func NewRecordingStore(t testing.TB, h storetest.Handle, cfg spec.Config, clk cl
 			s.notify = n
 		}
 		_, s.batches = store.(spec.BatchCompleter)
+		_, s.bulk = store.(spec.BatchCreator)
 	}
 	return s
 }
 
 // Store returns the store to give the program: s, with the underlying
 // store's Listen when that store notifies (notifications are hints: they are
-// not recorded), and without CompleteBatch when that store does not complete
-// batches (the program then completes one run at a time).
+// not recorded), without CompleteBatch when that store does not complete
+// batches (the program then completes one run at a time) and without
+// CreateRuns when it does not admit in bulk: a capability the store lacks
+// is never offered, so a program's type assertion finds exactly the store's.
 func (s *RecordingStore) Store() spec.Store {
+	type (
+		b = spec.BatchCompleter
+		c = spec.BatchCreator
+		n = spec.Notifier
+	)
 	switch {
+	case s.batches && s.bulk && s.notify != nil:
+		return struct {
+			spec.Store
+			b
+			c
+			n
+		}{s, s, s, s.notify}
+	case s.batches && s.bulk:
+		return struct {
+			spec.Store
+			b
+			c
+		}{s, s, s}
 	case s.batches && s.notify != nil:
-		return notifyingStore{s}
+		return struct {
+			spec.Store
+			b
+			n
+		}{s, s, s.notify}
+	case s.bulk && s.notify != nil:
+		return struct {
+			spec.Store
+			c
+			n
+		}{s, s, s.notify}
 	case s.batches:
-		return s
+		return struct {
+			spec.Store
+			b
+		}{s, s}
+	case s.bulk:
+		return struct {
+			spec.Store
+			c
+		}{s, s}
 	case s.notify != nil:
-		return unbatchedNotifyingStore{unbatchedStore{s}, s.notify}
+		return struct {
+			spec.Store
+			n
+		}{s, s.notify}
 	}
-	return unbatchedStore{s}
+	return struct{ spec.Store }{s}
 }
 
-// notifyingStore is a RecordingStore that also listens.
-type notifyingStore struct{ *RecordingStore }
-
-// Listen implements spec.Notifier.
-func (n notifyingStore) Listen(ctx context.Context, fn func(spec.Notification)) error {
-	return n.notify.Listen(ctx, fn)
-}
-
-// unbatchedStore is a RecordingStore without CompleteBatch.
-type unbatchedStore struct{ spec.Store }
-
-// unbatchedNotifyingStore is an unbatchedStore that also listens.
-type unbatchedNotifyingStore struct {
-	unbatchedStore
-	spec.Notifier
-}
-
-var _ spec.BatchCompleter = (*RecordingStore)(nil)
+var (
+	_ spec.BatchCompleter = (*RecordingStore)(nil)
+	_ spec.BatchCreator   = (*RecordingStore)(nil)
+)
 
 // do runs one call through a free caller, with the faults the plan draws.
 func (s *RecordingStore) do(ctx context.Context, req spec.Request) (any, error) {
@@ -398,6 +429,11 @@ func (s *RecordingStore) ReconcileEffect(ctx context.Context, req spec.Reconcile
 // Snapshot implements spec.Store.
 func (s *RecordingStore) Snapshot(ctx context.Context) (spec.Snapshot, error) {
 	return call[spec.Snapshot](s, ctx, spec.SnapshotRequest{})
+}
+
+// CreateRuns implements spec.BatchCreator.
+func (s *RecordingStore) CreateRuns(ctx context.Context, reqs []spec.CreateRunRequest) ([]spec.CreateOutcome, error) {
+	return call[[]spec.CreateOutcome](s, ctx, spec.CreateRunsRequest{Requests: reqs})
 }
 
 // CompleteBatch implements spec.BatchCompleter.

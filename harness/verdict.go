@@ -109,6 +109,17 @@ func account(h *History, drained bool) (violations []string) {
 			if e.Out.Unknown {
 				maybeRuns[k] = true
 			}
+		case spec.CreateRunsRequest:
+			outs, _ := e.Out.Result.Value.([]spec.CreateOutcome)
+			for i, m := range req.Requests {
+				k := runKey{m.Tenant, m.RunID}
+				if ok && i < len(outs) && outs[i].Err == nil && !outs[i].Result.Replayed {
+					acknowledged[k] = true
+				}
+				if e.Out.Unknown {
+					maybeRuns[k] = true
+				}
+			}
 		case spec.ReplayRequest:
 			k := runKey{req.Tenant, req.NewRunID}
 			if ok {
@@ -228,6 +239,13 @@ func accountOutbox(h *History, final spec.Snapshot, drained bool, purged map[run
 		case spec.CreateRunRequest:
 			if e.Out.Unknown || e.Out.Result.Err == nil && !e.Out.Result.Value.(spec.CreateRunResult).Replayed {
 				note(e, outboxWrite{runKey{req.Tenant, req.RunID}, 0, render(req.Outbox)})
+			}
+		case spec.CreateRunsRequest:
+			outs, _ := e.Out.Result.Value.([]spec.CreateOutcome)
+			for i, m := range req.Requests {
+				if e.Out.Unknown || i < len(outs) && outs[i].Err == nil && !outs[i].Result.Replayed {
+					note(e, outboxWrite{runKey{m.Tenant, m.RunID}, 0, render(m.Outbox)})
+				}
 			}
 		case spec.CompleteRequest:
 			note(e, outboxWrite{runKey{req.Lease.Tenant, req.Lease.RunID}, req.Lease.Generation, render(req.Outbox)})

@@ -20,6 +20,8 @@ func (c *client) apiStep(ctx context.Context) error {
 	tenant := c.w.Tenants[r.IntN(len(c.w.Tenants))]
 	var op model.Op
 	switch p := r.IntN(100); {
+	case p < 45 && r.IntN(6) == 0 && spec.OperationOf(spec.CreateRunsRequest{}).Supports(c.Store):
+		return c.createRuns(ctx, tenant)
 	case p < 45:
 		id := fmt.Sprintf("%s-%d", c.Name, c.created)
 		c.created++
@@ -73,6 +75,46 @@ func (c *client) apiStep(ctx context.Context) error {
 	case spec.Run:
 		if op.Kind() == spec.OpReplay {
 			c.runs.add(v.Tenant, v.ID)
+		}
+	}
+	return nil
+}
+
+// createRuns is a bulk admission of 1–4 members of one tenant (so that the
+// history can be checked per tenant), with keys from apiStep's twelve, so
+// that members replay or conflict with earlier admissions and with each
+// other, and now and then a member that proposes an earlier member's run id
+// under another key (already_exists).
+func (c *client) createRuns(ctx context.Context, tenant string) error {
+	r := c.r
+	var reqs []spec.CreateRunRequest
+	for range 1 + r.IntN(4) {
+		if len(reqs) > 0 && r.IntN(5) == 0 {
+			dup := reqs[r.IntN(len(reqs))]
+			dup.IdempotencyKey = fmt.Sprintf("k%d", r.IntN(12))
+			reqs = append(reqs, dup)
+			continue
+		}
+		id := fmt.Sprintf("%s-%d", c.Name, c.created)
+		c.created++
+		m := spec.CreateRunRequest{Tenant: tenant, Operation: "work",
+			IdempotencyKey: fmt.Sprintf("k%d", r.IntN(12)), RunID: id, Payload: []byte(linPayloads[r.IntN(len(linPayloads))])}
+		if r.IntN(5) == 0 {
+			m.DelayMs = []int64{5, 20, 60}[r.IntN(3)]
+		}
+		if r.IntN(4) == 0 {
+			m.Outbox = []spec.Message{{Subject: "orders.created", Payload: []byte(fmt.Sprintf(`{"key":%q}`, m.IdempotencyKey))}}
+		}
+		reqs = append(reqs, m)
+	}
+	res, err := c.do(ctx, model.Op{Req: spec.CreateRunsRequest{Requests: reqs}})
+	if err != nil {
+		return err
+	}
+	outs, _ := res.Value.([]spec.CreateOutcome)
+	for _, o := range outs {
+		if o.Err == nil && !o.Result.Replayed {
+			c.runs.add(o.Result.Run.Tenant, o.Result.Run.ID)
 		}
 	}
 	return nil

@@ -77,6 +77,7 @@ const (
 	CapDatabaseClock     = storetest.CapDatabaseClock
 	CapCompleteBatch     = storetest.CapCompleteBatch
 	CapNotifications     = storetest.CapNotifications
+	CapCreateRuns        = storetest.CapCreateRuns
 	LayoutTablePerRecord = storetest.LayoutTablePerRecord
 	LayoutJobRow         = storetest.LayoutJobRow
 )

@@ -38,7 +38,7 @@ func TestCapabilitiesAreDeclared(t *testing.T) {
 		f    storetest.Factory
 		want []storetest.Capability
 	}{
-		{"sqlite", sqlitetest.Factory, []storetest.Capability{storetest.CapHooks, storetest.CapSQL, storetest.CapCompleteBatch}},
+		{"sqlite", sqlitetest.Factory, []storetest.Capability{storetest.CapHooks, storetest.CapSQL, storetest.CapCompleteBatch, storetest.CapCreateRuns}},
 		{"bare", bare, nil},
 	} {
 		if got := storetest.Declared(t, c.f); !slices.Equal(got, c.want) {
@@ -55,7 +55,9 @@ func TestConformanceNotApplicable(t *testing.T) {
 	t.Run("bare", func(t *testing.T) { sum = storetest.RunAll(t, bare) })
 	want := []string{"ProjectionEventAtomicity", "AfterCommitFailureIsUnknownOutcome", "CompleteBatchMembersAreIndependent",
 		"CompleteBatchEqualsComplete", "CompleteBatchAtomicity", "CompleteBatchLimits", "ConcurrentOverlappingBatches",
-		"MigrationRecorded", "DatabaseRejectsOrphans", "DatabaseRejectsInvalidDomain", "OutboxBatchMembers"}
+		"MigrationRecorded", "DatabaseRejectsOrphans", "DatabaseRejectsInvalidDomain", "OutboxBatchMembers",
+		"CreateRunsMembersAreIndependent", "CreateRunsEqualsCreateRun", "CreateRunsAtomicity", "CreateRunsLimits",
+		"ConcurrentOverlappingBulkAdmissions"}
 	slices.Sort(want)
 	got := slices.Sorted(slices.Values(sum.NotApplicable))
 	if !slices.Equal(got, want) {
@@ -105,7 +107,7 @@ func TestChecksNotApplicable(t *testing.T) {
 		}
 	}
 	if len(want) == 0 || len(want) == len(corpus) {
-		t.Fatalf("%d of %d scenarios need hooks or batch completion: the test proves nothing unless some do and some do not", len(want), len(corpus))
+		t.Fatalf("%d of %d scenarios need hooks, batch completion or bulk admission: the test proves nothing unless some do and some do not", len(want), len(corpus))
 	}
 	if !slices.Equal(sum.NotApplicable, want) || len(sum.Failed) > 0 || len(sum.Passed)+len(want) != len(corpus) {
 		t.Errorf("scenarios on a store without hooks or batch completion: not applicable %v (want %v), failed %v, passed %v",
@@ -117,6 +119,10 @@ func TestChecksNotApplicable(t *testing.T) {
 type everything struct{ plainStore }
 
 func (everything) CompleteBatch(context.Context, []spec.CompleteRequest) ([]spec.BatchOutcome, error) {
+	return nil, nil
+}
+
+func (everything) CreateRuns(context.Context, []spec.CreateRunRequest) ([]spec.CreateOutcome, error) {
 	return nil, nil
 }
 

@@ -86,7 +86,7 @@ func (m Model) CheckStep(prev State, op Op, next State) error {
 			if guardRefs != nil {
 				checkGuarded(&v, op, guardRefs, p, name)
 			}
-			if op.Kind() == spec.OpCreateRun || op.Kind() == spec.OpReplay {
+			if admits(op) || op.Kind() == spec.OpReplay {
 				v.add("7", "%s changed run %s, which existed before (it may only create a run)", op.Kind(), name)
 			}
 			checkOutboxStep(&v, op, name, p, n)
@@ -151,7 +151,7 @@ func checkNewRun(v *Violations, op Op, tenant string, scoped bool, prev State, n
 		v.add("13", "%s for tenant %s created run %s", op.Kind(), tenant, name)
 	}
 	switch op.Kind() {
-	case spec.OpCreateRun:
+	case spec.OpCreateRun, spec.OpCreateRuns:
 		if n.job.Generation != 0 {
 			v.add("5", "created run %s starts at generation %d (want 0)", name, n.job.Generation)
 		}
@@ -167,7 +167,7 @@ func checkNewRun(v *Violations, op Op, tenant string, scoped bool, prev State, n
 		v.add("7", "new run %s starts with attempts %d, %d attempt rows, %d effects", name, n.job.Attempts, len(n.attempts), len(n.effects))
 	}
 	for _, m := range n.outbox {
-		if op.Kind() != spec.OpCreateRun || m.State != spec.OutboxPending || m.Relay != "" || m.Claims != 0 {
+		if !admits(op) || m.State != spec.OutboxPending || m.Relay != "" || m.Claims != 0 {
 			v.add("14", "new run %s (by %s) starts with outbox message %d %s, claimed %d times (only an admission writes messages, pending)", name, op.Kind(), m.Seq, m.State, m.Claims)
 		}
 	}
@@ -250,7 +250,7 @@ func checkIdempotencyStep(v *Violations, op Op, tenant string, scoped bool, prev
 			v.add("9", "%s changed or deleted a live idempotency record (%s/%s/%s, expires %d, now %d)", op.Kind(), rec.Tenant, rec.Operation, spec.ShortHash(rec.Key), rec.ExpiresAt, op.Now)
 		case op.Kind() == spec.OpPurgeRuns && next.row(rec.Tenant, rec.RunID) != nil:
 			v.add("9", "purge_runs deleted the idempotency record of %s/%s, a run it kept", rec.Tenant, rec.RunID)
-		case op.Kind() != spec.OpPurge && op.Kind() != spec.OpCreateRun && op.Kind() != spec.OpPurgeRuns:
+		case op.Kind() != spec.OpPurge && !admits(op) && op.Kind() != spec.OpPurgeRuns:
 			v.add("9", "%s deleted an idempotency record", op.Kind())
 		}
 	}
@@ -259,7 +259,7 @@ func checkIdempotencyStep(v *Violations, op Op, tenant string, scoped bool, prev
 		if found && old == rec {
 			continue
 		}
-		if op.Kind() != spec.OpCreateRun {
+		if !admits(op) {
 			v.add("9", "%s wrote an idempotency record", op.Kind())
 		}
 		if scoped && rec.Tenant != tenant {
@@ -299,3 +299,6 @@ func sameState(a, b State) bool {
 	}
 	return true
 }
+
+// admits reports an admission: CreateRun, or CreateRuns (its members).
+func admits(op Op) bool { return op.Kind() == spec.OpCreateRun || op.Kind() == spec.OpCreateRuns }

@@ -123,6 +123,15 @@ func (r Result) String() string {
 			}
 		}
 		return "batch [" + strings.Join(parts, "; ") + "]"
+	case []spec.CreateOutcome:
+		parts := make([]string, len(v))
+		for i, o := range v {
+			parts[i] = Result{Value: o.Result}.String()
+			if o.Err != nil {
+				parts[i] = Result{Err: asError(o.Err)}.String()
+			}
+		}
+		return "bulk [" + strings.Join(parts, "; ") + "]"
 	case []spec.Event:
 		return fmt.Sprintf("%d events", len(v))
 	case []spec.Attempt:

@@ -28,8 +28,8 @@
 // clock once. The explorer owns the clock and advances it as an action.
 //
 // Every row of the operation table (spec.Operations) has a step here
-// (Model.Step's table; TestStepsCoverTheTable), reads and BatchCompleter's
-// CompleteBatch included; docs/MAPPING.md names, for each, the statements
+// (Model.Step's table; TestStepsCoverTheTable), reads, BatchCompleter's
+// CompleteBatch and BatchCreator's CreateRuns included; docs/MAPPING.md names, for each, the statements
 // that carry it in each store.
 //
 // # What is not modeled

@@ -40,7 +40,8 @@ func (o Op) Kind() spec.Op { return o.Req.Op() }
 // Result is what a Store method returned.
 type Result struct {
 	// Value is exactly what the method returns on success:
-	// spec.CreateRunResult (CreateRun), []spec.Lease (Claim), spec.Lease
+	// spec.CreateRunResult (CreateRun), []spec.CreateOutcome (CreateRuns),
+	// []spec.BatchOutcome (CompleteBatch), []spec.Lease (Claim), spec.Lease
 	// (Renew), spec.Run (Complete, Fail, Cancel, Replay), spec.Job (Retry,
 	// Release), []string (Reap, PurgeRuns), int (PurgeIdempotency,
 	// MarkDelivered), []spec.OutboxMessage (ClaimOutbox),
@@ -54,7 +55,7 @@ type Result struct {
 // Equal reports whether two results are the same outcome: both errors with
 // the same Code and State (messages are free text), or both successes with
 // deeply equal values, where a nil and an empty slice are equal (and a batch
-// completion's members are compared the same way).
+// completion's or a bulk admission's members are compared the same way).
 func (r Result) Equal(o Result) bool {
 	if r.Err != nil || o.Err != nil {
 		return r.Err != nil && o.Err != nil && r.Err.Code == o.Err.Code && r.Err.State == o.Err.State
@@ -66,6 +67,12 @@ func (r Result) Equal(o Result) bool {
 		b, _ := o.Value.([]spec.BatchOutcome)
 		return slices.EqualFunc(a, b, func(x, y spec.BatchOutcome) bool {
 			return Result{Value: x.Run, Err: errorOf(x.Err)}.Equal(Result{Value: y.Run, Err: errorOf(y.Err)})
+		})
+	}
+	if a, isBulk := r.Value.([]spec.CreateOutcome); isBulk {
+		b, _ := o.Value.([]spec.CreateOutcome)
+		return slices.EqualFunc(a, b, func(x, y spec.CreateOutcome) bool {
+			return Result{Value: x.Result, Err: errorOf(x.Err)}.Equal(Result{Value: y.Result, Err: errorOf(y.Err)})
 		})
 	}
 	return reflect.DeepEqual(r.Value, o.Value)
@@ -127,6 +134,7 @@ var steps = map[spec.Op]stepFunc{
 	spec.OpClaimOutbox:     typed(Model.claimOutbox),
 	spec.OpMarkDelivered:   typed(Model.markDelivered),
 	spec.OpCompleteBatch:   typed(Model.completeBatch),
+	spec.OpCreateRuns:      typed(Model.createRuns),
 	spec.OpGetRun:          read(Model.getRun),
 	spec.OpGetJob:          read(Model.getJob),
 	spec.OpEvents:          read(Model.events),

@@ -103,3 +103,39 @@ func TestCompleteBatch(t *testing.T) {
 	w.fails(big, spec.CodeInvalidArgument, "")
 	w.at(-1).fails(spec.CompleteBatchRequest{Requests: []spec.CompleteRequest{{Lease: leases[1].Ref()}}}, spec.CodeInvalidArgument, "")
 }
+
+// TestCreateRuns: each member is exactly CreateRun at the batch's time, in
+// order; a refused member changes nothing (not even the deletion of an
+// expired record of its key) and the others are admitted; limits refuse
+// the whole batch.
+func TestCreateRuns(t *testing.T) {
+	w := newWorld(t)
+	w.create("t1", "old", "r0", `{}`)           // its record expires at 50
+	w.create("t1", "live", "rl", `{}`)          // expired too by the batch, kept (nothing of its key is admitted)
+	w.at(40).create("t1", "live2", "rl2", `{}`) // live until 90
+	batch := spec.CreateRunsRequest{Requests: []spec.CreateRunRequest{
+		createReq("t1", "k1", "r1", `{"n":1}`),       // created
+		createReq("t1", "k1", "rx", `{"n":1}`),       // replay of the member before
+		createReq("t1", "k1", "ry", `{"n":2}`),       // conflict with it
+		createReq("t1", "k2", "r1", `{}`),            // run id taken by the first member
+		createReq("t1", "old", "r0", `{}`),           // expired key, run id taken: already_exists, the record stays
+		createReq("t1", "live2", "rz", `{}`),         // live record of another request: replay
+		createReq("t1", "k3", "r3", `{"x":1,"x":2}`), // invalid payload
+		createReq("t1", "k4", "r4", `{}`),            // created
+	}}
+	outs := w.at(60).must(batch).([]spec.CreateOutcome)
+	want := []spec.Code{"", "", spec.CodeIdempotencyConflict, spec.CodeAlreadyExists, spec.CodeAlreadyExists, "", spec.CodeInvalidArgument, ""}
+	replayed := []bool{false, true, false, false, false, true, false, false}
+	for i, o := range outs {
+		equal(t, "member code", spec.CodeOf(o.Err), want[i])
+		equal(t, "member replayed", o.Result.Replayed, replayed[i])
+	}
+	equal(t, "replay names the first member's run", outs[1].Result.Run.ID, "r1")
+	equal(t, "replay of an earlier run", outs[5].Result.Run.ID, "rl2")
+	equal(t, "r4 created at the batch's time", w.run("t1", "r4").CreatedAt, int64(60))
+	equal(t, "records (old and live kept, live2, k1, k4 added)", len(w.snapshot().Idempotency), 5)
+	equal(t, "empty batch", len(w.must(spec.CreateRunsRequest{}).([]spec.CreateOutcome)), 0)
+	big := spec.CreateRunsRequest{Requests: make([]spec.CreateRunRequest, spec.MaxBatch+1)}
+	w.fails(big, spec.CodeInvalidArgument, "")
+	w.at(-1).fails(spec.CreateRunsRequest{Requests: []spec.CreateRunRequest{createReq("t1", "k9", "r9", `{}`)}}, spec.CodeInvalidArgument, "")
+}

@@ -50,9 +50,9 @@ func Corpus() ([]*Scenario, error) {
 // its file says or whose history the model does not accept. It reports the
 // steps played and the scenarios failed on a metrics line; store names the
 // store there. Every scenario is played: the stores open must call their
-// hooks and complete batches (RunCorpusOn finds out).
+// hooks, complete batches and admit in bulk (RunCorpusOn finds out).
 func RunCorpus(t *testing.T, store string, open func(testing.TB) Opener) {
-	runCorpus(t, harness.Target{Name: store}, open, []storetest.Capability{storetest.CapHooks, storetest.CapCompleteBatch})
+	runCorpus(t, harness.Target{Name: store}, open, []storetest.Capability{storetest.CapHooks, storetest.CapCompleteBatch, storetest.CapCreateRuns})
 }
 
 // RunCorpusOn plays the corpus on a Target, as RunCorpus does on
@@ -66,12 +66,14 @@ func RunCorpusOn(t *testing.T, target harness.Target) storetest.Summary {
 
 // Needs returns the capabilities the scenario needs beyond spec.Store:
 // hooks when it holds an operation at a hook point (pause_at), batch
-// completion when it sends complete_batch.
+// completion when it sends complete_batch, bulk admission when it sends
+// create_runs.
 func (sc *Scenario) Needs() []storetest.Capability {
-	var hooks, batch bool
+	var hooks, batch, bulk bool
 	for _, st := range sc.Steps {
 		hooks = hooks || st.PauseAt != ""
 		batch = batch || st.Op == string(spec.OpCompleteBatch)
+		bulk = bulk || st.Op == string(spec.OpCreateRuns)
 	}
 	var out []storetest.Capability
 	if hooks {
@@ -79,6 +81,9 @@ func (sc *Scenario) Needs() []storetest.Capability {
 	}
 	if batch {
 		out = append(out, storetest.CapCompleteBatch)
+	}
+	if bulk {
+		out = append(out, storetest.CapCreateRuns)
 	}
 	return out
 }

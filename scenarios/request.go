@@ -17,9 +17,10 @@ import (
 // result) are the JSON value itself, passed byte for byte.
 
 var (
-	reflectLeaseRef = reflect.TypeFor[spec.LeaseRef]()
-	reflectBytes    = reflect.TypeFor[[]byte]()
-	reflectLeases   = reflect.TypeFor[[]spec.Lease]()
+	reflectLeaseRef  = reflect.TypeFor[spec.LeaseRef]()
+	reflectBytes     = reflect.TypeFor[[]byte]()
+	reflectLeases    = reflect.TypeFor[[]spec.Lease]()
+	reflectCreateRun = reflect.TypeFor[spec.CreateRunRequest]()
 )
 
 // field is one field of a request type as a scenario writes it.
@@ -83,7 +84,7 @@ func (st *Step) request(tenant string, lease func(name string) (spec.LeaseRef, e
 				continue
 			}
 		}
-		v, err := convert(f.typ, raw, f.name, lease)
+		v, err := convert(f.typ, raw, f.name, tenant, lease)
 		if err != nil {
 			return nil, err
 		}
@@ -99,7 +100,11 @@ func (st *Step) request(tenant string, lease func(name string) (spec.LeaseRef, e
 // convert turns the JSON a step wrote for a value of type t into the JSON of
 // the request: a lease name into the lease, a JSON value into its bytes,
 // recursively through structs and slices; anything else as written.
-func convert(t reflect.Type, raw json.RawMessage, path string, lease func(string) (spec.LeaseRef, error)) (any, error) {
+//
+// A member of create_runs (a spec.CreateRunRequest inside a request) is
+// written as a create_run step's request: without its tenant (the
+// scenario's), with the defaults of operation and payload.
+func convert(t reflect.Type, raw json.RawMessage, path, tenant string, lease func(string) (spec.LeaseRef, error)) (any, error) {
 	switch {
 	case t == reflectLeaseRef:
 		var name string
@@ -117,7 +122,7 @@ func convert(t reflect.Type, raw json.RawMessage, path string, lease func(string
 		out := map[string]any{}
 		for _, f := range requestFields(t) {
 			if v, set := obj[f.name]; set {
-				c, err := convert(f.typ, v, path+"."+f.name, lease)
+				c, err := convert(f.typ, v, path+"."+f.name, tenant, lease)
 				if err != nil {
 					return nil, err
 				}
@@ -125,8 +130,14 @@ func convert(t reflect.Type, raw json.RawMessage, path string, lease func(string
 				delete(obj, f.name)
 			}
 		}
-		for k := range obj {
-			return nil, fmt.Errorf("field %q: unknown field %q", path, k)
+		if t == reflectCreateRun {
+			out["tenant"] = tenant
+			if _, set := out["operation"]; !set {
+				out["operation"] = fieldDefault("operation")
+			}
+			if _, set := out["payload"]; !set {
+				out["payload"] = []byte(fieldDefault("payload").(json.RawMessage))
+			}
 		}
 		return out, nil
 	case t.Kind() == reflect.Slice:
@@ -136,7 +147,7 @@ func convert(t reflect.Type, raw json.RawMessage, path string, lease func(string
 		}
 		out := make([]any, len(list))
 		for i, v := range list {
-			c, err := convert(t.Elem(), v, fmt.Sprintf("%s[%d]", path, i), lease)
+			c, err := convert(t.Elem(), v, fmt.Sprintf("%s[%d]", path, i), tenant, lease)
 			if err != nil {
 				return nil, err
 			}

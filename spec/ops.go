@@ -152,6 +152,13 @@ var operations = []Operation{
 		}
 		return b.CompleteBatch(ctx, r.Requests)
 	}, "BatchCompleter.CompleteBatch", true, GuardLease), "BatchCompleter"),
+	capability(row(func(s Store, ctx context.Context, r CreateRunsRequest) ([]CreateOutcome, error) {
+		b, ok := s.(BatchCreator)
+		if !ok {
+			return nil, fmt.Errorf("spec: %T does not implement BatchCreator", s)
+		}
+		return b.CreateRuns(ctx, r.Requests)
+	}, "BatchCreator.CreateRuns", true, GuardAdmission), "BatchCreator"),
 }
 
 // capability marks a row as an optional capability's.
@@ -168,6 +175,9 @@ func (o Operation) Supports(s Store) bool {
 		return true
 	case "BatchCompleter":
 		_, ok := s.(BatchCompleter)
+		return ok
+	case "BatchCreator":
+		_, ok := s.(BatchCreator)
 		return ok
 	}
 	return false

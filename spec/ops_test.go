@@ -86,7 +86,8 @@ func tableProblems(rows []Operation) []string {
 	for _, iface := range []struct {
 		prefix string
 		t      reflect.Type
-	}{{"", reflect.TypeFor[Store]()}, {"BatchCompleter.", reflect.TypeFor[BatchCompleter]()}, {"Notifier.", reflect.TypeFor[Notifier]()}} {
+	}{{"", reflect.TypeFor[Store]()}, {"BatchCompleter.", reflect.TypeFor[BatchCompleter]()},
+		{"BatchCreator.", reflect.TypeFor[BatchCreator]()}, {"Notifier.", reflect.TypeFor[Notifier]()}} {
 		for i := 0; i < iface.t.NumMethod(); i++ {
 			name := iface.prefix + iface.t.Method(i).Name
 			if _, skip := notOperations[name]; !skip && !byMethod[name] {
@@ -185,6 +186,23 @@ func TestBatchOutcomeJSON(t *testing.T) {
 		t.Fatal(err)
 	}
 	if out[0].Err != nil || out[0].Run.ID != "r1" || CodeOf(out[1].Err) != CodeCancelled || StateOf(out[1].Err) != RunCancelled {
+		t.Errorf("round trip of %s gave %+v", data, out)
+	}
+}
+
+// TestCreateOutcomeJSON round-trips a member's result and error.
+func TestCreateOutcomeJSON(t *testing.T) {
+	in := []CreateOutcome{{Result: CreateRunResult{Run: Run{ID: "r1", State: RunQueued}, Replayed: true}},
+		{Err: Errorf(CodeIdempotencyConflict, "bound elsewhere")}}
+	data, err := json.Marshal(in)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []CreateOutcome
+	if err := json.Unmarshal(data, &out); err != nil {
+		t.Fatal(err)
+	}
+	if out[0].Err != nil || out[0].Result.Run.ID != "r1" || !out[0].Result.Replayed || CodeOf(out[1].Err) != CodeIdempotencyConflict {
 		t.Errorf("round trip of %s gave %+v", data, out)
 	}
 }

@@ -134,6 +134,66 @@ type CreateOutcome struct {
 	Err    error           `json:"error,omitempty"` // a *Error in its JSON form
 }
 
+// OpCreateRuns names BatchCreator.CreateRuns for hooks and reports.
+const OpCreateRuns Op = "create_runs"
+
+// createOutcomeJSON is CreateOutcome's JSON form: the error as an *Error.
+type createOutcomeJSON struct {
+	Result CreateRunResult `json:"result"`
+	Err    *Error          `json:"error,omitempty"`
+}
+
+// MarshalJSON encodes the outcome with its error as an Error object; an
+// error that is not an *Error is encoded as CodeOf's code.
+func (o CreateOutcome) MarshalJSON() ([]byte, error) {
+	j := createOutcomeJSON{Result: o.Result}
+	if o.Err != nil {
+		if !errors.As(o.Err, &j.Err) {
+			j.Err = &Error{Code: CodeOf(o.Err), Message: o.Err.Error()}
+		}
+	}
+	return json.Marshal(j)
+}
+
+// UnmarshalJSON decodes what MarshalJSON encodes.
+func (o *CreateOutcome) UnmarshalJSON(data []byte) error {
+	var j createOutcomeJSON
+	if err := json.Unmarshal(data, &j); err != nil {
+		return err
+	}
+	o.Result, o.Err = j.Result, nil
+	if j.Err != nil {
+		o.Err = j.Err
+	}
+	return nil
+}
+
+// CreateRunsRequest is the request of BatchCreator.CreateRuns in the
+// operation table: its members, in order.
+type CreateRunsRequest struct {
+	Requests []CreateRunRequest `json:"requests"`
+}
+
+// Op implements Request.
+func (CreateRunsRequest) Op() Op { return OpCreateRuns }
+
+// TenantScope implements Request: the members' tenant when they share one.
+func (r CreateRunsRequest) TenantScope() (string, bool) {
+	if len(r.Requests) == 0 {
+		return "", false
+	}
+	t := r.Requests[0].Tenant
+	for _, m := range r.Requests[1:] {
+		if m.Tenant != t {
+			return "", false
+		}
+	}
+	return t, true
+}
+
+// Leases implements Request: an admission presents no lease.
+func (CreateRunsRequest) Leases() []LeaseRef { return nil }
+
 // NotificationKind says what a Notification announces.
 type NotificationKind string
 

@@ -131,7 +131,8 @@ func FromEnv(dir string) (Command, bool, error) {
 // database (a new temporary directory of the test) and starts a process on
 // it for the Handle's store; Reopen and OpenWith start more processes on the
 // same database. The Handle declares the capabilities the store's open reply
-// lists; a store that lists complete_batch is a spec.BatchCompleter. When
+// lists; a store that lists complete_batch is a spec.BatchCompleter, one
+// that lists create_runs a spec.BatchCreator. When
 // the test ends, every process is closed and every finding of any of them
 // fails the test, even one a check tolerated.
 func (c Command) Factory() storetest.Factory {

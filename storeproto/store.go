@@ -15,20 +15,37 @@ import (
 // protocol forbids as a *Finding.
 type Store struct{ c *Conn }
 
-// batchStore is a Store whose process implements complete_batch.
-type batchStore struct{ *Store }
+// batchStore, bulkStore and batchBulkStore are a Store whose process
+// implements complete_batch, create_runs, or both.
+type (
+	batchStore     struct{ *Store }
+	bulkStore      struct{ *Store }
+	batchBulkStore struct{ *Store }
+)
 
 var (
 	_ spec.Store          = (*Store)(nil)
 	_ spec.BatchCompleter = batchStore{}
+	_ spec.BatchCreator   = bulkStore{}
+	_ spec.BatchCompleter = batchBulkStore{}
+	_ spec.BatchCreator   = batchBulkStore{}
 )
 
 // NewStore returns the spec.Store of a connection: a spec.BatchCompleter
-// too when the store lists complete_batch in its open reply.
+// too when the store lists complete_batch in its open reply, and a
+// spec.BatchCreator when it lists create_runs (an optional operation: a
+// store that does not list it is not one, and the checks of bulk admission
+// are not applicable to it).
 func NewStore(c *Conn) spec.Store {
 	s := &Store{c: c}
-	if c.hello.implements(spec.OpCompleteBatch) {
+	batch, bulk := c.hello.implements(spec.OpCompleteBatch), c.hello.implements(spec.OpCreateRuns)
+	switch {
+	case batch && bulk:
+		return batchBulkStore{s}
+	case batch:
 		return batchStore{s}
+	case bulk:
+		return bulkStore{s}
 	}
 	return s
 }
@@ -182,10 +199,49 @@ func (s *Store) Snapshot(ctx context.Context) (spec.Snapshot, error) {
 // Close implements spec.Store: the session ends and the process exits.
 func (s *Store) Close() error { return s.c.Close() }
 
-// CompleteBatch implements spec.BatchCompleter: one request, one outcome
-// per member in its order, each member's error checked as a contract error.
+// CompleteBatch implements spec.BatchCompleter (see completeBatch).
 func (b batchStore) CompleteBatch(ctx context.Context, reqs []spec.CompleteRequest) ([]spec.BatchOutcome, error) {
-	return do(ctx, b.Store, spec.CompleteBatchRequest{Requests: reqs}, func(outs []spec.BatchOutcome) string {
+	return b.completeBatch(ctx, reqs)
+}
+
+// CompleteBatch implements spec.BatchCompleter (see completeBatch).
+func (b batchBulkStore) CompleteBatch(ctx context.Context, reqs []spec.CompleteRequest) ([]spec.BatchOutcome, error) {
+	return b.completeBatch(ctx, reqs)
+}
+
+// CreateRuns implements spec.BatchCreator (see createRuns).
+func (b bulkStore) CreateRuns(ctx context.Context, reqs []spec.CreateRunRequest) ([]spec.CreateOutcome, error) {
+	return b.createRuns(ctx, reqs)
+}
+
+// CreateRuns implements spec.BatchCreator (see createRuns).
+func (b batchBulkStore) CreateRuns(ctx context.Context, reqs []spec.CreateRunRequest) ([]spec.CreateOutcome, error) {
+	return b.createRuns(ctx, reqs)
+}
+
+// createRuns is create_runs: one request, one outcome per member in its
+// order, each member's error checked as a contract error.
+func (s *Store) createRuns(ctx context.Context, reqs []spec.CreateRunRequest) ([]spec.CreateOutcome, error) {
+	return do(ctx, s, spec.CreateRunsRequest{Requests: reqs}, func(outs []spec.CreateOutcome) string {
+		if len(outs) != len(reqs) {
+			return fmt.Sprintf("%d outcomes for %d requests; want one per request, in order", len(outs), len(reqs))
+		}
+		for i, o := range outs {
+			if e, ok := o.Err.(*spec.Error); ok {
+				raw, _ := json.Marshal(e)
+				if _, err := specError(raw); err != nil {
+					return fmt.Sprintf("outcome %d: %v", i, err)
+				}
+			}
+		}
+		return ""
+	})
+}
+
+// completeBatch is complete_batch: one request, one outcome per member in
+// its order, each member's error checked as a contract error.
+func (s *Store) completeBatch(ctx context.Context, reqs []spec.CompleteRequest) ([]spec.BatchOutcome, error) {
+	return do(ctx, s, spec.CompleteBatchRequest{Requests: reqs}, func(outs []spec.BatchOutcome) string {
 		if len(outs) != len(reqs) {
 			return fmt.Sprintf("%d outcomes for %d requests; want one per request, in order", len(outs), len(reqs))
 		}

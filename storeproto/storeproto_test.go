@@ -41,7 +41,7 @@ func TestProtocolScenarios(t *testing.T) { leaseholdtest.Scenarios(t, goSQLite) 
 // the Handle.
 func TestProtocolDeclaresCapabilities(t *testing.T) {
 	got := storetest.Describe(storetest.Declared(t, goSQLite.Factory))
-	if want := "hooks, sql, complete_batch"; got != want {
+	if want := "hooks, sql, complete_batch, create_runs"; got != want {
 		t.Errorf("the served SQLite store offers %q, want %q", got, want)
 	}
 }

@@ -54,7 +54,7 @@ var postgresTests = []string{
 	"TestPurgeWaitsForAnAbortedAdmission", "TestBackendKilledBeforeCommit", "TestCommitAnswerLost", "TestLockWaitCutShort",
 	"TestDeadlockIsUnavailable", "TestCompleteTx", "TestListenDeliversCommittedChanges", "TestChannelNames", "TestDisableNotify",
 	"TestMigrateConcurrentlyAndAgain", "TestMigrateRefusesAnEditedMigration", "TestSchemasAreIsolated", "TestOpenRejectsBadOptions",
-	"TestMigrationMovesRunStateToJobRows", "TestPlansAtDepth", "TestBatchPlansAfterGrowth", "TestSweepStaleSchemas",
+	"TestMigrationMovesRunStateToJobRows", "TestPlansAtDepth", "TestBatchPlansAfterGrowth", "TestBulkAdmissionPlans", "TestSweepStaleSchemas",
 	"TestServerNotReady", "TestOpenWaitsForServer", "TestPurgeRunsWaitsForAReplay", "TestPurgeRunsWaitsForAnAdmission",
 }
 

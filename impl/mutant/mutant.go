@@ -26,12 +26,16 @@ const (
 	// only (a batch completer that forgets the per-member lease): a stale
 	// member completes a newer attempt. Complete alone stays correct.
 	BatchIgnoresGeneration = "batch_ignores_generation"
+	// BulkIgnoresFingerprint replays a bulk admission's member whose key is
+	// bound to another request (a bulk path that forgets the fingerprint
+	// check). CreateRun alone stays correct.
+	BulkIgnoresFingerprint = "bulk_ignores_fingerprint"
 )
 
 // Names lists every mutant, in the order reports list them.
 var Names = []string{
 	CompleteIgnoresGeneration, ClaimIgnoresExpired, BudgetNotAtomic,
-	IdempotencyIgnoresFingerprint, RetryResetsGeneration, BatchIgnoresGeneration,
+	IdempotencyIgnoresFingerprint, RetryResetsGeneration, BatchIgnoresGeneration, BulkIgnoresFingerprint,
 }
 
 // Derive returns a store's own statement with one part replaced, the way

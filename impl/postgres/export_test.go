@@ -12,4 +12,9 @@ var (
 	RetiredSQL     = selectRetiredLeaves
 	LockJobSQL     = lockJob
 	ClockSQL       = clockQuery
+	// Bulk admission's lookups, one primary-key lookup per member.
+	AdmissionRecordsSQL = selectAdmissionRecords
+	TakenRunsSQL        = selectTakenRuns
+	RunsOfSQL           = selectRunsOf
+	ExpiredRecordsSQL   = deleteExpiredRecords
 )

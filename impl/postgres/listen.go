@@ -52,6 +52,9 @@ type notification struct {
 
 const notifyQuery = `SELECT pg_notify(@channel, @payload)`
 
+// notifyEach sends one notification per payload (a bulk admission's runs).
+const notifyEach = `SELECT count(pg_notify(@channel, p)) FROM unnest(@payloads::text[]) AS p`
+
 // notify queues a notification in t's transaction; PostgreSQL delivers it
 // when the transaction commits and drops it if it rolls back. The payload is
 // small (names and an integer), far below the 8000-byte limit.
@@ -59,12 +62,18 @@ func (s *Store) notify(t *txn, kind spec.NotificationKind, tenant, runID string,
 	if !s.notifies {
 		return nil
 	}
-	b, err := json.Marshal(notification{Kind: kind, Tenant: tenant, RunID: runID, Generation: generation})
+	p, err := notificationPayload(kind, tenant, runID, generation)
 	if err != nil {
 		return err
 	}
-	_, err = t.exec(notifyQuery, args{"channel": s.Channel(), "payload": string(b)})
+	_, err = t.exec(notifyQuery, args{"channel": s.Channel(), "payload": p})
 	return err
+}
+
+// notificationPayload is a notification's JSON payload.
+func notificationPayload(kind spec.NotificationKind, tenant, runID string, generation int64) (string, error) {
+	b, err := json.Marshal(notification{Kind: kind, Tenant: tenant, RunID: runID, Generation: generation})
+	return string(b), err
 }
 
 // Listen implements spec.Notifier. It holds one dedicated connection (not

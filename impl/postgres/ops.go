@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sort"
 
 	"github.com/jackc/pgx/v5"
@@ -62,78 +63,6 @@ func (t *txn) lockedNow(tenant, runID string) (int64, error) {
 // idempotency scope.
 func (s *Store) admissionScope(tenant, operation, key string) string {
 	return "leasehold.admit/" + s.schema + "/" + tenant + "/" + operation + "/" + key
-}
-
-// CreateRun implements spec.Store.
-func (s *Store) CreateRun(ctx context.Context, req spec.CreateRunRequest) (res spec.CreateRunResult, err error) {
-	if err := s.precheck(func(now int64) error { _, err := s.cfg.NormalizeCreate(req, now); return err }); err != nil {
-		return res, err
-	}
-	err = s.write(ctx, spec.OpCreateRun, func(t *txn) error {
-		scope := args{"tenant": req.Tenant, "operation": req.Operation, "key": req.IdempotencyKey}
-		if _, err := t.exec(lockAdmission, args{"scope": s.admissionScope(req.Tenant, req.Operation, req.IdempotencyKey)}); err != nil {
-			return err
-		}
-		now, err := t.clock()
-		if err != nil {
-			return err
-		}
-		n, err := s.cfg.NormalizeCreate(req, now)
-		if err != nil {
-			return err
-		}
-		var fingerprint, runID string
-		var expiresAt int64
-		err = t.QueryRow(ctx, selectIdempotency, scope).Scan(&fingerprint, &runID, &expiresAt)
-		switch {
-		case err == nil && expiresAt > now:
-			if fingerprint != n.Fingerprint && !mutant.On(mutant.IdempotencyIgnoresFingerprint) {
-				return spec.Errorf(spec.CodeIdempotencyConflict,
-					"idempotency key #%s of operation %q is bound to a different request (fingerprint %s); use a new key for a new request",
-					spec.ShortHash(n.Key), n.Operation, spec.ShortHash(fingerprint))
-			}
-			run, err := getRun(ctx, t, n.Tenant, runID)
-			res = spec.CreateRunResult{Run: run, Replayed: true}
-			return err
-		case err == nil:
-			// Expired but not yet purged: the key is free again.
-			if _, err := t.exec(deleteIdempotency, scope); err != nil {
-				return err
-			}
-		case !errors.Is(err, pgx.ErrNoRows):
-			return err
-		}
-		a := scope.with(args{"run_id": n.RunID, "payload": n.Payload, "fingerprint": n.Fingerprint, "max_attempts": n.MaxAttempts,
-			"now": now, "deadline_at": n.DeadlineAt, "expires_at": n.ExpiresAt, "replay_of": nil, "replay_depth": 0,
-			"generation": 0, "available_at": n.AvailableAt})
-		run, err := scanRun(t.QueryRow(ctx, insertRun, a))
-		if errors.Is(err, pgx.ErrNoRows) {
-			return spec.Errorf(spec.CodeAlreadyExists, "run %s already exists for tenant %s; propose a new run id", n.RunID, n.Tenant)
-		}
-		if err != nil {
-			return err
-		}
-		if k, err := t.exec(insertIdempotency, a); err != nil || k == 0 {
-			if err == nil {
-				err = fmt.Errorf("postgres: idempotency record for key #%s appeared while its admission lock was held", spec.ShortHash(n.Key))
-			}
-			return err
-		}
-		if _, err := t.exec(insertEvent, a.with(args{"payload": spec.QueuedPayload("", "", 0)})); err != nil {
-			return err
-		}
-		var w outboxWrite
-		w.add(run, 0, n.Outbox)
-		if err := t.writeOutbox(w, now); err != nil {
-			return err
-		}
-		if err := s.notify(t, spec.NotifyRunCreated, n.Tenant, n.RunID, 0); err != nil {
-			return err
-		}
-		res.Run = run
-		return nil
-	})
-	return res, err
 }
 
 // Claim implements spec.Store.
@@ -653,6 +582,8 @@ func (t *txn) lockPurged(tenant string, runIDs []string) error {
 	if err != nil {
 		return err
 	}
+	// The order every bulk admission takes them in (admit): no deadlock.
+	slices.Sort(scopes)
 	for _, scope := range scopes {
 		if _, err := t.exec(lockAdmission, args{"scope": scope}); err != nil {
 			return err
@@ -896,13 +827,18 @@ func (w *outboxWrite) add(run spec.Run, gen int64, msgs []spec.OutgoingMessage) 
 	}
 }
 
+// args are insertOutbox's parameters for w's messages at now.
+func (w outboxWrite) args(now int64) args {
+	return args{"tenants": w.tenants, "run_ids": w.runIDs, "created": w.created,
+		"generations": w.generations, "subjects": w.subjects, "payloads": w.payloads, "now": now}
+}
+
 // writeOutbox inserts w's messages at now, if any.
 func (t *txn) writeOutbox(w outboxWrite, now int64) error {
 	if len(w.tenants) == 0 {
 		return nil
 	}
-	n, err := t.exec(insertOutbox, args{"tenants": w.tenants, "run_ids": w.runIDs, "created": w.created,
-		"generations": w.generations, "subjects": w.subjects, "payloads": w.payloads, "now": now})
+	n, err := t.exec(insertOutbox, w.args(now))
 	if err == nil && n != int64(len(w.tenants)) {
 		err = fmt.Errorf("postgres: wrote %d outbox messages of %d", n, len(w.tenants))
 	}

@@ -99,6 +99,7 @@ type planNode struct {
 	RelationName  string     `json:"Relation Name"`
 	IndexName     string     `json:"Index Name"`
 	ActualRows    float64    `json:"Actual Rows"`
+	ActualLoops   float64    `json:"Actual Loops"`
 	SharedHit     int64      `json:"Shared Hit Blocks"`
 	SharedRead    int64      `json:"Shared Read Blocks"`
 	RowsRemovedBy float64    `json:"Rows Removed by Filter"`
@@ -466,4 +467,97 @@ func TestBatchPlansAfterGrowth(t *testing.T) {
 	if generic == 0 {
 		t.Errorf("the claim never ran a generic (cached) plan; the test no longer covers one")
 	}
+}
+
+// TestBulkAdmissionPlans: bulk admission's lookups read one row per member
+// (a primary-key lookup each) in their generic plan, on tables that were
+// never analyzed — where a join of the members to the tables, ordered from
+// default statistics, read every job of the tenant for each lookup.
+func TestBulkAdmissionPlans(t *testing.T) {
+	ctx := context.Background()
+	dsn, schema := pgtest.Schema(t)
+	s, err := postgres.Open(ctx, dsn, postgres.Options{Config: spec.DefaultConfig(), Schema: schema, MaxConns: 2, DisableNotify: true})
+	if err != nil {
+		t.Fatalf("open: %v", err)
+	}
+	t.Cleanup(func() { s.Close() })
+	const runs = 1000
+	for i := 0; i < runs; i += spec.MaxBatch / 4 {
+		reqs := make([]spec.CreateRunRequest, spec.MaxBatch/4)
+		for j := range reqs {
+			id := fmt.Sprintf("r%04d", i+j)
+			reqs[j] = spec.CreateRunRequest{Tenant: "acme", Operation: "work", IdempotencyKey: "k-" + id, RunID: id, Payload: []byte(`{}`)}
+		}
+		if _, err := s.CreateRuns(ctx, reqs); err != nil {
+			t.Fatal(err)
+		}
+	}
+	conn := pgtest.Conn(t, dsn, schema)
+	tenants, ids, keys := []string{"acme", "acme", "acme"}, []string{"r0007", "r0500", "none"}, []string{"k-r0007", "k-r0500", "k-none"}
+	for _, c := range []struct {
+		name  string
+		query string
+		args  pgx.NamedArgs
+	}{
+		{"records", postgres.AdmissionRecordsSQL, pgx.NamedArgs{"tenants": tenants, "operations": []string{"work", "work", "work"}, "keys": keys}},
+		{"taken run ids", postgres.TakenRunsSQL, pgx.NamedArgs{"tenants": tenants, "run_ids": ids}},
+		{"runs of replays", postgres.RunsOfSQL, pgx.NamedArgs{"tenants": tenants, "run_ids": ids}},
+		{"expired records", postgres.ExpiredRecordsSQL, pgx.NamedArgs{"tenants": tenants, "operations": []string{"work", "work", "work"}, "keys": keys, "now": int64(0)}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			plan := genericAnalyze(t, ctx, conn, c.query, c.args)
+			var text strings.Builder
+			printPlan(&text, plan, 0)
+			plan.walk(func(n planNode) {
+				if n.RelationName != "" && n.ActualRows*n.ActualLoops > float64(len(ids)) {
+					t.Errorf("the generic plan read %v rows of %s (%s) for %d members, want at most one per member:\n%s",
+						n.ActualRows*n.ActualLoops, n.RelationName, n.NodeType, len(ids), text.String())
+				}
+			})
+		})
+	}
+}
+
+// genericAnalyze runs query as a prepared statement with its generic plan,
+// under EXPLAIN ANALYZE, in a transaction it rolls back, and returns the
+// plan with its actual rows.
+func genericAnalyze(t *testing.T, ctx context.Context, conn *pgx.Conn, query string, a pgx.NamedArgs) planNode {
+	t.Helper()
+	sql, list, err := a.RewriteQuery(ctx, conn, query, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lits := make([]string, len(list))
+	for i, v := range list {
+		switch v := v.(type) {
+		case []string:
+			q := make([]string, len(v))
+			for j, s := range v {
+				q[j] = "'" + strings.ReplaceAll(s, "'", "''") + "'"
+			}
+			lits[i] = "ARRAY[" + strings.Join(q, ", ") + "]"
+		default:
+			lits[i] = fmt.Sprint(v)
+		}
+	}
+	tx, err := conn.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback(ctx)
+	for _, q := range []string{"SET LOCAL plan_cache_mode = force_generic_plan", "PREPARE lh_generic_analyze AS " + sql} {
+		if _, err := tx.Exec(ctx, q); err != nil {
+			t.Fatalf("%v\n%s", err, q)
+		}
+	}
+	defer conn.Exec(ctx, "DEALLOCATE lh_generic_analyze") // PREPARE outlives a rollback
+	var raw []byte
+	if err := tx.QueryRow(ctx, "EXPLAIN (ANALYZE, FORMAT JSON) EXECUTE lh_generic_analyze("+strings.Join(lits, ", ")+")").Scan(&raw); err != nil {
+		t.Fatal(err)
+	}
+	var out []explained
+	if err := json.Unmarshal(raw, &out); err != nil || len(out) != 1 {
+		t.Fatalf("EXPLAIN JSON: %v", err)
+	}
+	return out[0].Plan
 }

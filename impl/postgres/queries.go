@@ -325,12 +325,6 @@ const (
 	SELECT ` + runRow + ` FROM r JOIN j ON j.tenant = r.tenant AND j.run_id = r.run_id`
 	insertEvent = `INSERT INTO run_events (tenant, run_id, seq, kind, at, payload)
 		VALUES (@tenant, @run_id, 1, 'run_queued', @now, @payload)`
-	// insertIdempotency cannot conflict while the admission lock is held;
-	// DO NOTHING turns a violation of that reasoning into a typed error
-	// instead of a raw unique violation.
-	insertIdempotency = `INSERT INTO idempotency_keys (tenant, operation, idempotency_key, fingerprint, run_id, created_at, expires_at)
-		VALUES (@tenant, @operation, @key, @fingerprint, @run_id, @now, @expires_at)
-		ON CONFLICT DO NOTHING`
 
 	// renewLease extends the lease, never past the run's deadline.
 	renewLease = `UPDATE jobs SET lease_expires_at = @expires_at, attempt_renewed_at = @now
@@ -504,4 +498,116 @@ const (
 var (
 	listAttempts = `SELECT * FROM (` + attemptRows + `) AS a WHERE tenant = @tenant AND run_id = @run_id ORDER BY generation`
 	snapAttempts = `SELECT * FROM (` + attemptRows + `) AS a ORDER BY tenant, run_id, generation`
+)
+
+// Admission (CreateRun, CreateRuns) in few round trips: the statements
+// before the clock reading go out in one pipelined batch (the lock first:
+// the server runs a batch's statements in order), the writes in a second.
+const (
+	// lockAdmissions is lockAdmission for every scope of a bulk admission,
+	// in the order given (a function scan returns an array's elements in
+	// order, and the aggregate takes each lock as its row arrives). The
+	// caller sorts the scopes: every bulk admission and PurgeRuns take
+	// admission locks in one global order, so none can deadlock another.
+	lockAdmissions = `SELECT count(pg_advisory_xact_lock(hashtextextended(scope, 0)))
+		FROM unnest(@scopes::text[]) AS scope`
+
+	// The bulk reads and the deletion below look rows up one member at a
+	// time: unnest drives a LATERAL subquery that OFFSET 0 keeps from being
+	// pulled up into a join, so each member is one primary-key lookup
+	// whatever the statistics say. A join of the members to the tables
+	// (or of a record to its run and job) was ordered from the statistics:
+	// its cached generic plan read every job of the tenant to find one
+	// (found profiling CreateRun with EXPLAIN on a generic plan).
+
+	// selectAdmissionRecords reads the records of a bulk admission's
+	// scopes.
+	selectAdmissionRecords = `SELECT k.tenant, k.operation, k.idempotency_key, k.fingerprint, k.run_id, k.expires_at
+		FROM unnest(@tenants::text[], @operations::text[], @keys::text[]) AS m(tenant, operation, idempotency_key)
+		CROSS JOIN LATERAL (SELECT * FROM idempotency_keys AS x
+			WHERE x.tenant = m.tenant AND x.operation = m.operation AND x.idempotency_key = m.idempotency_key
+			OFFSET 0) AS k`
+	// selectTakenRuns lists which of a bulk admission's proposed run ids are
+	// taken.
+	selectTakenRuns = `SELECT r.tenant, r.run_id
+		FROM unnest(@tenants::text[], @run_ids::text[]) AS m(tenant, run_id)
+		CROSS JOIN LATERAL (SELECT tenant, run_id FROM runs AS x
+			WHERE x.tenant = m.tenant AND x.run_id = m.run_id OFFSET 0) AS r`
+	// selectRunsOf reads the runs a bulk admission replays.
+	selectRunsOf = `SELECT x.* FROM unnest(@tenants::text[], @run_ids::text[]) AS m(tenant, run_id)
+		CROSS JOIN LATERAL (SELECT ` + runRow + ` FROM ` + runsJoined + `
+			WHERE r.tenant = m.tenant AND r.run_id = m.run_id AND j.tenant = m.tenant AND j.run_id = m.run_id
+			OFFSET 0) AS x`
+
+	// insertAdmission is CreateRun's write, one statement: insertRun's run
+	// and job, the idempotency record and the run_queued event, each of the
+	// run the statement inserted (none when the run id is taken: zero rows
+	// is already_exists, as for insertRun). It returns the run and how many
+	// records it wrote: the record cannot conflict while the admission lock
+	// is held, and DO NOTHING turns a violation of that reasoning into a
+	// count of 0 (a typed error) instead of a raw unique violation.
+	insertAdmission = `WITH r AS (
+		INSERT INTO runs (tenant, run_id, operation, payload, fingerprint, max_attempts, created_at, deadline_at,
+			replay_of, replay_depth)
+		VALUES (@tenant, @run_id, @operation, @payload, @fingerprint, @max_attempts, @now, @deadline_at, NULL, 0)
+		ON CONFLICT DO NOTHING
+		RETURNING *
+	), j AS (
+		INSERT INTO jobs (tenant, run_id, operation, state, available_at, lease_generation, attempts, max_attempts,
+			run_state, run_version, run_last_seq)
+		SELECT tenant, run_id, operation, 'queued', @available_at, 0, 0, max_attempts, 'queued', 1, 1 FROM r
+		RETURNING *
+	), k AS (
+		INSERT INTO idempotency_keys (tenant, operation, idempotency_key, fingerprint, run_id, created_at, expires_at)
+		SELECT tenant, operation, @key, fingerprint, run_id, @now, @expires_at FROM r
+		ON CONFLICT DO NOTHING
+		RETURNING 1
+	), e AS (
+		INSERT INTO run_events (tenant, run_id, seq, kind, at, payload)
+		SELECT tenant, run_id, 1, 'run_queued', @now, @event_payload FROM r
+	)
+	SELECT ` + runRow + `, (SELECT count(*) FROM k) FROM r JOIN j ON j.tenant = r.tenant AND j.run_id = r.run_id`
+
+	// insertAdmissions is a bulk admission's write: every created member's
+	// run, job, idempotency record and run_queued event, each table in one
+	// multi-row insert from the same arrays (the members were decided under
+	// their admission locks, so no record can conflict). A run id taken
+	// meanwhile by a concurrent admission under another key is a unique
+	// violation: the whole batch rolls back (unavailable, nothing written).
+	// It returns how many rows it wrote to each table.
+	insertAdmissions = `WITH m AS (
+		SELECT * FROM unnest(@tenants::text[], @run_ids::text[], @operations::text[], @payloads::text[],
+			@fingerprints::text[], @max_attempts::int[], @deadlines::bigint[], @available::bigint[], @keys::text[],
+			@expires::bigint[], @event_payloads::text[])
+			AS m(tenant, run_id, operation, payload, fingerprint, max_attempts, deadline_at, available_at,
+				idempotency_key, expires_at, event_payload)
+	), r AS (
+		INSERT INTO runs (tenant, run_id, operation, payload, fingerprint, max_attempts, created_at, deadline_at,
+			replay_of, replay_depth)
+		SELECT tenant, run_id, operation, payload, fingerprint, max_attempts, @now, deadline_at, NULL, 0 FROM m
+		RETURNING 1
+	), j AS (
+		INSERT INTO jobs (tenant, run_id, operation, state, available_at, lease_generation, attempts, max_attempts,
+			run_state, run_version, run_last_seq)
+		SELECT tenant, run_id, operation, 'queued', available_at, 0, 0, max_attempts, 'queued', 1, 1 FROM m
+		RETURNING 1
+	), k AS (
+		INSERT INTO idempotency_keys (tenant, operation, idempotency_key, fingerprint, run_id, created_at, expires_at)
+		SELECT tenant, operation, idempotency_key, fingerprint, run_id, @now, expires_at FROM m
+		RETURNING 1
+	), e AS (
+		INSERT INTO run_events (tenant, run_id, seq, kind, at, payload)
+		SELECT tenant, run_id, 1, 'run_queued', @now, event_payload FROM m
+		RETURNING 1
+	)
+	SELECT (SELECT count(*) FROM r), (SELECT count(*) FROM j), (SELECT count(*) FROM k), (SELECT count(*) FROM e)`
+
+	// deleteExpiredRecords deletes the expired records of the scopes a bulk
+	// admission admits again (the guard: expires_at <= now), by ctid (a TID
+	// scan, as purgeIdempotency).
+	deleteExpiredRecords = `DELETE FROM idempotency_keys WHERE ctid = ANY (ARRAY(
+		SELECT k.ctid FROM unnest(@tenants::text[], @operations::text[], @keys::text[]) AS m(tenant, operation, idempotency_key)
+		CROSS JOIN LATERAL (SELECT ctid FROM idempotency_keys AS x
+			WHERE x.tenant = m.tenant AND x.operation = m.operation AND x.idempotency_key = m.idempotency_key
+			AND x.expires_at <= @now OFFSET 0) AS k))`
 )

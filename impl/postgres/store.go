@@ -370,6 +370,11 @@ type txn struct {
 	// locked is the job row lockJob locked and read, before the
 	// transaction wrote it; a refusal is explained from it.
 	locked *lockedRow
+	// marked is set by an operation that ran markCommitQuery itself, in
+	// its last pipelined batch (xid its answer), or that wrote nothing
+	// (xid ""); write then does not run it again.
+	marked bool
+	xid    string
 }
 
 // lockedRow is the job row of one run as lockJob read it under its lock.
@@ -422,9 +427,9 @@ func (s *Store) precheck(check func(now int64) error) error {
 }
 
 // write runs fn as one READ COMMITTED transaction, then marks the transaction
-// for commit resolution, runs the BeforeCommit hook, commits and runs the
-// AfterCommit hook. fn runs once; it must read the clock through t.clock
-// after taking its ordering lock.
+// for commit resolution (unless fn did, see txn.marked), runs the
+// BeforeCommit hook, commits and runs the AfterCommit hook. fn runs once;
+// it must read the clock through t.clock after taking its ordering lock.
 func (s *Store) write(ctx context.Context, op spec.Op, fn func(t *txn) error) error {
 	tx, err := s.pool.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.ReadCommitted})
 	if err != nil {
@@ -435,14 +440,47 @@ func (s *Store) write(ctx context.Context, op spec.Op, fn func(t *txn) error) er
 	if err := fn(t); err != nil {
 		return typed(ctx, err)
 	}
-	xid, err := markCommit(ctx, tx)
-	if err != nil {
+	return s.commit(ctx, op, t)
+}
+
+// writePipelined is write for an operation whose first round trip is a
+// pipelined batch (admission): first queues the batch's statements, which
+// are sent with the transaction's BEGIN ahead of them (pgx.Batch.BeginTx:
+// BEGIN costs no round trip of its own), and fn reads their results from
+// br and closes it before it uses t, then goes on as write's fn.
+func (s *Store) writePipelined(ctx context.Context, op spec.Op, first func(b *pgx.Batch), fn func(t *txn, br pgx.BatchResults) error) error {
+	var b pgx.Batch
+	b.BeginTx(pgx.TxOptions{IsoLevel: pgx.ReadCommitted})
+	first(&b)
+	br := s.pool.SendBatch(ctx, &b)
+	tx := br.Tx()
+	defer rollback(tx)
+	defer br.Close() // before the rollback: the connection is busy until then
+	if _, err := br.Exec(); err != nil {
 		return typed(ctx, err)
+	}
+	t := &txn{Tx: tx, ctx: ctx, s: s}
+	if err := fn(t, br); err != nil {
+		return typed(ctx, err)
+	}
+	return s.commit(ctx, op, t)
+}
+
+// commit is the end of every writing transaction: the commit marker
+// (unless the operation ran it, see txn.marked), the BeforeCommit hook,
+// COMMIT and the AfterCommit hook.
+func (s *Store) commit(ctx context.Context, op spec.Op, t *txn) error {
+	xid := t.xid
+	if !t.marked {
+		var err error
+		if xid, err = markCommit(ctx, t.Tx); err != nil {
+			return typed(ctx, err)
+		}
 	}
 	if err := s.runHook(ctx, op, spec.BeforeCommit); err != nil {
 		return typed(ctx, err)
 	}
-	if err := tx.Commit(ctx); err != nil {
+	if err := t.Commit(ctx); err != nil {
 		return s.commitFailed(ctx, op, xid, err)
 	}
 	if err := s.runHook(ctx, op, spec.AfterCommit); err != nil {

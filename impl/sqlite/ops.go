@@ -46,7 +46,7 @@ func nullable[T comparable](v T) any {
 	return v
 }
 
-func exec(ctx context.Context, tx *sql.Tx, query string, a args) (int64, error) {
+func exec(ctx context.Context, tx dbtx, query string, a args) (int64, error) {
 	res, err := tx.ExecContext(ctx, query, a.list()...)
 	if err != nil {
 		return 0, err
@@ -57,55 +57,67 @@ func exec(ctx context.Context, tx *sql.Tx, query string, a args) (int64, error) 
 // CreateRun implements spec.Store.
 func (s *Store) CreateRun(ctx context.Context, req spec.CreateRunRequest) (res spec.CreateRunResult, err error) {
 	err = s.write(ctx, spec.OpCreateRun, func(tx *sql.Tx, now int64) error {
-		n, err := s.cfg.NormalizeCreate(req, now)
-		if err != nil {
-			return err
-		}
-		scope := args{"tenant": n.Tenant, "operation": n.Operation, "key": n.Key}
-		var fingerprint, runID string
-		var expiresAt int64
-		err = tx.QueryRowContext(ctx, selectIdempotency, scope.list()...).Scan(&fingerprint, &runID, &expiresAt)
-		switch {
-		case err == nil && expiresAt > now:
-			if fingerprint != n.Fingerprint && !mutant.On(mutant.IdempotencyIgnoresFingerprint) {
-				return spec.Errorf(spec.CodeIdempotencyConflict,
-					"idempotency key #%s of operation %q is bound to a different request (fingerprint %s); use a new key for a new request",
-					spec.ShortHash(n.Key), n.Operation, spec.ShortHash(fingerprint))
-			}
-			run, err := getRun(ctx, tx, n.Tenant, runID)
-			res = spec.CreateRunResult{Run: run, Replayed: true}
-			return err
-		case err == nil:
-			// Expired but not yet purged: the key is free again.
-			if _, err := exec(ctx, tx, deleteIdempotency, scope); err != nil {
-				return err
-			}
-		case !errors.Is(err, sql.ErrNoRows):
-			return err
-		}
-		if exists, err := runExists(ctx, tx, n.Tenant, n.RunID); err != nil || exists {
-			if err == nil {
-				err = spec.Errorf(spec.CodeAlreadyExists, "run %s already exists for tenant %s; propose a new run id", n.RunID, n.Tenant)
-			}
-			return err
-		}
-		a := scope.with(args{"run_id": n.RunID, "payload": n.Payload, "fingerprint": n.Fingerprint, "max_attempts": n.MaxAttempts,
-			"now": now, "deadline_at": n.DeadlineAt, "expires_at": n.ExpiresAt, "replay_of": nil, "replay_depth": 0,
-			"seq": 1, "kind": spec.EventRunQueued, "generation": 0, "available_at": n.AvailableAt})
-		for _, q := range []string{insertRun, insertJob, insertIdempotency} {
-			if _, err := exec(ctx, tx, q, a); err != nil {
-				return err
-			}
-		}
-		if _, err := exec(ctx, tx, insertEvent, a.with(args{"payload": spec.QueuedPayload("", "", 0)})); err != nil {
-			return err
-		}
-		if err := writeOutbox(ctx, tx, n.Tenant, n.RunID, now, 0, now, n.Outbox); err != nil {
-			return err
-		}
-		res.Run, err = getRun(ctx, tx, n.Tenant, n.RunID)
+		res, err = s.createIn(ctx, tx, req, now, false)
 		return err
 	})
+	return res, err
+}
+
+// createIn is CreateRun's body inside the caller's transaction. Every
+// contract refusal (a *spec.Error) comes before its first write, so that a
+// bulk admission (bulk) can record it and go on with its next member.
+func (s *Store) createIn(ctx context.Context, tx dbtx, req spec.CreateRunRequest, now int64, bulk bool) (res spec.CreateRunResult, err error) {
+	n, err := s.cfg.NormalizeCreate(req, now)
+	if err != nil {
+		return res, err
+	}
+	scope := args{"tenant": n.Tenant, "operation": n.Operation, "key": n.Key}
+	var fingerprint, runID string
+	var expiresAt int64
+	err = tx.QueryRowContext(ctx, selectIdempotency, scope.list()...).Scan(&fingerprint, &runID, &expiresAt)
+	expired := err == nil && expiresAt <= now
+	switch {
+	case err == nil && !expired:
+		ignore := mutant.On(mutant.IdempotencyIgnoresFingerprint) || bulk && mutant.On(mutant.BulkIgnoresFingerprint)
+		if fingerprint != n.Fingerprint && !ignore {
+			return res, spec.Errorf(spec.CodeIdempotencyConflict,
+				"idempotency key #%s of operation %q is bound to a different request (fingerprint %s); use a new key for a new request",
+				spec.ShortHash(n.Key), n.Operation, spec.ShortHash(fingerprint))
+		}
+		run, err := getRun(ctx, tx, n.Tenant, runID)
+		return spec.CreateRunResult{Run: run, Replayed: true}, err
+	case err != nil && !errors.Is(err, sql.ErrNoRows):
+		return res, err
+	}
+	// The run id check comes before the expired record's deletion: a
+	// refused member of a bulk admission must have written nothing.
+	if exists, err := runExists(ctx, tx, n.Tenant, n.RunID); err != nil || exists {
+		if err == nil {
+			err = spec.Errorf(spec.CodeAlreadyExists, "run %s already exists for tenant %s; propose a new run id", n.RunID, n.Tenant)
+		}
+		return res, err
+	}
+	if expired {
+		// Expired but not yet purged: the key is free again.
+		if _, err := exec(ctx, tx, deleteIdempotency, scope); err != nil {
+			return res, err
+		}
+	}
+	a := scope.with(args{"run_id": n.RunID, "payload": n.Payload, "fingerprint": n.Fingerprint, "max_attempts": n.MaxAttempts,
+		"now": now, "deadline_at": n.DeadlineAt, "expires_at": n.ExpiresAt, "replay_of": nil, "replay_depth": 0,
+		"seq": 1, "kind": spec.EventRunQueued, "generation": 0, "available_at": n.AvailableAt})
+	for _, q := range []string{insertRun, insertJob, insertIdempotency} {
+		if _, err := exec(ctx, tx, q, a); err != nil {
+			return res, err
+		}
+	}
+	if _, err := exec(ctx, tx, insertEvent, a.with(args{"payload": spec.QueuedPayload("", "", 0)})); err != nil {
+		return res, err
+	}
+	if err := writeOutbox(ctx, tx, n.Tenant, n.RunID, now, 0, now, n.Outbox); err != nil {
+		return res, err
+	}
+	res.Run, err = getRun(ctx, tx, n.Tenant, n.RunID)
 	return res, err
 }
 
@@ -743,7 +755,7 @@ func (s *Store) resolveEffect(ctx context.Context, op spec.Op, req spec.RecordEf
 // writeOutbox inserts msgs as the next pending outbox messages of run
 // (tenant, runID), created at runCreatedAt, written at now by generation gen
 // (0: the admission).
-func writeOutbox(ctx context.Context, tx *sql.Tx, tenant, runID string, runCreatedAt, gen, now int64, msgs []spec.OutgoingMessage) error {
+func writeOutbox(ctx context.Context, tx dbtx, tenant, runID string, runCreatedAt, gen, now int64, msgs []spec.OutgoingMessage) error {
 	if len(msgs) == 0 {
 		return nil
 	}

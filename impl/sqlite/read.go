@@ -74,7 +74,7 @@ func notFound(err error, format string, a ...any) error {
 	return err
 }
 
-func getRun(ctx context.Context, tx *sql.Tx, tenant, runID string) (spec.Run, error) {
+func getRun(ctx context.Context, tx dbtx, tenant, runID string) (spec.Run, error) {
 	r, err := scanRun(tx.QueryRowContext(ctx, `SELECT `+runColumns+` FROM runs WHERE tenant = ? AND run_id = ?`, tenant, runID))
 	return r, notFound(err, "run %s not found for tenant %s", runID, tenant)
 }
@@ -90,7 +90,7 @@ func getEffect(ctx context.Context, tx *sql.Tx, tenant, runID, step, key string)
 	return e, notFound(err, "no effect %s/#%s for run %s; reserve it first", step, spec.ShortHash(key), runID)
 }
 
-func runExists(ctx context.Context, tx *sql.Tx, tenant, runID string) (bool, error) {
+func runExists(ctx context.Context, tx dbtx, tenant, runID string) (bool, error) {
 	var one int
 	err := tx.QueryRowContext(ctx, `SELECT 1 FROM runs WHERE tenant = ? AND run_id = ?`, tenant, runID).Scan(&one)
 	if errors.Is(err, sql.ErrNoRows) {

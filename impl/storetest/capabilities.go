@@ -33,11 +33,14 @@ const (
 	// CapNotifications: the store implements spec.Notifier. Found by a
 	// type assertion.
 	CapNotifications Capability = "notifications"
+	// CapCreateRuns: the store implements spec.BatchCreator (the operation
+	// table's create_runs, bulk admission). Found by a type assertion.
+	CapCreateRuns Capability = "create_runs"
 )
 
 // Capabilities lists every capability, in report order.
 func Capabilities() []Capability {
-	return []Capability{CapHooks, CapSQL, CapDatabaseClock, CapCompleteBatch, CapNotifications}
+	return []Capability{CapHooks, CapSQL, CapDatabaseClock, CapCompleteBatch, CapNotifications, CapCreateRuns}
 }
 
 // Caps is what a store declares it offers, for the capabilities that a type
@@ -71,6 +74,9 @@ func (h Handle) Has(c Capability) bool {
 		return ok
 	case CapNotifications:
 		_, ok := h.Store.(spec.Notifier)
+		return ok
+	case CapCreateRuns:
+		_, ok := h.Store.(spec.BatchCreator)
 		return ok
 	}
 	return false

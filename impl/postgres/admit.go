@@ -1,0 +1,498 @@
+package postgres
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"unicode/utf8"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/leasehold/leasehold/impl/mutant"
+	"github.com/leasehold/leasehold/spec"
+)
+
+var _ spec.BatchCreator = (*Store)(nil)
+
+// CreateRun implements spec.Store: admit with one member, its refusal the
+// call's error.
+func (s *Store) CreateRun(ctx context.Context, req spec.CreateRunRequest) (spec.CreateRunResult, error) {
+	if err := s.precheck(func(now int64) error { _, err := s.cfg.NormalizeCreate(req, now); return err }); err != nil {
+		return spec.CreateRunResult{}, err
+	}
+	outs, err := s.admitAll(ctx, spec.OpCreateRun, []spec.CreateRunRequest{req}, false)
+	if err != nil {
+		return spec.CreateRunResult{}, err
+	}
+	return outs[0].Result, nil
+}
+
+// CreateRuns implements spec.BatchCreator: admit with every member, in one
+// READ COMMITTED transaction of three round trips whatever the batch's
+// size.
+func (s *Store) CreateRuns(ctx context.Context, reqs []spec.CreateRunRequest) ([]spec.CreateOutcome, error) {
+	if len(reqs) == 0 {
+		return []spec.CreateOutcome{}, nil
+	}
+	if len(reqs) > spec.MaxBatch {
+		return nil, spec.Errorf(spec.CodeInvalidArgument, "a batch of %d admissions is over the limit of %d", len(reqs), spec.MaxBatch)
+	}
+	return s.admitAll(ctx, spec.OpCreateRuns, reqs, true)
+}
+
+// admitAll runs admit as operation op, its first round trip carrying the
+// transaction's BEGIN (writePipelined). With one member (bulk false) the
+// member's refusal is the operation's error, and rolls it back.
+func (s *Store) admitAll(ctx context.Context, op spec.Op, reqs []spec.CreateRunRequest, bulk bool) (outcomes []spec.CreateOutcome, err error) {
+	p := s.planAdmission(reqs, bulk)
+	err = s.writePipelined(ctx, op, p.queueReads, func(t *txn, br pgx.BatchResults) error {
+		outcomes, err = s.admit(t, br, p, reqs)
+		if err == nil && !bulk {
+			err = outcomes[0].Err
+		}
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	return outcomes, nil
+}
+
+// scopeKey is an idempotency scope.
+type scopeKey struct{ tenant, operation, key string }
+
+// admitted is what an admission found, or decided, for one scope: the
+// record's fingerprint, expiry and run (in the database, or created by
+// member of this batch).
+type admitted struct {
+	fingerprint string
+	expiresAt   int64
+	runID       string
+	member      int // -1: the record was in the database
+}
+
+// admit is the admission of reqs (CreateRun's, or a bulk admission's
+// members in order) inside t, in two pipelined round trips:
+//
+//  1. The admission locks of every member's scope (sorted: one global
+//     order), then the clock, then the records of those scopes with their
+//     runs (and, for a bulk admission, which proposed run ids are taken).
+//     The server runs a batch's statements in order, so the clock is read
+//     after every lock is held, as every admission reads it.
+//  2. Each member is decided in Go, in order, exactly as CreateRun decides
+//     it, from what was read and from the members before it: invalid, a
+//     replay or a conflict of a live record, already_exists, or created
+//     (an expired record of its scope is then deleted). A refused member
+//     writes nothing. The created members are written in one pipelined
+//     batch: the deletions, the rows (one statement), their outbox
+//     messages, their notifications (delivered at commit) and the commit
+//     marker (markCommit).
+//
+// With one member (CreateRun, bulk false) the run's insert is ON CONFLICT
+// DO NOTHING: a run id taken by a concurrent admission under another key
+// is already_exists. A bulk admission checks the run ids it read instead;
+// one taken meanwhile aborts the whole batch (unavailable).
+func (s *Store) admit(t *txn, br pgx.BatchResults, p *admissionPlan, reqs []spec.CreateRunRequest) ([]spec.CreateOutcome, error) {
+	bulk, reach := p.bulk, p.reach
+	outcomes := make([]spec.CreateOutcome, len(reqs))
+	records := map[scopeKey]admitted{}
+	taken := map[jobKey]bool{}
+	now, err := t.readAdmissions(br, p, records, taken)
+	if err != nil {
+		return nil, err
+	}
+	if bulk {
+		// A broken clock must not write, for any member.
+		if err := spec.CheckNow(now); err != nil {
+			return nil, err
+		}
+	}
+
+	var w admissionWrite
+	for i, req := range reqs {
+		n, err := s.cfg.NormalizeCreate(req, now)
+		if err == nil && !reach[i] {
+			err = fmt.Errorf("postgres: admission of a request with names PostgreSQL cannot store passed validation")
+		}
+		if err != nil {
+			if !isSpecError(err) {
+				return nil, err
+			}
+			outcomes[i].Err = err
+			continue
+		}
+		scope := scopeKey{n.Tenant, n.Operation, n.Key}
+		rec, found := records[scope]
+		if found && rec.expiresAt > now {
+			ignore := mutant.On(mutant.IdempotencyIgnoresFingerprint) || bulk && mutant.On(mutant.BulkIgnoresFingerprint)
+			if rec.fingerprint != n.Fingerprint && !ignore {
+				outcomes[i].Err = spec.Errorf(spec.CodeIdempotencyConflict,
+					"idempotency key #%s of operation %q is bound to a different request (fingerprint %s); use a new key for a new request",
+					spec.ShortHash(n.Key), n.Operation, spec.ShortHash(rec.fingerprint))
+				continue
+			}
+			outcomes[i].Result.Replayed = true
+			if rec.member >= 0 {
+				w.replays = append(w.replays, [2]int{i, rec.member})
+			} else {
+				w.stored = append(w.stored, i)
+				w.storedRuns = append(w.storedRuns, jobKey{n.Tenant, rec.runID})
+			}
+			continue
+		}
+		k := jobKey{n.Tenant, n.RunID}
+		if taken[k] {
+			outcomes[i].Err = spec.Errorf(spec.CodeAlreadyExists, "run %s already exists for tenant %s; propose a new run id", n.RunID, n.Tenant)
+			continue
+		}
+		taken[k] = true
+		records[scope] = admitted{fingerprint: n.Fingerprint, expiresAt: n.ExpiresAt, member: i}
+		w.add(i, n, now, found)
+	}
+	if err := t.replayedRuns(w.stored, w.storedRuns, outcomes); err != nil {
+		return nil, err
+	}
+	if len(w.members) == 0 {
+		// Nothing written (an advisory lock assigns no transaction id), so
+		// the commit needs no marker.
+		t.marked = true
+		return outcomes, nil
+	}
+	if err := s.writeAdmissions(t, &w, bulk, now, outcomes); err != nil {
+		return nil, err
+	}
+	for _, r := range w.replays {
+		outcomes[r[0]].Result.Run = outcomes[r[1]].Result.Run
+	}
+	return outcomes, nil
+}
+
+// replayedRuns reads the runs of the members (at index) that replay a
+// record of the database: getRun for one, selectRunsOf for more.
+func (t *txn) replayedRuns(index []int, runs []jobKey, outcomes []spec.CreateOutcome) error {
+	switch len(index) {
+	case 0:
+		return nil
+	case 1:
+		run, err := getRun(t.ctx, t, runs[0].tenant, runs[0].runID)
+		outcomes[index[0]].Result.Run = run
+		return err
+	}
+	tenants, runIDs := make([]string, len(runs)), make([]string, len(runs))
+	for i, k := range runs {
+		tenants[i], runIDs[i] = k.tenant, k.runID
+	}
+	rows, err := t.Query(t.ctx, selectRunsOf, args{"tenants": tenants, "run_ids": runIDs})
+	if err != nil {
+		return err
+	}
+	list, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (spec.Run, error) { return scanRun(row) })
+	if err != nil {
+		return err
+	}
+	byKey := make(map[jobKey]spec.Run, len(list))
+	for _, r := range list {
+		byKey[jobKey{r.Tenant, r.ID}] = r
+	}
+	for n, i := range index {
+		r, ok := byKey[runs[n]]
+		if !ok {
+			return fmt.Errorf("postgres: run %s/%s of a live idempotency record is missing", runs[n].tenant, runs[n].runID)
+		}
+		outcomes[i].Result.Run = r
+	}
+	return nil
+}
+
+// sqlText reports whether every name is text PostgreSQL accepts as a
+// parameter (valid UTF-8 without NUL).
+func sqlText(names ...string) bool {
+	for _, n := range names {
+		if !utf8.ValidString(n) || strings.IndexByte(n, 0) >= 0 {
+			return false
+		}
+	}
+	return true
+}
+
+// admissionPlan is what an admission's first round trip asks for: the
+// members that reach SQL, the scopes whose locks it takes, in order, and
+// the scopes and run ids it looks up.
+type admissionPlan struct {
+	bulk, dbClock                     bool
+	reach                             []bool
+	scopes                            []string
+	tenants, operations, keys, runIDs []string
+}
+
+// planAdmission plans the admission of reqs. Only members whose names are
+// text PostgreSQL accepts reach SQL; the others are refused by
+// NormalizeCreate, whatever the time.
+func (s *Store) planAdmission(reqs []spec.CreateRunRequest, bulk bool) *admissionPlan {
+	p := &admissionPlan{bulk: bulk, dbClock: s.clock == nil, reach: make([]bool, len(reqs))}
+	for i, r := range reqs {
+		if !sqlText(r.Tenant, r.Operation, r.IdempotencyKey, r.RunID) {
+			continue
+		}
+		p.reach[i] = true
+		p.scopes = append(p.scopes, s.admissionScope(r.Tenant, r.Operation, r.IdempotencyKey))
+		p.tenants, p.operations = append(p.tenants, r.Tenant), append(p.operations, r.Operation)
+		p.keys, p.runIDs = append(p.keys, r.IdempotencyKey), append(p.runIDs, r.RunID)
+	}
+	slices.Sort(p.scopes)
+	p.scopes = slices.Compact(p.scopes)
+	return p
+}
+
+// queueReads queues admit's first round trip after the BEGIN: the locks,
+// the clock, the lookups.
+func (p *admissionPlan) queueReads(b *pgx.Batch) {
+	switch {
+	case p.bulk:
+		b.Queue(lockAdmissions, args{"scopes": p.scopes})
+	case len(p.scopes) == 1:
+		b.Queue(lockAdmission, args{"scope": p.scopes[0]})
+	}
+	if p.dbClock {
+		b.Queue(clockQuery)
+	}
+	switch {
+	case p.bulk:
+		b.Queue(selectAdmissionRecords, args{"tenants": p.tenants, "operations": p.operations, "keys": p.keys})
+		b.Queue(selectTakenRuns, args{"tenants": p.tenants, "run_ids": p.runIDs})
+	case len(p.scopes) == 1:
+		b.Queue(selectIdempotency, args{"tenant": p.tenants[0], "operation": p.operations[0], "key": p.keys[0]})
+	}
+}
+
+// readAdmissions reads the results of queueReads from br (and closes it):
+// the records and taken run ids into records and taken. It returns the
+// operation's time.
+func (t *txn) readAdmissions(br pgx.BatchResults, p *admissionPlan, records map[scopeKey]admitted, taken map[jobKey]bool) (int64, error) {
+	defer br.Close()
+	bulk, scopes := p.bulk, p.scopes
+	tenants, operations, keys := p.tenants, p.operations, p.keys
+	if bulk || len(scopes) == 1 {
+		if _, err := br.Exec(); err != nil {
+			return 0, err
+		}
+	}
+	var now int64
+	if p.dbClock {
+		if err := br.QueryRow().Scan(&now); err != nil {
+			return 0, err
+		}
+		t.now, t.timed = now, true
+	}
+	if !bulk && len(scopes) == 0 {
+		// A CreateRun whose names SQL cannot hold: refused at any time.
+		if err := br.Close(); err != nil {
+			return 0, err
+		}
+		return t.clock()
+	}
+	if !p.dbClock {
+		// After the locks (their results came back, so they are held).
+		var err error
+		if now, err = t.clock(); err != nil {
+			return 0, err
+		}
+	}
+	rows, err := br.Query()
+	if err != nil {
+		return 0, err
+	}
+	for rows.Next() {
+		sk := scopeKey{tenants[0], operations[0], keys[0]} // selectIdempotency's one scope
+		rec := admitted{member: -1}
+		dest := []any{&rec.fingerprint, &rec.runID, &rec.expiresAt}
+		if bulk {
+			dest = append([]any{&sk.tenant, &sk.operation, &sk.key}, dest...)
+		}
+		if err := rows.Scan(dest...); err != nil {
+			rows.Close()
+			return 0, err
+		}
+		records[sk] = rec
+	}
+	if err := rows.Err(); err != nil {
+		return 0, err
+	}
+	if bulk {
+		rows, err := br.Query()
+		if err != nil {
+			return 0, err
+		}
+		for rows.Next() {
+			var k jobKey
+			if err := rows.Scan(&k.tenant, &k.runID); err != nil {
+				rows.Close()
+				return 0, err
+			}
+			taken[k] = true
+		}
+		if err := rows.Err(); err != nil {
+			return 0, err
+		}
+	}
+	return now, br.Close()
+}
+
+// admissionWrite is the members an admission creates, as insertAdmissions'
+// arrays, with the expired records it deletes, the members that replay
+// one created earlier in the batch ([replaying member, creating member])
+// and those that replay a stored run (stored, with their runs).
+type admissionWrite struct {
+	members                                                                  []int
+	norm                                                                     []spec.NormalizedCreate
+	tenants, runIDs, operations, payloads, fingerprints, keys, eventPayloads []string
+	maxAttempts                                                              []int32
+	deadlines, available, expires                                            []int64
+	expired                                                                  []scopeKey
+	replays                                                                  [][2]int
+	stored                                                                   []int
+	storedRuns                                                               []jobKey
+}
+
+func (w *admissionWrite) add(i int, n spec.NormalizedCreate, now int64, expired bool) {
+	w.members, w.norm = append(w.members, i), append(w.norm, n)
+	w.tenants, w.runIDs, w.operations = append(w.tenants, n.Tenant), append(w.runIDs, n.RunID), append(w.operations, n.Operation)
+	w.payloads, w.fingerprints, w.keys = append(w.payloads, n.Payload), append(w.fingerprints, n.Fingerprint), append(w.keys, n.Key)
+	w.eventPayloads = append(w.eventPayloads, spec.QueuedPayload("", "", 0))
+	w.maxAttempts = append(w.maxAttempts, int32(n.MaxAttempts))
+	w.deadlines, w.available, w.expires = append(w.deadlines, n.DeadlineAt), append(w.available, n.AvailableAt), append(w.expires, n.ExpiresAt)
+	if expired {
+		w.expired = append(w.expired, scopeKey{n.Tenant, n.Operation, n.Key})
+	}
+}
+
+// createdRun is the run a created member's rows hold (what insertRun
+// returns for it).
+func createdRun(n spec.NormalizedCreate, now int64) spec.Run {
+	return spec.Run{Tenant: n.Tenant, ID: n.RunID, Operation: n.Operation, State: spec.RunQueued, Version: 1, LastSeq: 1,
+		Payload: n.Payload, Fingerprint: n.Fingerprint, MaxAttempts: n.MaxAttempts, CreatedAt: now, DeadlineAt: n.DeadlineAt}
+}
+
+// writeAdmissions is admit's second round trip: w's writes, their outbox
+// messages, notifications and the commit marker, pipelined; it fills in
+// the created members' outcomes.
+func (s *Store) writeAdmissions(t *txn, w *admissionWrite, bulk bool, now int64, outcomes []spec.CreateOutcome) error {
+	ctx := t.ctx
+	var b pgx.Batch
+	if len(w.expired) > 0 {
+		if bulk {
+			ts, os, ks := make([]string, len(w.expired)), make([]string, len(w.expired)), make([]string, len(w.expired))
+			for i, e := range w.expired {
+				ts[i], os[i], ks[i] = e.tenant, e.operation, e.key
+			}
+			b.Queue(deleteExpiredRecords, args{"tenants": ts, "operations": os, "keys": ks, "now": now})
+		} else {
+			e := w.expired[0]
+			b.Queue(deleteIdempotency, args{"tenant": e.tenant, "operation": e.operation, "key": e.key})
+		}
+	}
+	if bulk {
+		b.Queue(insertAdmissions, args{"tenants": w.tenants, "run_ids": w.runIDs, "operations": w.operations,
+			"payloads": w.payloads, "fingerprints": w.fingerprints, "max_attempts": w.maxAttempts, "deadlines": w.deadlines,
+			"available": w.available, "keys": w.keys, "expires": w.expires, "event_payloads": w.eventPayloads, "now": now})
+	} else {
+		n := w.norm[0]
+		b.Queue(insertAdmission, args{"tenant": n.Tenant, "run_id": n.RunID, "operation": n.Operation, "payload": n.Payload,
+			"fingerprint": n.Fingerprint, "max_attempts": n.MaxAttempts, "now": now, "deadline_at": n.DeadlineAt,
+			"available_at": n.AvailableAt, "key": n.Key, "expires_at": n.ExpiresAt, "event_payload": w.eventPayloads[0]})
+	}
+	var ow outboxWrite
+	for _, n := range w.norm {
+		ow.add(createdRun(n, now), 0, n.Outbox)
+	}
+	if len(ow.tenants) > 0 {
+		b.Queue(insertOutbox, ow.args(now))
+	}
+	var notes []string
+	if s.notifies {
+		for _, n := range w.norm {
+			p, err := notificationPayload(spec.NotifyRunCreated, n.Tenant, n.RunID, 0)
+			if err != nil {
+				return err
+			}
+			notes = append(notes, p)
+		}
+		b.Queue(notifyEach, args{"channel": s.Channel(), "payloads": notes})
+	}
+	b.Queue(markCommitQuery)
+
+	br := t.SendBatch(ctx, &b)
+	defer br.Close()
+	if len(w.expired) > 0 {
+		tag, err := br.Exec()
+		if err != nil {
+			return err
+		}
+		if bulk && tag.RowsAffected() != int64(len(w.expired)) {
+			return fmt.Errorf("postgres: deleted %d expired idempotency records of %d, under their admission locks", tag.RowsAffected(), len(w.expired))
+		}
+	}
+	if bulk {
+		var counts [4]int64
+		if err := br.QueryRow().Scan(&counts[0], &counts[1], &counts[2], &counts[3]); err != nil {
+			return err
+		}
+		for _, c := range counts {
+			if c != int64(len(w.members)) {
+				return fmt.Errorf("postgres: a bulk admission of %d runs wrote %v rows (runs, jobs, records, events)", len(w.members), counts)
+			}
+		}
+		for k, i := range w.members {
+			outcomes[i].Result = spec.CreateRunResult{Run: createdRun(w.norm[k], now)}
+		}
+	} else {
+		var records int64
+		run, err := scanRun(suffixed{br.QueryRow(), []any{&records}})
+		if errors.Is(err, pgx.ErrNoRows) {
+			n := w.norm[0]
+			return spec.Errorf(spec.CodeAlreadyExists, "run %s already exists for tenant %s; propose a new run id", n.RunID, n.Tenant)
+		}
+		if err != nil {
+			return err
+		}
+		if records != 1 {
+			return fmt.Errorf("postgres: idempotency record for key #%s appeared while its admission lock was held", spec.ShortHash(w.norm[0].Key))
+		}
+		outcomes[w.members[0]].Result = spec.CreateRunResult{Run: run}
+	}
+	if len(ow.tenants) > 0 {
+		tag, err := br.Exec()
+		if err != nil {
+			return err
+		}
+		if tag.RowsAffected() != int64(len(ow.tenants)) {
+			return fmt.Errorf("postgres: wrote %d outbox messages of %d", tag.RowsAffected(), len(ow.tenants))
+		}
+	}
+	if s.notifies {
+		if _, err := br.Exec(); err != nil {
+			return err
+		}
+	}
+	var xid string
+	var locked bool
+	switch err := br.QueryRow().Scan(&xid, &locked); {
+	case errors.Is(err, pgx.ErrNoRows):
+		return errors.New("postgres: an admission that wrote rows has no transaction id")
+	case err != nil:
+		return err
+	}
+	t.marked, t.xid = true, xid
+	return br.Close()
+}
+
+// suffixed scans a row as scanRun would, then its trailing columns into
+// suffix.
+type suffixed struct {
+	row    scanner
+	suffix []any
+}
+
+func (p suffixed) Scan(dest ...any) error { return p.row.Scan(append(dest, p.suffix...)...) }

@@ -1,0 +1,102 @@
+package postgres_test
+
+import (
+	"context"
+	"fmt"
+	"sync/atomic"
+	"testing"
+
+	"github.com/leasehold/leasehold/impl/postgres"
+	"github.com/leasehold/leasehold/impl/postgres/pgtest"
+	"github.com/leasehold/leasehold/spec"
+)
+
+// benchStore opens a store on a fresh schema with the database clock (as
+// production runs it) and notifications as given.
+func benchStore(b *testing.B, notify bool) *postgres.Store {
+	b.Helper()
+	dsn, schema := pgtest.Schema(b)
+	s, err := postgres.Open(context.Background(), dsn, postgres.Options{Config: spec.DefaultConfig(), Schema: schema,
+		MaxConns: 8, DisableNotify: !notify})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { s.Close() })
+	return s
+}
+
+// admission is the i-th request of a benchmark: a new key and run id.
+func admission(prefix string, i int64) spec.CreateRunRequest {
+	id := fmt.Sprintf("%s-%d", prefix, i)
+	return spec.CreateRunRequest{Tenant: "acme", Operation: "work", IdempotencyKey: id, RunID: id,
+		Payload: []byte(fmt.Sprintf(`{"n":%d}`, i))}
+}
+
+// BenchmarkCreateRun admits one run per call (run, first event, job and
+// idempotency record in one transaction), from one caller and from eight,
+// with and without notifications, and reports runs/s.
+func BenchmarkCreateRun(b *testing.B) {
+	for _, c := range []struct {
+		name    string
+		callers int
+		notify  bool
+	}{{"callers=1", 1, false}, {"callers=8", 8, false}, {"callers=8/notify", 8, true}} {
+		b.Run(c.name, func(b *testing.B) {
+			s := benchStore(b, c.notify)
+			var n atomic.Int64
+			b.SetParallelism(max(1, c.callers/max(1, testingProcs())))
+			b.ResetTimer()
+			b.RunParallel(func(pb *testing.PB) {
+				for pb.Next() {
+					if _, err := s.CreateRun(context.Background(), admission("r", n.Add(1))); err != nil {
+						b.Error(err)
+						return
+					}
+				}
+			})
+			b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "runs/s")
+		})
+	}
+}
+
+// BenchmarkCreateRuns admits batches of 100 and 1000 runs per call from one
+// caller and reports runs/s.
+func BenchmarkCreateRuns(b *testing.B) {
+	for _, size := range []int{100, 1000} {
+		b.Run(fmt.Sprintf("batch=%d", size), func(b *testing.B) {
+			bc, ok := any(benchStore(b, false)).(spec.BatchCreator)
+			if !ok {
+				b.Skip("the store does not implement spec.BatchCreator")
+			}
+			var n int64
+			reqs := make([]spec.CreateRunRequest, size)
+			b.ResetTimer()
+			for range b.N {
+				for i := range reqs {
+					n++
+					reqs[i] = admission("b", n)
+				}
+				outs, err := bc.CreateRuns(context.Background(), reqs)
+				if err != nil {
+					b.Fatal(err)
+				}
+				for _, o := range outs {
+					if o.Err != nil || o.Result.Replayed {
+						b.Fatalf("member: %+v", o)
+					}
+				}
+			}
+			b.ReportMetric(float64(b.N*size)/b.Elapsed().Seconds(), "runs/s")
+		})
+	}
+}
+
+func benchStoreT(t *testing.T) *postgres.Store {
+	dsn, schema := pgtest.Schema(t)
+	s, err := postgres.Open(context.Background(), dsn, postgres.Options{Config: spec.DefaultConfig(), Schema: schema, MaxConns: 8, DisableNotify: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	return s
+}
