@@ -205,6 +205,9 @@ func (s *Store) runHook(ctx context.Context, op spec.Op, p spec.HookPoint) error
 // had been sent: then a failure may have applied (unknown_outcome), unless
 // etcd refused the request before proposing it.
 func typed(ctx context.Context, err error, sent bool) error {
+	if err == nil {
+		return nil
+	}
 	var e *spec.Error
 	if errors.As(err, &e) {
 		return err
