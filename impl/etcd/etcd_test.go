@@ -69,3 +69,19 @@ func store(sharedLocks bool) leaseholdtest.Store {
 
 // TestConformance runs the conformance suite on a three-member cluster.
 func TestConformance(t *testing.T) { leaseholdtest.Conformance(t, store(true)) }
+
+// TestProperty runs rapid's model-vs-store property on the cluster.
+func TestProperty(t *testing.T) { leaseholdtest.Property(t, store(true)) }
+
+// TestLinearizable records concurrent histories with every client on a
+// store of its own (no in-process queue: only the Txns' compares order
+// them) and checks them against the model.
+func TestLinearizable(t *testing.T) { leaseholdtest.Linearizability(t, store(false)) }
+
+// TestScenarios plays the scenario corpus; its barriers hold an operation
+// inside its transaction, which the in-process queue makes others wait for.
+func TestScenarios(t *testing.T) { leaseholdtest.Scenarios(t, store(true)) }
+
+// TestRuntime runs the worker runtime on the cluster, each worker's store
+// on its own.
+func TestRuntime(t *testing.T) { leaseholdtest.Runtime(t, store(false)) }

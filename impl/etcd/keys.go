@@ -29,7 +29,9 @@ func (s *Store) key(family string, parts ...string) string {
 }
 
 // under is the prefix of every key of family whose parts start with parts.
-func (s *Store) under(family string, parts ...string) string { return s.key(family, parts...) + string(sep) }
+func (s *Store) under(family string, parts ...string) string {
+	return s.key(family, parts...) + string(sep)
+}
 
 // end is the first key past every key that starts with p.
 func end(p string) string { return clientv3.GetPrefixRangeEnd(p) }
@@ -72,9 +74,9 @@ type runRecord struct {
 	FinishedAt int64 `json:"finished_at,omitempty"`
 }
 
-func (s *Store) runKey(t, r string) string     { return s.key(famRun, t, r) }
-func (s *Store) jobKey(t, r string) string     { return s.key(famJob, t, r) }
-func (s *Store) leaseKey(t, r string) string   { return s.key(famLease, t, r) }
+func (s *Store) runKey(t, r string) string   { return s.key(famRun, t, r) }
+func (s *Store) jobKey(t, r string) string   { return s.key(famJob, t, r) }
+func (s *Store) leaseKey(t, r string) string { return s.key(famLease, t, r) }
 func (s *Store) eventKey(t, r string, seq int64) string {
 	return s.key(famEvent, t, r, num(seq))
 }
@@ -117,7 +119,9 @@ func (s *Store) indexKey(j spec.Job) string {
 // fence is the lease key's value for a lease: generation and owner. The
 // key's value is fence + the expiry, so the lease guard is two compares on
 // it (leaseGuard).
-func fence(generation int64, owner string) string { return num(generation) + string(sep) + owner + string(sep) }
+func fence(generation int64, owner string) string {
+	return num(generation) + string(sep) + owner + string(sep)
+}
 
 // leaseGuard is the predicate of every write made under a lease (renew,
 // complete, retry, fail, release, the effect ledger's writes), as compares

@@ -10,7 +10,9 @@ import (
 // In-process lock names (lockTable).
 func runLock(t, r string) string      { return "run\x00" + t + "\x00" + r }
 func idemLock(t, op, k string) string { return "idem\x00" + t + "\x00" + op + "\x00" + k }
-func msgLock(k spec.OutboxKey) string { return fmt.Sprintf("msg\x00%s\x00%s\x00%d", k.Tenant, k.RunID, k.Seq) }
+func msgLock(k spec.OutboxKey) string {
+	return fmt.Sprintf("msg\x00%s\x00%s\x00%d", k.Tenant, k.RunID, k.Seq)
+}
 
 // getRunRec reads a run as stored.
 func (w *wtx) getRunRec(t, r string) (runRecord, bool, error) {

@@ -15,6 +15,7 @@ import (
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
 
 	"github.com/leasehold/leasehold/spec"
 )
@@ -106,7 +107,7 @@ func Open(cli *clientv3.Client, prefix string, opts Options) (*Store, error) {
 // Dial connects to the endpoints and opens a store that closes its client
 // on Close.
 func Dial(endpoints []string, prefix string, opts Options) (*Store, error) {
-	cli, err := clientv3.New(clientv3.Config{Endpoints: endpoints, DialTimeout: 5 * time.Second,
+	cli, err := clientv3.New(clientv3.Config{Endpoints: endpoints, DialTimeout: 5 * time.Second, Logger: zap.NewNop(),
 		DialKeepAliveTime: 2 * time.Second, DialKeepAliveTimeout: 2 * time.Second})
 	if err != nil {
 		return nil, &spec.Error{Code: spec.CodeUnavailable, Message: "etcd: cannot connect", Err: err}
@@ -150,7 +151,21 @@ func (s *Store) write(ctx context.Context, op spec.Op, locks []string, fn func(w
 	if err != nil {
 		return typed(ctx, err, false)
 	}
-	defer release()
+	if err := s.commitWrite(ctx, op, fn); err != nil {
+		release()
+		return err
+	}
+	// Committed: a caller held at after_commit (a test's barrier) blocks
+	// no other writer, as once a row lock is released.
+	release()
+	if err := s.runHook(ctx, op, spec.AfterCommit); err != nil {
+		return &spec.Error{Code: spec.CodeUnknownOutcome, Message: fmt.Sprintf("%s committed but its result was lost; read back before acting", op), Err: err}
+	}
+	return nil
+}
+
+// commitWrite makes the attempts of one write until one commits or fails.
+func (s *Store) commitWrite(ctx context.Context, op spec.Op, fn func(w *wtx, now int64) error) error {
 	for attempt := 0; ; attempt++ {
 		w := &wtx{s: s, ctx: ctx, staged: map[string]*staged{}, compared: map[string]bool{}}
 		err := s.attempt(ctx, op, w, fn)
@@ -165,13 +180,7 @@ func (s *Store) write(ctx context.Context, op spec.Op, locks []string, fn func(w
 		if errors.As(err, &ns) {
 			return typed(ctx, ns.err, false)
 		}
-		if err != nil {
-			return typed(ctx, err, true)
-		}
-		if err := s.runHook(ctx, op, spec.AfterCommit); err != nil {
-			return &spec.Error{Code: spec.CodeUnknownOutcome, Message: fmt.Sprintf("%s committed but its result was lost; read back before acting", op), Err: err}
-		}
-		return nil
+		return typed(ctx, err, true)
 	}
 }
 

@@ -21,6 +21,7 @@ import (
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
 )
 
 // memberPkg is the member's package, built with go build.
@@ -164,7 +165,7 @@ func (c *Cluster) startMember(m *Member, state string) error {
 func (c *Cluster) waitReady(m *Member, d time.Duration) error {
 	deadline := time.Now().Add(d)
 	for time.Now().Before(deadline) {
-		cli, err := clientv3.New(clientv3.Config{Endpoints: []string{m.ClientURL}, DialTimeout: time.Second})
+		cli, err := clientv3.New(clientv3.Config{Endpoints: []string{m.ClientURL}, DialTimeout: time.Second, Logger: zap.NewNop()})
 		if err == nil {
 			ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 			_, err = cli.Status(ctx, m.ClientURL)
@@ -194,7 +195,7 @@ func (c *Cluster) WaitHealthy(d time.Duration) error {
 			if !m.Running() {
 				continue
 			}
-			cli, err := clientv3.New(clientv3.Config{Endpoints: []string{m.ClientURL}, DialTimeout: time.Second})
+			cli, err := clientv3.New(clientv3.Config{Endpoints: []string{m.ClientURL}, DialTimeout: time.Second, Logger: zap.NewNop()})
 			if err != nil {
 				last = err
 				break
@@ -240,7 +241,7 @@ func (c *Cluster) Endpoints() []string {
 
 // Client connects to every member.
 func (c *Cluster) Client() (*clientv3.Client, error) {
-	return clientv3.New(clientv3.Config{Endpoints: c.Endpoints(), DialTimeout: 5 * time.Second,
+	return clientv3.New(clientv3.Config{Endpoints: c.Endpoints(), DialTimeout: 5 * time.Second, Logger: zap.NewNop(),
 		DialKeepAliveTime: time.Second, DialKeepAliveTimeout: time.Second})
 }
 
@@ -277,7 +278,7 @@ func (c *Cluster) Leader() int {
 		if !m.Running() {
 			continue
 		}
-		cli, err := clientv3.New(clientv3.Config{Endpoints: []string{m.ClientURL}, DialTimeout: time.Second})
+		cli, err := clientv3.New(clientv3.Config{Endpoints: []string{m.ClientURL}, DialTimeout: time.Second, Logger: zap.NewNop()})
 		if err != nil {
 			continue
 		}
