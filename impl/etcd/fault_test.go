@@ -53,6 +53,19 @@ func (c *conns) cut() {
 // faults counts what the fault test injected.
 type faults struct {
 	kills, leaderKills, restarts, cuts atomic.Int64
+	mu                                 sync.Mutex
+	stores                             []*etcd.Store
+}
+
+// resolutions sums the stores' answers to lost commit replies.
+func (f *faults) resolutions() (applied, fenced, unresolved int64) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for _, s := range f.stores {
+		a, b, c := s.Resolutions()
+		applied, fenced, unresolved = applied+a, fenced+b, unresolved+c
+	}
+	return
 }
 
 // faultyFactory opens stores on cluster c, each with its own client whose
@@ -88,6 +101,9 @@ func faultyFactory(c *etcdtest.Cluster, f *faults, cutOneIn int) leaseholdtest.F
 				t.Fatalf("open etcd store: %v", err)
 			}
 			t.Cleanup(func() { cli.Close() })
+			f.mu.Lock()
+			f.stores = append(f.stores, s)
+			f.mu.Unlock()
 			return s
 		}
 		s := open(t, opts)
@@ -149,6 +165,9 @@ func faultRun(t *testing.T, leader bool, cutOneIn int) {
 	<-done
 	t.Logf("faults: %d members SIGKILLed (%d of them the leader), %d restarted on their data directories, %d connection cuts around a commit",
 		f.kills.Load(), f.leaderKills.Load(), f.restarts.Load(), f.cuts.Load())
+	applied, fenced, unresolved := f.resolutions()
+	t.Logf("commits whose answer was lost: %d found applied, %d fenced (never applied: unavailable), %d unresolved (unknown_outcome)",
+		applied, fenced, unresolved)
 	if f.kills.Load() == 0 || f.restarts.Load() == 0 {
 		t.Errorf("no member was killed and restarted during the run: the fault test tested nothing")
 	}

@@ -59,6 +59,7 @@ const (
 	famPending    = "pend"   // pend/<created_at>/<tenant>/<run>/<seq>: "" (pending messages)
 	famPendingOf  = "pendt"  // pendt/<tenant>/<created_at>/<run>/<seq>: "" (the same, by tenant)
 	famClock      = "clock"  // clock: the cluster clock (ClusterClock)
+	famMarker     = "commit" // commit/<random>: a write's commit marker, on an expiring etcd lease (resolve)
 )
 
 // runRecord is a run as stored: the run, the idempotency record that names

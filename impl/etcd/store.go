@@ -2,6 +2,8 @@ package etcd
 
 import (
 	"context"
+	crand "crypto/rand"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -10,6 +12,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"go.etcd.io/etcd/api/v3/mvccpb"
@@ -67,6 +70,12 @@ type Store struct {
 	log    *slog.Logger
 	locks  *lockTable
 	tries  int
+
+	applied, fenced, unresolved atomic.Int64 // resolve's answers
+
+	mmu      sync.Mutex // guards the commit markers' lease
+	mlease   clientv3.LeaseID
+	mgranted time.Time
 }
 
 var (
@@ -422,14 +431,94 @@ func (w *wtx) commit() error {
 			ops = append(ops, clientv3.OpPut(k, string(st.value)))
 		}
 	}
-	resp, err := w.s.cli.Txn(w.ctx).If(w.cmps...).Then(ops...).Commit()
+	lease, err := w.s.markerLease(w.ctx)
 	if err != nil {
-		return err
+		return notSent{err}
+	}
+	marker := w.s.key(famMarker, randomID())
+	cmps := append(w.cmps, clientv3.Compare(clientv3.CreateRevision(marker), "=", 0))
+	ops = append(ops, clientv3.OpPut(marker, "committed", clientv3.WithLease(lease)))
+	resp, err := w.s.cli.Txn(w.ctx).If(cmps...).Then(ops...).Commit()
+	if err != nil {
+		if refusedBeforeProposal(err) {
+			return notSent{err}
+		}
+		return w.s.resolve(marker, lease, err)
 	}
 	if !resp.Succeeded {
 		return errConflict
 	}
 	return nil
+}
+
+// resolve finds out whether a Txn whose answer was lost applied, by racing
+// a fence against it on its marker key: the fence creates the marker if it
+// is still absent, and the original Txn holds only while it is absent, so
+// raft applies exactly one of them. The fence created it: the Txn never
+// applies (unavailable, nothing written). The marker says committed: it
+// applied (nil). No answer within the window: unknown_outcome.
+func (s *Store) resolve(marker string, lease clientv3.LeaseID, cause error) error {
+	ctx, cancel := context.WithTimeout(context.Background(), resolveWindow)
+	defer cancel()
+	for ctx.Err() == nil {
+		resp, err := s.cli.Txn(ctx).If(clientv3.Compare(clientv3.CreateRevision(marker), "=", 0)).
+			Then(clientv3.OpPut(marker, "fenced", clientv3.WithLease(lease))).Else(clientv3.OpGet(marker)).Commit()
+		if err == nil {
+			if resp.Succeeded {
+				s.fenced.Add(1)
+				return notSent{&spec.Error{Code: spec.CodeUnavailable, Message: "the commit's answer was lost, and a fence proved it did not apply; nothing was written", Err: cause}}
+			}
+			if kvs := resp.Responses[0].GetResponseRange().Kvs; len(kvs) == 1 && string(kvs[0].Value) == "committed" {
+				s.applied.Add(1)
+				return nil
+			}
+			break
+		}
+		if errors.Is(err, rpctypes.ErrLeaseNotFound) {
+			break
+		}
+		select {
+		case <-ctx.Done():
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+	s.unresolved.Add(1)
+	return cause
+}
+
+// Resolutions counts the commits whose answer was lost, by what resolve
+// found: applied, fenced (never applies), or unresolved (unknown_outcome).
+func (s *Store) Resolutions() (applied, fenced, unresolved int64) {
+	return s.applied.Load(), s.fenced.Load(), s.unresolved.Load()
+}
+
+// resolveWindow bounds how long resolve tries its fence.
+const resolveWindow = 10 * time.Second
+
+// markerLease returns the etcd lease the commit markers are written with,
+// granting a new one when the current one is past half its life, so that
+// every marker outlives its resolution and then expires by itself.
+func (s *Store) markerLease(ctx context.Context) (clientv3.LeaseID, error) {
+	s.mmu.Lock()
+	defer s.mmu.Unlock()
+	if s.mlease != 0 && time.Since(s.mgranted) < markerTTL/2 {
+		return s.mlease, nil
+	}
+	resp, err := s.cli.Grant(ctx, int64(markerTTL/time.Second))
+	if err != nil {
+		return 0, err
+	}
+	s.mlease, s.mgranted = resp.ID, time.Now()
+	return s.mlease, nil
+}
+
+// markerTTL is a commit marker's life.
+const markerTTL = 180 * time.Second
+
+func randomID() string {
+	var b [16]byte
+	crand.Read(b[:])
+	return hex.EncodeToString(b[:])
 }
 
 // lockTable is the in-process queue of writers per record: an operation
