@@ -2,6 +2,7 @@ package etcd_test
 
 import (
 	"context"
+	"flag"
 	"fmt"
 	"os"
 	"sync/atomic"
@@ -70,8 +71,16 @@ func store(sharedLocks bool) leaseholdtest.Store {
 // TestConformance runs the conformance suite on a three-member cluster.
 func TestConformance(t *testing.T) { leaseholdtest.Conformance(t, store(true)) }
 
-// TestProperty runs rapid's model-vs-store property on the cluster.
-func TestProperty(t *testing.T) { leaseholdtest.Property(t, store(true)) }
+// TestProperty runs rapid's model-vs-store property on the cluster. Every
+// step is a few quorum round trips, so a round is 30 sequences here unless
+// -rapid.checks (or RAPID_CHECKS) says otherwise; LEASEHOLD_BUDGET adds
+// rounds as for the other stores.
+func TestProperty(t *testing.T) {
+	if fl := flag.Lookup("rapid.checks"); fl != nil && fl.Value.String() == fl.DefValue && os.Getenv("RAPID_CHECKS") == "" {
+		flag.Set("rapid.checks", "30")
+	}
+	leaseholdtest.Property(t, store(true))
+}
 
 // TestLinearizable records concurrent histories with every client on a
 // store of its own (no in-process queue: only the Txns' compares order

@@ -2,6 +2,7 @@ package etcd_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"net"
@@ -52,9 +53,9 @@ func (c *conns) cut() {
 
 // faults counts what the fault test injected.
 type faults struct {
-	kills, leaderKills, restarts, cuts atomic.Int64
-	mu                                 sync.Mutex
-	stores                             []*etcd.Store
+	kills, leaderKills, restarts, cuts, lost, commits atomic.Int64
+	mu                                                sync.Mutex
+	stores                                            []*etcd.Store
 }
 
 // resolutions sums the stores' answers to lost commit replies.
@@ -67,6 +68,9 @@ func (f *faults) resolutions() (applied, fenced, unresolved int64) {
 	}
 	return
 }
+
+// lostEvery: one commit in lostEvery has its answer cut off.
+const lostEvery = 300
 
 // faultyFactory opens stores on cluster c, each with its own client whose
 // connections are cut, now and then, right after the store's before_commit
@@ -89,6 +93,16 @@ func faultyFactory(c *etcdtest.Cluster, f *faults, cutOneIn int) leaseholdtest.F
 					f.cuts.Add(1)
 					delay := time.Duration(rand.IntN(1500)) * time.Microsecond
 					go func() { time.Sleep(delay); cc.cut() }()
+				}
+				// Every lostEvery-th commit loses its answer: a few
+				// unknown outcomes per history, not so many that the
+				// checker's search explodes.
+				if p == spec.AfterCommit && cutOneIn > 0 && f.commits.Add(1)%lostEvery == lostEvery/2 {
+					// The answer of a commit that applied is lost with the
+					// connection: the caller must see unknown_outcome.
+					f.lost.Add(1)
+					cc.cut()
+					return errors.New("the connection was cut after the commit")
 				}
 				if inner == nil {
 					return nil
@@ -163,8 +177,8 @@ func faultRun(t *testing.T, leader bool, cutOneIn int) {
 	leaseholdtest.Linearizability(t, leaseholdtest.Store{Name: "etcd-faults", Factory: faultyFactory(c, f, cutOneIn)})
 	cancel()
 	<-done
-	t.Logf("faults: %d members SIGKILLed (%d of them the leader), %d restarted on their data directories, %d connection cuts around a commit",
-		f.kills.Load(), f.leaderKills.Load(), f.restarts.Load(), f.cuts.Load())
+	t.Logf("faults: %d members SIGKILLed (%d of them the leader), %d restarted on their data directories, %d connection cuts racing a commit, %d after one (answer lost)",
+		f.kills.Load(), f.leaderKills.Load(), f.restarts.Load(), f.cuts.Load(), f.lost.Load())
 	applied, fenced, unresolved := f.resolutions()
 	t.Logf("commits whose answer was lost: %d found applied, %d fenced (never applied: unavailable), %d unresolved (unknown_outcome)",
 		applied, fenced, unresolved)
