@@ -437,6 +437,9 @@ func (w *wtx) commit() error {
 	}
 	marker := w.s.key(famMarker, randomID())
 	cmps := append(w.cmps, clientv3.Compare(clientv3.CreateRevision(marker), "=", 0))
+	if mutant(mutantNoCompares) {
+		cmps = cmps[len(cmps)-1:]
+	}
 	ops = append(ops, clientv3.OpPut(marker, "committed", clientv3.WithLease(lease)))
 	resp, err := w.s.cli.Txn(w.ctx).If(cmps...).Then(ops...).Commit()
 	if err != nil {
@@ -458,6 +461,9 @@ func (w *wtx) commit() error {
 // applies (unavailable, nothing written). The marker says committed: it
 // applied (nil). No answer within the window: unknown_outcome.
 func (s *Store) resolve(marker string, lease clientv3.LeaseID, cause error) error {
+	if mutant(mutantLostAnswerApplied) {
+		return nil
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), resolveWindow)
 	defer cancel()
 	for ctx.Err() == nil {
@@ -491,6 +497,13 @@ func (s *Store) resolve(marker string, lease clientv3.LeaseID, cause error) erro
 func (s *Store) Resolutions() (applied, fenced, unresolved int64) {
 	return s.applied.Load(), s.fenced.Load(), s.unresolved.Load()
 }
+
+// The broken variants (mutant): a commit without the compares of what it
+// read (lost updates), and a lost answer taken for success without a fence.
+const (
+	mutantNoCompares        = "no_compares"
+	mutantLostAnswerApplied = "lost_answer_applied"
+)
 
 // resolveWindow bounds how long resolve tries its fence.
 const resolveWindow = 10 * time.Second
