@@ -70,7 +70,7 @@ func (f *faults) resolutions() (applied, fenced, unresolved int64) {
 }
 
 // lostEvery: one commit in lostEvery has its answer cut off.
-const lostEvery = 300
+const lostEvery = 600
 
 // faultyFactory opens stores on cluster c, each with its own client whose
 // connections are cut, now and then, right after the store's before_commit

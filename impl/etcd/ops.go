@@ -3,6 +3,7 @@ package etcd
 import (
 	"context"
 	"fmt"
+	"math/rand/v2"
 
 	"github.com/leasehold/leasehold/spec"
 )
@@ -120,20 +121,38 @@ func (s *Store) Claim(ctx context.Context, req spec.ClaimRequest) (leases []spec
 			return err
 		}
 		from := s.under(famClaimable, req.Tenant)
-		// Read more than the limit: candidates held in this process are skipped.
-		kvs, err := w.scan(from, s.under(famClaimable, req.Tenant, num(now+1)), int64(2*req.Limit+8))
+		// Read past the limit by what this process's writers hold (they are
+		// skipped) and, after a conflict, by a random number of candidates
+		// others are likely taking: the loser tries other candidates. A
+		// first attempt takes the first eligible jobs, in order.
+		skip := 0
+		if w.attempt > 0 {
+			skip = rand.IntN(w.attempt*req.Limit + 1)
+		}
+		page := int64(2*req.Limit + 8 + skip + s.locks.size())
+		kvs, err := w.scan(from, s.under(famClaimable, req.Tenant, num(now+1)), page)
 		if err != nil {
 			return err
 		}
-		leases = []spec.Lease{}
-		for _, kv := range kvs {
-			if len(leases) == req.Limit {
-				break
-			}
+		if skip >= len(kvs) {
+			skip = 0
+		}
+		var candidates []string
+		for _, kv := range kvs[skip:] {
 			runID := lastPart(string(kv.Key))
-			if !w.tryLock(runLock(req.Tenant, runID)) {
-				continue
+			if len(candidates) < req.Limit && w.tryLock(runLock(req.Tenant, runID)) {
+				candidates = append(candidates, runID)
 			}
+		}
+		keys := make([]string, 0, 2*len(candidates))
+		for _, r := range candidates {
+			keys = append(keys, s.jobKey(req.Tenant, r), s.runKey(req.Tenant, r))
+		}
+		if err := w.prefetch(keys...); err != nil {
+			return err
+		}
+		leases = []spec.Lease{}
+		for _, runID := range candidates {
 			job, ok, err := w.getJob(req.Tenant, runID)
 			if err != nil {
 				return err
@@ -210,6 +229,12 @@ func leaseOf(j spec.Job, r spec.Run) spec.Lease {
 // the guard's compares added to the commit (with the job's, as for every
 // key read).
 func (w *wtx) guarded(op spec.Op, ref spec.LeaseRef, now int64) (spec.Job, error) {
+	// What a guarded write reads, in one round trip: the job, its run and
+	// the lease's attempt.
+	if err := w.prefetch(w.s.jobKey(ref.Tenant, ref.RunID), w.s.runKey(ref.Tenant, ref.RunID),
+		w.s.attemptKey(ref.Tenant, ref.RunID, ref.Generation)); err != nil {
+		return spec.Job{}, err
+	}
 	job, ok, err := w.getJob(ref.Tenant, ref.RunID)
 	if err != nil {
 		return job, err

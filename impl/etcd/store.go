@@ -176,7 +176,7 @@ func (s *Store) write(ctx context.Context, op spec.Op, locks []string, fn func(w
 // commitWrite makes the attempts of one write until one commits or fails.
 func (s *Store) commitWrite(ctx context.Context, op spec.Op, fn func(w *wtx, now int64) error) error {
 	for attempt := 0; ; attempt++ {
-		w := &wtx{s: s, ctx: ctx, staged: map[string]*staged{}, compared: map[string]bool{}}
+		w := &wtx{s: s, ctx: ctx, staged: map[string]*staged{}, compared: map[string]bool{}, attempt: attempt}
 		err := s.attempt(ctx, op, w, fn)
 		if errors.Is(err, errConflict) {
 			if attempt+1 >= s.tries {
@@ -269,8 +269,10 @@ type wtx struct {
 	order    []string
 	compared map[string]bool
 	cmps     []clientv3.Cmp
-	tried    []string // locks taken by tryLock during this attempt
-	ranges   []string // prefixes staged for deletion
+	tried    []string                    // locks taken by tryLock during this attempt
+	ranges   []string                    // prefixes staged for deletion
+	cache    map[string]*mvccpb.KeyValue // prefetched at rev (nil: absent)
+	attempt  int                         // the operation's attempt, from 0
 }
 
 type staged struct {
@@ -312,22 +314,64 @@ func (w *wtx) raw(key string) ([]byte, bool, error) {
 		}
 		return st.value, true, nil
 	}
-	resp, err := w.s.cli.Get(w.ctx, key, w.opts()...)
-	if err != nil {
-		return nil, false, err
-	}
-	if w.rev == 0 {
-		w.rev = resp.Header.Revision
-	}
-	var kv *mvccpb.KeyValue
-	if len(resp.Kvs) > 0 {
-		kv = resp.Kvs[0]
+	kv, cached := w.cache[key]
+	if !cached {
+		resp, err := w.s.cli.Get(w.ctx, key, w.opts()...)
+		if err != nil {
+			return nil, false, err
+		}
+		if w.rev == 0 {
+			w.rev = resp.Header.Revision
+		}
+		if len(resp.Kvs) > 0 {
+			kv = resp.Kvs[0]
+		}
 	}
 	w.compare(key, kv)
 	if kv == nil {
 		return nil, false, nil
 	}
 	return kv.Value, true, nil
+}
+
+// prefetch reads keys in one round trip (a read-only Txn at the attempt's
+// revision) for the raw reads that follow; a key is compared only once it
+// is read.
+func (w *wtx) prefetch(keys ...string) error {
+	var want []string
+	for _, k := range keys {
+		if _, staged := w.staged[k]; staged {
+			continue
+		}
+		if _, cached := w.cache[k]; !cached {
+			want = append(want, k)
+		}
+	}
+	if len(want) == 0 {
+		return nil
+	}
+	ops := make([]clientv3.Op, len(want))
+	for i, k := range want {
+		ops[i] = clientv3.OpGet(k, w.opts()...)
+	}
+	resp, err := w.s.cli.Txn(w.ctx).Then(ops...).Commit()
+	if err != nil {
+		return err
+	}
+	if w.rev == 0 {
+		w.rev = resp.Header.Revision
+	}
+	if w.cache == nil {
+		w.cache = map[string]*mvccpb.KeyValue{}
+	}
+	for i, k := range want {
+		var kv *mvccpb.KeyValue
+		if kvs := resp.Responses[i].GetResponseRange().Kvs; len(kvs) > 0 {
+			kv = kvs[0]
+		}
+		w.cache[k] = kv
+	}
+	return nil
 }
 
 // compare adds the compare that holds while key is as read.
@@ -598,6 +642,13 @@ func (l *lockTable) lock(ctx context.Context, keys []string) (func(), error) {
 		}
 	}
 	return release, nil
+}
+
+// size is how many locks are held now.
+func (l *lockTable) size() int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return len(l.held)
 }
 
 func (l *lockTable) tryLock(k string) bool {
