@@ -110,6 +110,9 @@ type Options struct {
 	// directory, removed afterwards). SkipSQLite leaves SQLite out.
 	SQLiteDir  string
 	SkipSQLite bool
+	// Etcd adds the etcd store, on a one-member and a three-member cluster
+	// the benchmark starts (bench/etcd.go).
+	Etcd bool
 	// ProfileDir, when set, receives a CPU profile (pprof) of the benchmark
 	// program during each leasehold drain: profile-<variant>.pprof.
 	ProfileDir string
@@ -272,6 +275,14 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 		if err := runSQLite(ctx, o, r, logf); err != nil {
 			return nil, fmt.Errorf("sqlite: %w", err)
 		}
+	}
+	if o.Etcd {
+		ins, ds, err := runEtcd(ctx, o, logf)
+		if err != nil {
+			return nil, fmt.Errorf("etcd: %w", err)
+		}
+		r.Inserts = append(r.Inserts, ins...)
+		r.Drains = append(r.Drains, ds...)
 	}
 	r.LoadAfter = loadAverage()
 	r.ElapsedSec = time.Since(start).Seconds()

@@ -59,6 +59,7 @@ func NewCommandLine(defaultReports string) *CommandLine {
 	fs.IntVar(&o.DepthSamples, "samples", 0, "timed claims per depth phase (default: quick 300, full 2000)")
 	fs.StringVar(&o.ProfileDir, "profile", "", "write a CPU profile of each leasehold drain to this directory")
 	fs.BoolVar(&o.SkipSQLite, "no-sqlite", false, "leave the SQLite store out")
+	fs.BoolVar(&o.Etcd, "etcd", false, "add the etcd store (one-member and three-member clusters it starts)")
 	fs.StringVar(&c.variants, "variants", "", "only these PostgreSQL drains (comma-separated keys: single,single_batchcomplete,batch,batch_batchcomplete)")
 	fs.BoolVar(&o.SkipDepth, "no-depth", false, "leave the depth measurement out")
 	fs.BoolVar(&c.NoPeer, "no-peer", false, "leave River out, on both stores (its ratios stay empty)")

@@ -99,7 +99,7 @@ func TestVerifyCoversStoreTests(t *testing.T) {
 				t.Errorf("verify runs %s in %s, which has no such test", name, pkg)
 			}
 		}
-		if !slices.Contains([]string{"./impl/postgres", "./impl/sqlite", "./doctor", "./invariant"}, pkg) {
+		if !slices.Contains([]string{"./impl/postgres", "./impl/sqlite", "./impl/etcd", "./doctor", "./invariant"}, pkg) {
 			continue
 		}
 		for _, name := range have {

@@ -32,7 +32,7 @@ import (
 // can never silently run nothing.
 type check struct {
 	Name    string
-	Store   string // "sqlite", "postgres", "sqlite+postgres", "store-cmd", or "any" for store-independent checks
+	Store   string // "sqlite", "postgres", "etcd", "sqlite+postgres", "store-cmd", or "any" for store-independent checks
 	Package string
 	Tests   []string
 	Tags    string
@@ -69,6 +69,10 @@ var runtimeFaultTests = []string{
 	"TestPostgresRestartMidRun", "TestListenerResyncsAfterRestart", "TestShutdownUnderLoad",
 }
 
+// etcdTests are the etcd store's tests: the porting kit's checks and the
+// fault run. TestVerifyCoversStoreTests holds the list to the package's tests.
+var etcdTests = []string{"TestConformance", "TestProperty", "TestLinearizable", "TestScenarios", "TestRuntime", "TestLinearizableUnderFaults", "TestClusterClock"}
+
 var checks = []check{
 	{Name: "conformance", Store: "sqlite", Package: "./impl/sqlite", Tests: []string{"TestConformance", "TestClaimPlanUsesIndex"}, Share: 0.03},
 	{Name: "conformance", Store: "postgres", Package: "./impl/postgres", Tests: []string{"TestConformance"}, NeedsPG: true, Share: 0.05},
@@ -84,6 +88,11 @@ var checks = []check{
 	{Name: "scenarios", Store: "sqlite", Package: "./scenarios", Tests: []string{"TestScenariosSQLite"}, Share: 0.02},
 	{Name: "scenarios", Store: "postgres", Package: "./scenarios", Tests: []string{"TestScenariosPostgres"}, NeedsPG: true, Share: 0.02},
 	{Name: "runtime-faults", Store: "sqlite+postgres", Package: "./worker", Tests: runtimeFaultTests, NeedsPG: true, Share: 0.06},
+	// The etcd store's whole suite on a three-member cluster its tests
+	// start (members as child processes), with members SIGKILLed and
+	// restarted, the leader killed and connections cut during a
+	// linearizability run. The minimal runs already take most of its share.
+	{Name: "etcd", Store: "etcd", Package: "./impl/etcd", Tests: etcdTests, Share: 0.04},
 	{Name: "invariant-checker", Store: "any", Package: "./invariant", Tests: []string{"TestHealthySnapshot", "TestEachInvariantCatchesItsBreak"}, Share: 0.01},
 	{Name: "doctor", Store: "sqlite", Package: "./doctor", Tests: []string{"TestDoctorSQLite"}, Share: 0.01},
 	{Name: "doctor", Store: "postgres", Package: "./doctor", Tests: []string{"TestDoctorPostgres"}, NeedsPG: true, Share: 0.01},
@@ -197,7 +206,7 @@ type verifyOptions struct {
 var verifyCommand = &command{
 	name:    "verify",
 	summary: "run every check (conformance, model exploration, property, linearizability, scenarios, mutants): the main job",
-	usage:   "verify [--store all|sqlite|postgres | --store-cmd CMD] [--budget D] [--only CHECK,...] [--reports DIR] [--keep-histories]",
+	usage:   "verify [--store all|sqlite|postgres|etcd | --store-cmd CMD] [--budget D] [--only CHECK,...] [--reports DIR] [--keep-histories]",
 	help: `Runs every check on the selected stores and writes verify.json and verify.md. The verdict is
 PASS only when every selected check ran completely and passed; a check that was skipped (its
 database missing) or skipped some of its tests makes the run INCOMPLETE, never PASS; any failure
@@ -214,7 +223,7 @@ an explicit --reports reports (make evidence) rewrites. The exit status is 0 for
 		budget := fs.Duration("budget", 5*time.Minute, "total time budget, shared among the checks (deeper runs: 30m)")
 		reports := fs.String("reports", filepath.Join("reports", "latest"), "directory for verify.json, verify.md and failing histories")
 		only := fs.String("only", "", "run only these checks, comma-separated: a name (rapid) or name/store (rapid/sqlite); see the report for the names")
-		store := fs.String("store", "all", "the stores to verify: all, sqlite or postgres")
+		store := fs.String("store", "all", "the stores to verify: all, sqlite, postgres or etcd")
 		storeCmd := fs.String("store-cmd", "", "check this store command (run with sh -c from here) through the store protocol "+
 			"(docs/PROTOCOL.md) instead of leasehold's own stores")
 		keep := fs.Bool("keep-histories", false, "keep every linearizability history under REPORTS/lin/, the passing ones too")
@@ -258,11 +267,11 @@ an explicit --reports reports (make evidence) rewrites. The exit status is 0 for
 func parseStores(s string) ([]string, error) {
 	switch s {
 	case "all":
-		return []string{"sqlite", "postgres"}, nil
-	case "sqlite", "postgres":
+		return []string{"sqlite", "postgres", "etcd"}, nil
+	case "sqlite", "postgres", "etcd":
 		return []string{s}, nil
 	}
-	return nil, usagef("--store %q: want all, sqlite or postgres", s)
+	return nil, usagef("--store %q: want all, sqlite, postgres or etcd", s)
 }
 
 // checksFor is the check list of the stores: a store command's own, or
