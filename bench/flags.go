@@ -59,7 +59,7 @@ func NewCommandLine(defaultReports string) *CommandLine {
 	fs.IntVar(&o.DepthSamples, "samples", 0, "timed claims per depth phase (default: quick 300, full 2000)")
 	fs.StringVar(&o.ProfileDir, "profile", "", "write a CPU profile of each leasehold drain to this directory")
 	fs.BoolVar(&o.SkipSQLite, "no-sqlite", false, "leave the SQLite store out")
-	fs.BoolVar(&o.Etcd, "etcd", false, "add the etcd store (one-member and three-member clusters it starts)")
+	fs.BoolVar(&o.Etcd, "etcd", false, "the etcd store (one-member and three-member clusters it starts); default: on in full mode, off in quick mode")
 	fs.StringVar(&c.variants, "variants", "", "only these PostgreSQL drains (comma-separated keys: single,single_batchcomplete,batch,batch_batchcomplete)")
 	fs.BoolVar(&o.SkipDepth, "no-depth", false, "leave the depth measurement out")
 	fs.BoolVar(&c.NoPeer, "no-peer", false, "leave River out, on both stores (its ratios stay empty)")
@@ -76,6 +76,11 @@ func (c *CommandLine) Parse(args []string) error {
 	}
 	if c.Flags.NArg() > 0 {
 		return fmt.Errorf("unexpected arguments %q (the benchmark takes flags only)", c.Flags.Args())
+	}
+	etcdSet := false
+	c.Flags.Visit(func(f *flag.Flag) { etcdSet = etcdSet || f.Name == "etcd" })
+	if !etcdSet {
+		c.Options.Etcd = !c.Options.Quick
 	}
 	if c.Options.Rounds != 0 && c.Options.Rounds < 3 {
 		return fmt.Errorf("--rounds %d: a ratio needs at least 3 rounds to show its spread", c.Options.Rounds)

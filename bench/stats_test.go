@@ -334,3 +334,25 @@ func TestHTML(t *testing.T) {
 		t.Errorf("the goals table lacks a met or a not-measured row")
 	}
 }
+
+// TestEtcdDefault: the full run measures the etcd store unless told not to;
+// the quick run leaves it out unless asked (it would pass three minutes).
+func TestEtcdDefault(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		want bool
+	}{
+		{nil, true},
+		{[]string{"--quick"}, false},
+		{[]string{"--quick", "--etcd"}, true},
+		{[]string{"--etcd=false"}, false},
+	} {
+		c := NewCommandLine("reports/latest")
+		if err := c.Parse(tc.args); err != nil {
+			t.Fatalf("Parse(%q): %v", tc.args, err)
+		}
+		if c.Options.Etcd != tc.want {
+			t.Errorf("Parse(%q): Etcd = %v, want %v", tc.args, c.Options.Etcd, tc.want)
+		}
+	}
+}
