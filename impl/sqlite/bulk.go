@@ -2,7 +2,6 @@ package sqlite
 
 import (
 	"context"
-	"database/sql"
 	"errors"
 
 	"github.com/leasehold/leasehold/spec"
@@ -24,7 +23,7 @@ func (s *Store) CreateRuns(ctx context.Context, reqs []spec.CreateRunRequest) (o
 	if len(reqs) > spec.MaxBatch {
 		return nil, spec.Errorf(spec.CodeInvalidArgument, "a batch of %d admissions is over the limit of %d", len(reqs), spec.MaxBatch)
 	}
-	err = s.write(ctx, spec.OpCreateRuns, func(tx *sql.Tx, now int64) error {
+	err = s.write(ctx, spec.OpCreateRuns, func(tx *txn, now int64) error {
 		// A broken clock must not write, for any member.
 		if err := spec.CheckNow(now); err != nil {
 			return err
