@@ -74,7 +74,7 @@ var runtimeFaultTests = []string{
 var etcdTests = []string{"TestConformance", "TestProperty", "TestLinearizable", "TestScenarios", "TestRuntime", "TestLinearizableUnderFaults", "TestClusterClock"}
 
 var checks = []check{
-	{Name: "conformance", Store: "sqlite", Package: "./impl/sqlite", Tests: []string{"TestConformance", "TestClaimPlanUsesIndex"}, Share: 0.03},
+	{Name: "conformance", Store: "sqlite", Package: "./impl/sqlite", Tests: []string{"TestConformance", "TestClaimPlanUsesIndex", "TestStatementCacheOneConnection"}, Share: 0.03},
 	{Name: "conformance", Store: "postgres", Package: "./impl/postgres", Tests: []string{"TestConformance"}, NeedsPG: true, Share: 0.05},
 	{Name: "postgres-store", Store: "postgres", Package: "./impl/postgres", Tests: postgresTests, NeedsPG: true, Share: 0.06},
 	{Name: "fuzz", Store: "any", Package: "./spec", Fuzz: []string{"FuzzCanonicalize", "FuzzNormalizeCreate", "FuzzLeaseChecks"}, Share: 0.06},

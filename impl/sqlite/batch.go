@@ -2,7 +2,6 @@ package sqlite
 
 import (
 	"context"
-	"database/sql"
 	"errors"
 
 	"github.com/leasehold/leasehold/spec"
@@ -24,7 +23,7 @@ func (s *Store) CompleteBatch(ctx context.Context, reqs []spec.CompleteRequest) 
 	if len(reqs) > spec.MaxBatch {
 		return nil, spec.Errorf(spec.CodeInvalidArgument, "a batch of %d completions is over the limit of %d", len(reqs), spec.MaxBatch)
 	}
-	err = s.write(ctx, spec.OpCompleteBatch, func(tx *sql.Tx, now int64) error {
+	err = s.write(ctx, spec.OpCompleteBatch, func(tx *txn, now int64) error {
 		// A broken clock must not write, for any member.
 		if err := spec.CheckNow(now); err != nil {
 			return err
@@ -54,7 +53,7 @@ func (s *Store) CompleteBatch(ctx context.Context, reqs []spec.CompleteRequest) 
 // completeIn is Complete's body inside the caller's transaction: the
 // guarded transition, then its outbox messages. batch says which operation
 // it is part of (the mutants differ).
-func (s *Store) completeIn(ctx context.Context, tx *sql.Tx, req spec.CompleteRequest, now int64, batch bool) (spec.Run, error) {
+func (s *Store) completeIn(ctx context.Context, tx *txn, req spec.CompleteRequest, now int64, batch bool) (spec.Run, error) {
 	result, err := s.cfg.CheckComplete(req, now)
 	if err != nil {
 		return spec.Run{}, err

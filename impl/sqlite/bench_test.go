@@ -83,3 +83,32 @@ func BenchmarkCreateRuns(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkDrain claims one job and completes it per iteration (two
+// transactions) from one caller, on a queue filled beforehand, and reports
+// jobs/s.
+func BenchmarkDrain(b *testing.B) {
+	s := benchStore(b)
+	ctx := context.Background()
+	reqs := make([]spec.CreateRunRequest, 0, spec.MaxBatch)
+	for i := int64(0); i < int64(b.N); i++ {
+		reqs = append(reqs, admission("d", i))
+		if len(reqs) == cap(reqs) || i == int64(b.N)-1 {
+			if _, err := s.CreateRuns(ctx, reqs); err != nil {
+				b.Fatal(err)
+			}
+			reqs = reqs[:0]
+		}
+	}
+	b.ResetTimer()
+	for range b.N {
+		leases, err := s.Claim(ctx, spec.ClaimRequest{Tenant: "acme", Worker: "w", LeaseMs: 60_000, Limit: 1})
+		if err != nil || len(leases) != 1 {
+			b.Fatalf("claim: %d leases, %v", len(leases), err)
+		}
+		if _, err := s.Complete(ctx, spec.CompleteRequest{Lease: leases[0].Ref(), Result: []byte(`{"ok":true}`)}); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "jobs/s")
+}

@@ -2,7 +2,6 @@ package sqlite
 
 import (
 	"context"
-	"database/sql"
 	"strings"
 
 	"github.com/leasehold/leasehold/spec"
@@ -16,7 +15,7 @@ import (
 // Claim.
 func (s *Store) ExplainClaim(ctx context.Context, req spec.ClaimRequest) (string, error) {
 	var plan []string
-	err := s.read(ctx, func(tx *sql.Tx) error {
+	err := s.read(ctx, func(tx *txn) error {
 		now := s.clock.Now()
 		expiresAt, err := s.cfg.CheckClaim(req, now)
 		if err != nil {

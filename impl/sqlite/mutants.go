@@ -2,7 +2,6 @@ package sqlite
 
 import (
 	"context"
-	"database/sql"
 
 	"github.com/leasehold/leasehold/impl/mutant"
 
@@ -24,7 +23,7 @@ var (
 )
 
 // mutantFinishJobOnly is the first half of a non-atomic terminalization.
-func (s *Store) mutantFinishJobOnly(ctx context.Context, tx *sql.Tx, ref spec.LeaseRef, now int64, t terminal) error {
+func (s *Store) mutantFinishJobOnly(ctx context.Context, tx *txn, ref spec.LeaseRef, now int64, t terminal) error {
 	_, err := exec(ctx, tx, finishJob, leaseArgs(ref, now).with(args{"state": t.job, "error_code": t.errorCode}))
 	return err
 }

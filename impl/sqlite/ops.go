@@ -46,7 +46,7 @@ func nullable[T comparable](v T) any {
 	return v
 }
 
-func exec(ctx context.Context, tx dbtx, query string, a args) (int64, error) {
+func exec(ctx context.Context, tx *txn, query string, a args) (int64, error) {
 	res, err := tx.ExecContext(ctx, query, a.list()...)
 	if err != nil {
 		return 0, err
@@ -56,7 +56,7 @@ func exec(ctx context.Context, tx dbtx, query string, a args) (int64, error) {
 
 // CreateRun implements spec.Store.
 func (s *Store) CreateRun(ctx context.Context, req spec.CreateRunRequest) (res spec.CreateRunResult, err error) {
-	err = s.write(ctx, spec.OpCreateRun, func(tx *sql.Tx, now int64) error {
+	err = s.write(ctx, spec.OpCreateRun, func(tx *txn, now int64) error {
 		res, err = s.createIn(ctx, tx, req, now, false)
 		return err
 	})
@@ -66,7 +66,7 @@ func (s *Store) CreateRun(ctx context.Context, req spec.CreateRunRequest) (res s
 // createIn is CreateRun's body inside the caller's transaction. Every
 // contract refusal (a *spec.Error) comes before its first write, so that a
 // bulk admission (bulk) can record it and go on with its next member.
-func (s *Store) createIn(ctx context.Context, tx dbtx, req spec.CreateRunRequest, now int64, bulk bool) (res spec.CreateRunResult, err error) {
+func (s *Store) createIn(ctx context.Context, tx *txn, req spec.CreateRunRequest, now int64, bulk bool) (res spec.CreateRunResult, err error) {
 	n, err := s.cfg.NormalizeCreate(req, now)
 	if err != nil {
 		return res, err
@@ -123,7 +123,7 @@ func (s *Store) createIn(ctx context.Context, tx dbtx, req spec.CreateRunRequest
 
 // Claim implements spec.Store.
 func (s *Store) Claim(ctx context.Context, req spec.ClaimRequest) (leases []spec.Lease, err error) {
-	err = s.write(ctx, spec.OpClaim, func(tx *sql.Tx, now int64) error {
+	err = s.write(ctx, spec.OpClaim, func(tx *txn, now int64) error {
 		expiresAt, err := s.cfg.CheckClaim(req, now)
 		if err != nil {
 			return err
@@ -182,7 +182,7 @@ func (s *Store) Claim(ctx context.Context, req spec.ClaimRequest) (leases []spec
 }
 
 // leaseOf reads the lease a job holds now, with its run's payload and deadline.
-func leaseOf(ctx context.Context, tx *sql.Tx, tenant, runID string) (spec.Lease, error) {
+func leaseOf(ctx context.Context, tx *txn, tenant, runID string) (spec.Lease, error) {
 	job, err := getJob(ctx, tx, tenant, runID)
 	if err != nil {
 		return spec.Lease{}, err
@@ -198,7 +198,7 @@ func leaseOf(ctx context.Context, tx *sql.Tx, tenant, runID string) (spec.Lease,
 
 // leaseProblem reads the job as it is now and says why the lease guard
 // would not match it: a *spec.Error, or nil when the lease is current.
-func (s *Store) leaseProblem(ctx context.Context, tx *sql.Tx, op spec.Op, ref spec.LeaseRef, now int64) error {
+func (s *Store) leaseProblem(ctx context.Context, tx *txn, op spec.Op, ref spec.LeaseRef, now int64) error {
 	job, err := getJob(ctx, tx, ref.Tenant, ref.RunID)
 	if err != nil {
 		return err
@@ -214,7 +214,7 @@ func (s *Store) leaseProblem(ctx context.Context, tx *sql.Tx, op spec.Op, ref sp
 // refused explains why a guarded statement matched no row. If the lease is
 // current after all, the statement's own extra predicate refused it, which
 // callers with such a predicate handle before calling refused.
-func (s *Store) refused(ctx context.Context, tx *sql.Tx, op spec.Op, ref spec.LeaseRef, now int64) error {
+func (s *Store) refused(ctx context.Context, tx *txn, op spec.Op, ref spec.LeaseRef, now int64) error {
 	if err := s.leaseProblem(ctx, tx, op, ref, now); err != nil {
 		return err
 	}
@@ -223,7 +223,7 @@ func (s *Store) refused(ctx context.Context, tx *sql.Tx, op spec.Op, ref spec.Le
 
 // Renew implements spec.Store.
 func (s *Store) Renew(ctx context.Context, req spec.RenewRequest) (lease spec.Lease, err error) {
-	err = s.write(ctx, spec.OpRenew, func(tx *sql.Tx, now int64) error {
+	err = s.write(ctx, spec.OpRenew, func(tx *txn, now int64) error {
 		expiresAt, err := s.cfg.CheckRenew(req, now)
 		if err != nil {
 			return err
@@ -268,7 +268,7 @@ type terminal struct {
 
 // finish applies a terminal transition: the job under the lease guard, then
 // the run, its next event and the attempt row.
-func (s *Store) finish(ctx context.Context, tx *sql.Tx, op spec.Op, ref spec.LeaseRef, now int64, t terminal) error {
+func (s *Store) finish(ctx context.Context, tx *txn, op spec.Op, ref spec.LeaseRef, now int64, t terminal) error {
 	a := leaseArgs(ref, now).with(args{"state": t.job, "error_code": nullable(t.errorCode)})
 	query := finishJob
 	completes := op == spec.OpComplete || op == spec.OpCompleteBatch
@@ -291,7 +291,7 @@ func (s *Store) finish(ctx context.Context, tx *sql.Tx, op spec.Op, ref spec.Lea
 
 // finishRunWithEvent terminalizes the run and appends its terminal event at
 // the next sequence, in the caller's transaction.
-func finishRunWithEvent(ctx context.Context, tx *sql.Tx, tenant, runID string, now int64, t terminal) error {
+func finishRunWithEvent(ctx context.Context, tx *txn, tenant, runID string, now int64, t terminal) error {
 	a := args{"tenant": tenant, "run_id": runID, "now": now, "state": t.run, "error_code": nullable(t.errorCode), "result": nullable(t.result)}
 	var seq int64
 	err := tx.QueryRowContext(ctx, finishRun, a.list()...).Scan(&seq)
@@ -307,7 +307,7 @@ func finishRunWithEvent(ctx context.Context, tx *sql.Tx, tenant, runID string, n
 
 // Complete implements spec.Store.
 func (s *Store) Complete(ctx context.Context, req spec.CompleteRequest) (run spec.Run, err error) {
-	err = s.write(ctx, spec.OpComplete, func(tx *sql.Tx, now int64) error {
+	err = s.write(ctx, spec.OpComplete, func(tx *txn, now int64) error {
 		var err error
 		run, err = s.completeIn(ctx, tx, req, now, false)
 		return err
@@ -317,7 +317,7 @@ func (s *Store) Complete(ctx context.Context, req spec.CompleteRequest) (run spe
 
 // Fail implements spec.Store.
 func (s *Store) Fail(ctx context.Context, req spec.FailRequest) (run spec.Run, err error) {
-	err = s.write(ctx, spec.OpFail, func(tx *sql.Tx, now int64) error {
+	err = s.write(ctx, spec.OpFail, func(tx *txn, now int64) error {
 		if err := s.cfg.CheckFail(req, now); err != nil {
 			return err
 		}
@@ -335,7 +335,7 @@ func (s *Store) Fail(ctx context.Context, req spec.FailRequest) (run spec.Run, e
 
 // Retry implements spec.Store.
 func (s *Store) Retry(ctx context.Context, req spec.RetryRequest) (job spec.Job, err error) {
-	err = s.write(ctx, spec.OpRetry, func(tx *sql.Tx, now int64) error {
+	err = s.write(ctx, spec.OpRetry, func(tx *txn, now int64) error {
 		if err := s.cfg.CheckRetry(req, now); err != nil {
 			return err
 		}
@@ -371,7 +371,7 @@ func (s *Store) Retry(ctx context.Context, req spec.RetryRequest) (job spec.Job,
 }
 
 // requeue schedules the next attempt after the backoff delay.
-func (s *Store) requeue(ctx context.Context, tx *sql.Tx, req spec.RetryRequest, attempts int, now int64) error {
+func (s *Store) requeue(ctx context.Context, tx *txn, req spec.RetryRequest, attempts int, now int64) error {
 	b := s.cfg.Backoff
 	delay, err := b.Delay(attempts, req.RetryAfterMs, s.random.Int64N(b.JitterBound()))
 	if err != nil {
@@ -400,7 +400,7 @@ func (s *Store) requeue(ctx context.Context, tx *sql.Tx, req spec.RetryRequest, 
 
 // Cancel implements spec.Store.
 func (s *Store) Cancel(ctx context.Context, req spec.CancelRequest) (run spec.Run, err error) {
-	err = s.write(ctx, spec.OpCancel, func(tx *sql.Tx, now int64) error {
+	err = s.write(ctx, spec.OpCancel, func(tx *txn, now int64) error {
 		reason, err := s.cfg.CheckCancel(req, now)
 		if err != nil {
 			return err
@@ -435,7 +435,7 @@ func (s *Store) Cancel(ctx context.Context, req spec.CancelRequest) (run spec.Ru
 
 // Release implements spec.Store.
 func (s *Store) Release(ctx context.Context, req spec.ReleaseRequest) (job spec.Job, err error) {
-	err = s.write(ctx, spec.OpRelease, func(tx *sql.Tx, now int64) error {
+	err = s.write(ctx, spec.OpRelease, func(tx *txn, now int64) error {
 		if err := s.cfg.CheckRelease(req, now); err != nil {
 			return err
 		}
@@ -459,7 +459,7 @@ func (s *Store) Release(ctx context.Context, req spec.ReleaseRequest) (job spec.
 
 // Reap implements spec.Store.
 func (s *Store) Reap(ctx context.Context, req spec.ReapRequest) (reaped []string, err error) {
-	err = s.write(ctx, spec.OpReap, func(tx *sql.Tx, now int64) error {
+	err = s.write(ctx, spec.OpReap, func(tx *txn, now int64) error {
 		if err := s.cfg.CheckReap(req, now); err != nil {
 			return err
 		}
@@ -512,7 +512,7 @@ func (s *Store) Reap(ctx context.Context, req spec.ReapRequest) (reaped []string
 
 // PurgeIdempotency implements spec.Store.
 func (s *Store) PurgeIdempotency(ctx context.Context, req spec.PurgeRequest) (deleted int, err error) {
-	err = s.write(ctx, spec.OpPurge, func(tx *sql.Tx, now int64) error {
+	err = s.write(ctx, spec.OpPurge, func(tx *txn, now int64) error {
 		if err := spec.CheckPurge(req, now); err != nil {
 			return err
 		}
@@ -526,7 +526,7 @@ func (s *Store) PurgeIdempotency(ctx context.Context, req spec.PurgeRequest) (de
 // PurgeRuns implements spec.Store. The writer lock orders it against every
 // other writer, so the lineages it picks cannot change before it commits.
 func (s *Store) PurgeRuns(ctx context.Context, req spec.PurgeRunsRequest) (deleted []string, err error) {
-	err = s.write(ctx, spec.OpPurgeRuns, func(tx *sql.Tx, now int64) error {
+	err = s.write(ctx, spec.OpPurgeRuns, func(tx *txn, now int64) error {
 		if err := s.cfg.CheckPurgeRuns(req, now); err != nil {
 			return err
 		}
@@ -561,7 +561,7 @@ func (s *Store) PurgeRuns(ctx context.Context, req spec.PurgeRunsRequest) (delet
 // each one's replay_of links (at most MaxReplays); a lineage with a run that
 // is not retired is passed over, and the next page read, until limit
 // lineages are found or no leaf is left.
-func retiredLineages(ctx context.Context, tx *sql.Tx, tenant string, by, now int64, limit int) ([][]string, error) {
+func retiredLineages(ctx context.Context, tx *txn, tenant string, by, now int64, limit int) ([][]string, error) {
 	a := args{"tenant": tenant, "retired_by": by, "now": now, "after_at": int64(-1), "after_id": ""}
 	var out [][]string
 	for len(out) < limit {
@@ -615,7 +615,7 @@ func retiredLineages(ctx context.Context, tx *sql.Tx, tenant string, by, now int
 
 // Replay implements spec.Store.
 func (s *Store) Replay(ctx context.Context, req spec.ReplayRequest) (run spec.Run, err error) {
-	err = s.write(ctx, spec.OpReplay, func(tx *sql.Tx, now int64) error {
+	err = s.write(ctx, spec.OpReplay, func(tx *txn, now int64) error {
 		if err := s.cfg.CheckReplay(req, now); err != nil {
 			return err
 		}
@@ -672,7 +672,7 @@ func (s *Store) Replay(ctx context.Context, req spec.ReplayRequest) (run spec.Ru
 
 // guard checks that ref is the current lease, for writes that do not change
 // the job row (effect ledger writes).
-func (s *Store) guard(ctx context.Context, tx *sql.Tx, op spec.Op, ref spec.LeaseRef, now int64) error {
+func (s *Store) guard(ctx context.Context, tx *txn, op spec.Op, ref spec.LeaseRef, now int64) error {
 	var attempts, maxAttempts int
 	err := tx.QueryRowContext(ctx, selectGuarded, leaseArgs(ref, now).list()...).Scan(&attempts, &maxAttempts)
 	if errors.Is(err, sql.ErrNoRows) {
@@ -683,7 +683,7 @@ func (s *Store) guard(ctx context.Context, tx *sql.Tx, op spec.Op, ref spec.Leas
 
 // ReserveEffect implements spec.Store.
 func (s *Store) ReserveEffect(ctx context.Context, req spec.ReserveEffectRequest) (res spec.EffectReservation, err error) {
-	err = s.write(ctx, spec.OpReserveEffect, func(tx *sql.Tx, now int64) error {
+	err = s.write(ctx, spec.OpReserveEffect, func(tx *txn, now int64) error {
 		if err := s.cfg.CheckReserveEffect(req, now); err != nil {
 			return err
 		}
@@ -726,7 +726,7 @@ func (s *Store) ReconcileEffect(ctx context.Context, req spec.ReconcileEffectReq
 }
 
 func (s *Store) resolveEffect(ctx context.Context, op spec.Op, req spec.RecordEffectRequest, query string) (eff spec.Effect, err error) {
-	err = s.write(ctx, op, func(tx *sql.Tx, now int64) error {
+	err = s.write(ctx, op, func(tx *txn, now int64) error {
 		if err := s.cfg.CheckRecordEffect(req, now, op == spec.OpReconcileEffect); err != nil {
 			return err
 		}
@@ -755,7 +755,7 @@ func (s *Store) resolveEffect(ctx context.Context, op spec.Op, req spec.RecordEf
 // writeOutbox inserts msgs as the next pending outbox messages of run
 // (tenant, runID), created at runCreatedAt, written at now by generation gen
 // (0: the admission).
-func writeOutbox(ctx context.Context, tx dbtx, tenant, runID string, runCreatedAt, gen, now int64, msgs []spec.OutgoingMessage) error {
+func writeOutbox(ctx context.Context, tx *txn, tenant, runID string, runCreatedAt, gen, now int64, msgs []spec.OutgoingMessage) error {
 	if len(msgs) == 0 {
 		return nil
 	}
@@ -776,7 +776,7 @@ func writeOutbox(ctx context.Context, tx dbtx, tenant, runID string, runCreatedA
 
 // ClaimOutbox implements spec.Store.
 func (s *Store) ClaimOutbox(ctx context.Context, req spec.ClaimOutboxRequest) (claimed []spec.OutboxMessage, err error) {
-	err = s.write(ctx, spec.OpClaimOutbox, func(tx *sql.Tx, now int64) error {
+	err = s.write(ctx, spec.OpClaimOutbox, func(tx *txn, now int64) error {
 		expiresAt, err := s.cfg.CheckClaimOutbox(req, now)
 		if err != nil {
 			return err
@@ -809,7 +809,7 @@ func (s *Store) ClaimOutbox(ctx context.Context, req spec.ClaimOutboxRequest) (c
 
 // MarkDelivered implements spec.Store.
 func (s *Store) MarkDelivered(ctx context.Context, req spec.MarkDeliveredRequest) (marked int, err error) {
-	err = s.write(ctx, spec.OpMarkDelivered, func(tx *sql.Tx, now int64) error {
+	err = s.write(ctx, spec.OpMarkDelivered, func(tx *txn, now int64) error {
 		if err := s.cfg.CheckMarkDelivered(req, now); err != nil {
 			return err
 		}

@@ -74,23 +74,23 @@ func notFound(err error, format string, a ...any) error {
 	return err
 }
 
-func getRun(ctx context.Context, tx dbtx, tenant, runID string) (spec.Run, error) {
+func getRun(ctx context.Context, tx *txn, tenant, runID string) (spec.Run, error) {
 	r, err := scanRun(tx.QueryRowContext(ctx, `SELECT `+runColumns+` FROM runs WHERE tenant = ? AND run_id = ?`, tenant, runID))
 	return r, notFound(err, "run %s not found for tenant %s", runID, tenant)
 }
 
-func getJob(ctx context.Context, tx *sql.Tx, tenant, runID string) (spec.Job, error) {
+func getJob(ctx context.Context, tx *txn, tenant, runID string) (spec.Job, error) {
 	j, err := scanJob(tx.QueryRowContext(ctx, `SELECT `+jobColumns+` FROM jobs WHERE tenant = ? AND run_id = ?`, tenant, runID))
 	return j, notFound(err, "run %s not found for tenant %s", runID, tenant)
 }
 
-func getEffect(ctx context.Context, tx *sql.Tx, tenant, runID, step, key string) (spec.Effect, error) {
+func getEffect(ctx context.Context, tx *txn, tenant, runID, step, key string) (spec.Effect, error) {
 	e, err := scanEffect(tx.QueryRowContext(ctx, `SELECT `+effectColumns+` FROM effects
 		WHERE tenant = ? AND run_id = ? AND step = ? AND effect_key = ?`, tenant, runID, step, key))
 	return e, notFound(err, "no effect %s/#%s for run %s; reserve it first", step, spec.ShortHash(key), runID)
 }
 
-func runExists(ctx context.Context, tx dbtx, tenant, runID string) (bool, error) {
+func runExists(ctx context.Context, tx *txn, tenant, runID string) (bool, error) {
 	var one int
 	err := tx.QueryRowContext(ctx, `SELECT 1 FROM runs WHERE tenant = ? AND run_id = ?`, tenant, runID).Scan(&one)
 	if errors.Is(err, sql.ErrNoRows) {
@@ -99,7 +99,7 @@ func runExists(ctx context.Context, tx dbtx, tenant, runID string) (bool, error)
 	return err == nil, err
 }
 
-func queryAll[T any](ctx context.Context, tx *sql.Tx, scan func(scanner) (T, error), query string, a ...any) ([]T, error) {
+func queryAll[T any](ctx context.Context, tx *txn, scan func(scanner) (T, error), query string, a ...any) ([]T, error) {
 	rows, err := tx.QueryContext(ctx, query, a...)
 	if err != nil {
 		return nil, err
@@ -121,7 +121,7 @@ func (s *Store) GetRun(ctx context.Context, tenant, runID string) (run spec.Run,
 	if err := s.cfg.CheckRunRef(tenant, runID); err != nil {
 		return spec.Run{}, err
 	}
-	err = s.read(ctx, func(tx *sql.Tx) error {
+	err = s.read(ctx, func(tx *txn) error {
 		run, err = getRun(ctx, tx, tenant, runID)
 		return err
 	})
@@ -133,7 +133,7 @@ func (s *Store) GetJob(ctx context.Context, tenant, runID string) (job spec.Job,
 	if err := s.cfg.CheckRunRef(tenant, runID); err != nil {
 		return spec.Job{}, err
 	}
-	err = s.read(ctx, func(tx *sql.Tx) error {
+	err = s.read(ctx, func(tx *txn) error {
 		job, err = getJob(ctx, tx, tenant, runID)
 		return err
 	})
@@ -146,7 +146,7 @@ func listForRun[T any](s *Store, ctx context.Context, tenant, runID string, scan
 	if err := s.cfg.CheckRunRef(tenant, runID); err != nil {
 		return nil, err
 	}
-	err = s.read(ctx, func(tx *sql.Tx) error {
+	err = s.read(ctx, func(tx *txn) error {
 		if _, err := getRun(ctx, tx, tenant, runID); err != nil {
 			return err
 		}
@@ -176,7 +176,7 @@ func (s *Store) Effects(ctx context.Context, tenant, runID string) ([]spec.Effec
 
 // Snapshot implements spec.Store.
 func (s *Store) Snapshot(ctx context.Context) (snap spec.Snapshot, err error) {
-	err = s.read(ctx, func(tx *sql.Tx) error {
+	err = s.read(ctx, func(tx *txn) error {
 		var err error
 		if snap.Runs, err = queryAll(ctx, tx, scanRun, `SELECT `+runColumns+` FROM runs ORDER BY tenant, run_id`); err != nil {
 			return err

@@ -52,6 +52,7 @@ type Options struct {
 // use by many goroutines; several Stores may open the same file.
 type Store struct {
 	db     *sql.DB
+	stmts  *stmtCache
 	writer writerLock
 	cfg    spec.Config
 	clock  clock.Clock
@@ -110,7 +111,7 @@ func Open(ctx context.Context, path string, opts Options) (*Store, error) {
 		db.Close()
 		return nil, err
 	}
-	s := &Store{db: db, writer: writerLockFor(abs), cfg: opts.Config, clock: opts.Clock, random: opts.Random, hook: opts.Hook, log: opts.Logger}
+	s := &Store{db: db, stmts: newStmtCache(db), writer: writerLockFor(abs), cfg: opts.Config, clock: opts.Clock, random: opts.Random, hook: opts.Hook, log: opts.Logger}
 	if err := s.migrate(ctx); err != nil {
 		db.Close()
 		return nil, err
@@ -118,8 +119,13 @@ func Open(ctx context.Context, path string, opts Options) (*Store, error) {
 	return s, nil
 }
 
-// Close closes the connection pool.
-func (s *Store) Close() error { return s.db.Close() }
+// Close closes the prepared statements and the connection pool.
+func (s *Store) Close() error {
+	s.stmts.close()
+	err := s.db.Close()
+	s.stmts.pending.Wait()
+	return err
+}
 
 // DB exposes the connection pool for tests that must reach past the contract
 // (constraint checks, fault injection). Do not write through it.
@@ -167,7 +173,7 @@ func (s *Store) migrate(ctx context.Context) error {
 // write runs fn in one immediate transaction with the operation's single
 // clock reading, then the hooks and the commit. fn may run more than once if
 // the database is busy, so it must only assign its results, never append.
-func (s *Store) write(ctx context.Context, op spec.Op, fn func(tx *sql.Tx, now int64) error) error {
+func (s *Store) write(ctx context.Context, op spec.Op, fn func(tx *txn, now int64) error) error {
 	return s.retryBusy(ctx, func() error {
 		if err := s.commit(ctx, op, fn); err != nil {
 			return err
@@ -183,12 +189,12 @@ func (s *Store) write(ctx context.Context, op spec.Op, fn func(tx *sql.Tx, now i
 
 // commit runs fn and the BeforeCommit hook in one immediate transaction,
 // holding this process's writer queue until the commit returns.
-func (s *Store) commit(ctx context.Context, op spec.Op, fn func(tx *sql.Tx, now int64) error) error {
+func (s *Store) commit(ctx context.Context, op spec.Op, fn func(tx *txn, now int64) error) error {
 	if err := s.writer.lock(ctx); err != nil {
 		return err
 	}
 	defer s.writer.unlock()
-	tx, err := s.db.BeginTx(ctx, nil)
+	tx, err := s.stmts.begin(ctx, nil)
 	if err != nil {
 		return err
 	}
@@ -203,9 +209,9 @@ func (s *Store) commit(ctx context.Context, op spec.Op, fn func(tx *sql.Tx, now 
 }
 
 // read runs fn in one transaction; reads take no clock reading and run no hooks.
-func (s *Store) read(ctx context.Context, fn func(tx *sql.Tx) error) error {
+func (s *Store) read(ctx context.Context, fn func(tx *txn) error) error {
 	return s.retryBusy(ctx, func() error {
-		tx, err := s.db.BeginTx(ctx, &sql.TxOptions{ReadOnly: true})
+		tx, err := s.stmts.begin(ctx, &sql.TxOptions{ReadOnly: true})
 		if err != nil {
 			return err
 		}
