@@ -217,6 +217,9 @@ func (l loopCreator) CreateRuns(ctx context.Context, reqs []spec.CreateRunReques
 	return outs, nil
 }
 
+// plainStore is a spec.Store and nothing more: its capabilities hidden.
+type plainStore struct{ spec.Store }
+
 // TestInsertBulkAPI: without spec.BatchCreator the bulk path reports the
 // store as lacking it; with one it admits every run in batches, and a
 // replayed member is an error.
@@ -227,11 +230,19 @@ func TestInsertBulkAPI(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer s.Close()
-	if err := insertBulkAPI(ctx, s, 10, 3); err != errNoBatchCreator {
+	if err := insertBulkAPI(ctx, plainStore{s}, 10, 3); err != errNoBatchCreator {
 		t.Fatalf("a store without CreateRuns: err = %v, want errNoBatchCreator", err)
 	}
 	if err := insertBulkAPI(ctx, loopCreator{s}, 10, 3); err != nil {
 		t.Fatal(err)
+	}
+	own, err := sqlite.Open(ctx, filepath.Join(t.TempDir(), "own.db"), sqlite.Options{Config: config()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer own.Close()
+	if err := insertBulkAPI(ctx, own, 10, 4); err != nil {
+		t.Fatalf("the SQLite store's own CreateRuns: %v", err)
 	}
 	for i := int64(1); i <= 10; i++ {
 		if _, err := s.GetRun(ctx, tenant, runIDOf(i)); err != nil {
