@@ -53,11 +53,15 @@ fuzz:
 fmt:
 	gofmt -w $$(git ls-files '*.go')
 
-## lint: gofmt and go vet (also with the mutant build tag)
+## lint: gofmt and go vet (also with the mutant build tag, and in bench/river and ports/go-outside)
 lint:
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
 	$(GO) vet ./...
 	$(GO) vet -tags leasehold_mutants ./...
+	@# The modules that depend on this one through a replace: their go.mod
+	@# must follow this one's requirements (go vet refuses an untidy one).
+	cd bench/river && $(GO) vet ./...
+	cd ports/go-outside && $(GO) vet ./...
 
 ## bench: leasehold against River (PostgreSQL, SQLite) and the database's ceiling ($(REPORTS)/bench.{json,md,html};
 ## REPORTS=reports for the committed evidence); BENCHFLAGS=--quick for the
