@@ -61,8 +61,9 @@ func (c *stmtCache) prepare(query string) {
 	}
 }
 
-// close closes every prepared statement and waits for the preparations in
-// flight; those fail or close their statement once db is closed too.
+// close closes every prepared statement and refuses new ones; a preparation
+// in flight closes its statement, or fails once db is closed (Store.Close
+// closes db, then waits for them on pending).
 func (c *stmtCache) close() {
 	c.mu.Lock()
 	c.closed = true
