@@ -31,7 +31,7 @@ The exit status is 1 when a test or a package failed (a build error included).`,
 }
 
 // testStores are the stores a summary line is kept for, in print order.
-var testStores = []string{"sqlite", "postgres", "store-independent"}
+var testStores = []string{"sqlite", "postgres", "etcd", "store-independent"}
 
 // testStore says which store a test exercises: its package's, or the one
 // its name names.
@@ -41,6 +41,8 @@ func testStore(pkg, test string) string {
 		return "postgres"
 	case strings.HasSuffix(pkg, "/impl/sqlite"), strings.Contains(test, "SQLite"):
 		return "sqlite"
+	case strings.Contains(pkg, "/impl/etcd"), strings.Contains(test, "Etcd"):
+		return "etcd"
 	}
 	return "store-independent"
 }
