@@ -257,7 +257,7 @@ func runtimeOnce(t *testing.T, target Target, seed uint64) runtimeResult {
 	reader := h.OpenWith(scope, storetest.Options{Config: cfg, Clock: clk, Random: &ScriptedRandom{}})
 	var open []string
 	for {
-		snap, err := reader.Snapshot(ctx)
+		snap, err := readSnapshot(ctx, reader)
 		if err != nil {
 			t.Fatalf("seed %d: reading the runs: %v", seed, err)
 		}

@@ -8,6 +8,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/leasehold/leasehold/clock"
 	"github.com/leasehold/leasehold/impl/storetest"
@@ -263,7 +264,7 @@ func (w *Workload) Record(ctx context.Context, t testing.TB) (*History, error) {
 	}
 	// The final scan: one snapshot of all the rows, checked per tenant
 	// when the history is split by tenant.
-	snap, err := drain.Store.Snapshot(ctx)
+	snap, err := readSnapshot(ctx, drain.Store)
 	if err != nil {
 		return nil, fmt.Errorf("final snapshot: %w", err)
 	}
@@ -277,4 +278,30 @@ func (w *Workload) Record(ctx context.Context, t testing.TB) (*History, error) {
 			Out: Observed{Result: model.Result{Value: snap.Of(tenant)}}, Call: call, Return: ret})
 	}
 	return rec.History(), nil
+}
+
+// snapshotter is what readSnapshot reads: any store.
+type snapshotter interface {
+	Snapshot(ctx context.Context) (spec.Snapshot, error)
+}
+
+// readSnapshot reads a snapshot for the harness's own accounting (not part
+// of the history), trying again while the store answers unavailable: a read
+// may fail that way by the contract (a replicated store losing a member, a
+// cut connection), and the accounting must not count that as a violation.
+// Any other error (an untyped one too: a broken store), or unavailable for
+// longer than about ten seconds, is returned.
+func readSnapshot(ctx context.Context, s snapshotter) (spec.Snapshot, error) {
+	for try := 0; ; try++ {
+		snap, err := s.Snapshot(ctx)
+		var se *spec.Error
+		if err == nil || !errors.As(err, &se) || se.Code != spec.CodeUnavailable || try == 100 {
+			return snap, err
+		}
+		select {
+		case <-ctx.Done():
+			return snap, err
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
 }

@@ -362,7 +362,7 @@ func (c *client) drain(ctx context.Context) error {
 				}
 			}
 		}
-		snap, err := c.Store.Snapshot(ctx)
+		snap, err := readSnapshot(ctx, c.Store)
 		if err != nil {
 			return err
 		}
