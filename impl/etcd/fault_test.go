@@ -69,6 +69,16 @@ func (f *faults) resolutions() (applied, fenced, unresolved int64) {
 	return
 }
 
+// costlyUnknown are the operations whose unknown outcome the checker pays
+// for the most (pending to the end of a history, it doubles the states
+// carried until its effect is overwritten): as the harness's own faults
+// never make a claim, a reap or a purge unknown, this test's cuts spare
+// them, or a whole history (with purges) can pass the checker's timeout.
+var costlyUnknown = map[spec.Op]bool{
+	spec.OpClaim: true, spec.OpReap: true, spec.OpPurge: true, spec.OpPurgeRuns: true,
+	spec.OpReserveEffect: true, spec.OpRecordEffect: true, spec.OpReconcileEffect: true, spec.OpClaimOutbox: true,
+}
+
 // lostEvery: one commit in lostEvery has its answer cut off.
 const lostEvery = 600
 
@@ -89,7 +99,7 @@ func faultyFactory(c *etcdtest.Cluster, f *faults, cutOneIn int) leaseholdtest.F
 			}
 			inner := o.Hook
 			hook := func(ctx context.Context, op spec.Op, p spec.HookPoint) error {
-				if p == spec.BeforeCommit && cutOneIn > 0 && rand.IntN(cutOneIn) == 0 {
+				if p == spec.BeforeCommit && cutOneIn > 0 && !costlyUnknown[op] && rand.IntN(cutOneIn) == 0 {
 					f.cuts.Add(1)
 					delay := time.Duration(rand.IntN(1500)) * time.Microsecond
 					go func() { time.Sleep(delay); cc.cut() }()
@@ -97,7 +107,7 @@ func faultyFactory(c *etcdtest.Cluster, f *faults, cutOneIn int) leaseholdtest.F
 				// Every lostEvery-th commit loses its answer: a few
 				// unknown outcomes per history, not so many that the
 				// checker's search explodes.
-				if p == spec.AfterCommit && cutOneIn > 0 && f.commits.Add(1)%lostEvery == lostEvery/2 {
+				if p == spec.AfterCommit && cutOneIn > 0 && !costlyUnknown[op] && f.commits.Add(1)%lostEvery == lostEvery/2 {
 					// The answer of a commit that applied is lost with the
 					// connection: the caller must see unknown_outcome.
 					f.lost.Add(1)
@@ -198,4 +208,4 @@ func faultRun(t *testing.T, leader bool, cutOneIn int) {
 // data directories again and again (every other time the leader), and
 // clients' connections are cut around commits (lost answers, resolved by
 // the commit markers or reported as unknown outcomes).
-func TestLinearizableUnderFaults(t *testing.T) { faultRun(t, true, 40) }
+func TestLinearizableUnderFaults(t *testing.T) { faultRun(t, true, 15) }
