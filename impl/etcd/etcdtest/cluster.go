@@ -9,6 +9,7 @@ package etcdtest
 import (
 	"bufio"
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"os"
@@ -78,12 +79,27 @@ func freePort() (int, error) {
 }
 
 // Start starts an n-member cluster under dir and waits until it serves a
-// linearizable read. Stop it with Stop.
+// linearizable read. Stop it with Stop. The ports are picked free a moment
+// before the members bind them, so another process can take one in
+// between (a client's ephemeral port): a cluster whose member exits while
+// starting is started again on other ports, up to three times.
 func Start(dir string, n int) (*Cluster, error) {
 	bin, err := memberBinary()
 	if err != nil {
 		return nil, err
 	}
+	for try := 1; ; try++ {
+		c, err := start(filepath.Join(dir, fmt.Sprintf("start%d", try)), n, bin)
+		if err == nil || try == 3 || !errors.Is(err, errExited) {
+			return c, err
+		}
+	}
+}
+
+// errExited: a member process ended while it should be serving.
+var errExited = errors.New("etcd member exited")
+
+func start(dir string, n int, bin string) (*Cluster, error) {
 	c := &Cluster{dir: dir, bin: bin}
 	var initial []string
 	for i := 0; i < n; i++ {
@@ -177,7 +193,7 @@ func (c *Cluster) waitReady(m *Member, d time.Duration) error {
 		}
 		select {
 		case <-m.exited:
-			return fmt.Errorf("etcd member %s exited; see %s", m.Name, filepath.Join(c.dir, m.Name+".log"))
+			return fmt.Errorf("%w: %s, log %s:\n%s", errExited, m.Name, filepath.Join(c.dir, m.Name+".log"), c.logTail(m))
 		case <-time.After(100 * time.Millisecond):
 		}
 	}
@@ -258,7 +274,9 @@ func (c *Cluster) Kill(i int) {
 }
 
 // Restart starts member i again on its data directory and waits until it
-// serves.
+// serves. Its ports may have been taken meanwhile by another process's
+// client (they are ephemeral ports): a member that exits while starting is
+// started again, up to five times, half a second apart.
 func (c *Cluster) Restart(i int) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -266,10 +284,29 @@ func (c *Cluster) Restart(i int) error {
 	if m.Running() {
 		return nil
 	}
-	if err := c.startMember(m, "existing"); err != nil {
-		return err
+	for try := 1; ; try++ {
+		if err := c.startMember(m, "existing"); err != nil {
+			return err
+		}
+		err := c.waitReady(m, 60*time.Second)
+		if err == nil || try == 5 || !errors.Is(err, errExited) {
+			return err
+		}
+		time.Sleep(500 * time.Millisecond)
 	}
-	return c.waitReady(m, 60*time.Second)
+}
+
+// logTail is the end of m's log, for an error message (the test's
+// temporary directory may be gone when someone reads it).
+func (c *Cluster) logTail(m *Member) string {
+	b, err := os.ReadFile(filepath.Join(c.dir, m.Name+".log"))
+	if err != nil {
+		return err.Error()
+	}
+	if len(b) > 2000 {
+		b = b[len(b)-2000:]
+	}
+	return string(b)
 }
 
 // Leader returns the index of the member that is leader now, or -1.
