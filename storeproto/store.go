@@ -223,18 +223,7 @@ func (b batchBulkStore) CreateRuns(ctx context.Context, reqs []spec.CreateRunReq
 // order, each member's error checked as a contract error.
 func (s *Store) createRuns(ctx context.Context, reqs []spec.CreateRunRequest) ([]spec.CreateOutcome, error) {
 	return do(ctx, s, spec.CreateRunsRequest{Requests: reqs}, func(outs []spec.CreateOutcome) string {
-		if len(outs) != len(reqs) {
-			return fmt.Sprintf("%d outcomes for %d requests; want one per request, in order", len(outs), len(reqs))
-		}
-		for i, o := range outs {
-			if e, ok := o.Err.(*spec.Error); ok {
-				raw, _ := json.Marshal(e)
-				if _, err := specError(raw); err != nil {
-					return fmt.Sprintf("outcome %d: %v", i, err)
-				}
-			}
-		}
-		return ""
+		return memberFinding(len(reqs), outs, func(o spec.CreateOutcome) error { return o.Err })
 	})
 }
 
@@ -242,17 +231,23 @@ func (s *Store) createRuns(ctx context.Context, reqs []spec.CreateRunRequest) ([
 // its order, each member's error checked as a contract error.
 func (s *Store) completeBatch(ctx context.Context, reqs []spec.CompleteRequest) ([]spec.BatchOutcome, error) {
 	return do(ctx, s, spec.CompleteBatchRequest{Requests: reqs}, func(outs []spec.BatchOutcome) string {
-		if len(outs) != len(reqs) {
-			return fmt.Sprintf("%d outcomes for %d requests; want one per request, in order", len(outs), len(reqs))
-		}
-		for i, o := range outs {
-			if e, ok := o.Err.(*spec.Error); ok {
-				raw, _ := json.Marshal(e)
-				if _, err := specError(raw); err != nil {
-					return fmt.Sprintf("outcome %d: %v", i, err)
-				}
+		return memberFinding(len(reqs), outs, func(o spec.BatchOutcome) error { return o.Err })
+	})
+}
+
+// memberFinding checks a batch's outcomes: one per request, each member's
+// error a contract error. It returns the finding, or "".
+func memberFinding[O any](n int, outs []O, errOf func(O) error) string {
+	if len(outs) != n {
+		return fmt.Sprintf("%d outcomes for %d requests; want one per request, in order", len(outs), n)
+	}
+	for i, o := range outs {
+		if e, ok := errOf(o).(*spec.Error); ok {
+			raw, _ := json.Marshal(e)
+			if _, err := specError(raw); err != nil {
+				return fmt.Sprintf("outcome %d: %v", i, err)
 			}
 		}
-		return ""
-	})
+	}
+	return ""
 }
