@@ -163,26 +163,7 @@ func testCompleteBatchAtomicity(t *testing.T, f Factory) {
 	leases := e.claim("acme", "w", 10_000, 2)
 	reqs := []spec.CompleteRequest{completeReq(leases[0], `{"n":1}`), completeReq(leases[1], `{"n":2}`)}
 
-	// A failure after every member's writes, before the commit: nothing.
-	before := e.snap()
-	e.hook.arm(spec.OpCompleteBatch, spec.BeforeCommit)
-	outs, err := b.CompleteBatch(e.ctx, reqs)
-	if fired := e.hook.disarm(); fired != 1 {
-		t.Fatalf("the BeforeCommit hook of complete_batch fired %d times, want 1 (does CompleteBatch call the hook with spec.OpCompleteBatch?)", fired)
-	}
-	if !errors.Is(err, errInjected) || outs != nil {
-		t.Fatalf("CompleteBatch failed before commit: want the hook's error and no outcomes, got %v, %+v", err, outs)
-	}
-	e.unchanged("CompleteBatch rolled back before commit", before)
-
-	// A failure after the commit: unknown_outcome, and every member applied.
-	e.hook.arm(spec.OpCompleteBatch, spec.AfterCommit)
-	outs, err = b.CompleteBatch(e.ctx, reqs)
-	e.hook.disarm()
-	mustCode(t, "CompleteBatch whose answer was lost after commit", err, spec.CodeUnknownOutcome)
-	if outs != nil {
-		t.Errorf("CompleteBatch with a batch error returned outcomes %+v, want nil", outs)
-	}
+	batchHookFaults(t, e, spec.OpCompleteBatch, "CompleteBatch", func() ([]spec.BatchOutcome, error) { return b.CompleteBatch(e.ctx, reqs) })
 	for _, l := range leases {
 		mustEqual(t, "run "+l.RunID+" after the lost answer", e.getRun("acme", l.RunID).State, spec.RunCompleted)
 	}
@@ -265,5 +246,32 @@ func testConcurrentOverlappingBatches(t *testing.T, f Factory) {
 		if n := len(e.events("acme", l.RunID)); n != 2 {
 			t.Errorf("run %s has %d events, want 2 (queued, one completion)", l.RunID, n)
 		}
+	}
+}
+
+// batchHookFaults runs a batch operation (call, the capability's method)
+// with a fault injected at each hook point. Before the commit, after every
+// member's writes: the hook's error, no outcomes, nothing written (not even
+// an expired record's deletion). After the commit: unknown_outcome and no
+// outcomes; the caller then checks that every member applied.
+func batchHookFaults[O any](t *testing.T, e *env, op spec.Op, method string, call func() ([]O, error)) {
+	t.Helper()
+	before := e.snap()
+	e.hook.arm(op, spec.BeforeCommit)
+	outs, err := call()
+	if fired := e.hook.disarm(); fired != 1 {
+		t.Fatalf("the BeforeCommit hook of %s fired %d times, want 1 (does %s call the hook with %q?)", op, fired, method, op)
+	}
+	if !errors.Is(err, errInjected) || outs != nil {
+		t.Fatalf("%s failed before commit: want the hook's error and no outcomes, got %v, %+v", method, err, outs)
+	}
+	e.unchanged(method+" rolled back before commit", before)
+
+	e.hook.arm(op, spec.AfterCommit)
+	outs, err = call()
+	e.hook.disarm()
+	mustCode(t, method+" whose answer was lost after commit", err, spec.CodeUnknownOutcome)
+	if outs != nil {
+		t.Errorf("%s with a batch error returned outcomes %+v, want nil", method, outs)
 	}
 }

@@ -183,32 +183,12 @@ func testCreateRunsAtomicity(t *testing.T, f Factory) {
 	e.set(t0 + 6_000) // k-old expired: a member replacing it deletes it
 	reqs := []spec.CreateRunRequest{req("acme", "r1"), withKey(req("acme", "r2"), "k-old"), req("acme", "r1")}
 
-	// A failure after every member's writes, before the commit: nothing,
-	// not even the expired record's deletion.
-	before := e.snap()
-	e.hook.arm(spec.OpCreateRuns, spec.BeforeCommit)
-	outs, err := b.CreateRuns(e.ctx, reqs)
-	if fired := e.hook.disarm(); fired != 1 {
-		t.Fatalf("the BeforeCommit hook of create_runs fired %d times, want 1 (does CreateRuns call the hook with spec.OpCreateRuns?)", fired)
-	}
-	if !errors.Is(err, errInjected) || outs != nil {
-		t.Fatalf("CreateRuns failed before commit: want the hook's error and no outcomes, got %v, %+v", err, outs)
-	}
-	e.unchanged("CreateRuns rolled back before commit", before)
-
-	// A failure after the commit: unknown_outcome, and every member applied.
-	e.hook.arm(spec.OpCreateRuns, spec.AfterCommit)
-	outs, err = b.CreateRuns(e.ctx, reqs)
-	e.hook.disarm()
-	mustCode(t, "CreateRuns whose answer was lost after commit", err, spec.CodeUnknownOutcome)
-	if outs != nil {
-		t.Errorf("CreateRuns with a batch error returned outcomes %+v, want nil", outs)
-	}
+	batchHookFaults(t, e, spec.OpCreateRuns, "CreateRuns", func() ([]spec.CreateOutcome, error) { return b.CreateRuns(e.ctx, reqs) })
 	for _, id := range []string{"r1", "r2"} {
 		mustEqual(t, "run "+id+" after the lost answer", e.getRun("acme", id).State, spec.RunQueued)
 	}
 	// Its retry replays every member.
-	outs, err = b.CreateRuns(e.ctx, reqs)
+	outs, err := b.CreateRuns(e.ctx, reqs)
 	mustOK(t, "CreateRuns retried after the lost answer", err)
 	for i, o := range outs {
 		if o.Err != nil || !o.Result.Replayed {
