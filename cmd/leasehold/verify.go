@@ -48,11 +48,11 @@ type check struct {
 // faults, the in-transaction completion, notifications, migrations and
 // plans. TestVerifyCoversStoreTests holds the list to the package's tests.
 var postgresTests = []string{
-	"TestClassifyCommit", "TestTypedBeforeCommit", "TestCommitFailedWithoutResolution", "TestArgsRefuseMissingParameter",
+	"TestClassifyCommit", "TestTypedBeforeCommit", "TestCommitFailedWithoutResolution", "TestArgsRefuseMissingParameter", "TestArgsRewriteAsPgx",
 	"TestClaimStatementShowsThePredicate", "TestDatabaseClock", "TestClockReadAfterTheLock", "TestLockedRowIsSkippedNotWaitedFor",
 	"TestClaimRolledBackAfterLocking", "TestTwoPoolsSplitTheQueue", "TestManyClaimersManyJobs", "TestConcurrentAdmission",
 	"TestPurgeWaitsForAnAbortedAdmission", "TestBackendKilledBeforeCommit", "TestCommitAnswerLost", "TestLockWaitCutShort",
-	"TestDeadlockIsUnavailable", "TestCompleteTx", "TestListenDeliversCommittedChanges", "TestChannelNames", "TestDisableNotify",
+	"TestDeadlockIsUnavailable", "TestCompleteTx", "TestListenDeliversCommittedChanges", "TestAnnouncementsInCommitOrder", "TestChannelNames", "TestDisableNotify",
 	"TestMigrateConcurrentlyAndAgain", "TestMigrateRefusesAnEditedMigration", "TestSchemasAreIsolated", "TestOpenRejectsBadOptions",
 	"TestMigrationMovesRunStateToJobRows", "TestPlansAtDepth", "TestBatchPlansAfterGrowth", "TestBulkAdmissionPlans", "TestSweepStaleSchemas",
 	"TestServerNotReady", "TestOpenWaitsForServer", "TestPurgeRunsWaitsForAReplay", "TestPurgeRunsWaitsForAnAdmission",

@@ -87,8 +87,8 @@ type admitted struct {
 //     (an expired record of its scope is then deleted). A refused member
 //     writes nothing. The created members are written in one pipelined
 //     batch: the deletions, the rows (one statement), their outbox
-//     messages, their notifications (delivered at commit) and the commit
-//     marker (markCommit).
+//     messages and the commit marker (markCommit). Their notifications
+//     are announced once the transaction commits (listen.go).
 //
 // With one member (CreateRun, bulk false) the run's insert is ON CONFLICT
 // DO NOTHING: a run id taken by a concurrent admission under another key
@@ -410,16 +410,10 @@ func (s *Store) writeAdmissions(t *txn, w *admissionWrite, bulk bool, now int64,
 	if len(ow.tenants) > 0 {
 		b.Queue(insertOutbox, ow.args(now))
 	}
-	var notes []string
-	if s.notifies {
-		for _, n := range w.norm {
-			p, err := notificationPayload(spec.NotifyRunCreated, n.Tenant, n.RunID, 0)
-			if err != nil {
-				return err
-			}
-			notes = append(notes, p)
+	for _, n := range w.norm {
+		if err := s.notify(t, spec.NotifyRunCreated, n.Tenant, n.RunID, 0); err != nil {
+			return err
 		}
-		b.Queue(notifyEach, args{"channel": s.Channel(), "payloads": notes})
 	}
 	b.Queue(markCommitQuery)
 
@@ -469,11 +463,6 @@ func (s *Store) writeAdmissions(t *txn, w *admissionWrite, bulk bool, now int64,
 		}
 		if tag.RowsAffected() != int64(len(ow.tenants)) {
 			return fmt.Errorf("postgres: wrote %d outbox messages of %d", tag.RowsAffected(), len(ow.tenants))
-		}
-	}
-	if s.notifies {
-		if _, err := br.Exec(); err != nil {
-			return err
 		}
 	}
 	var xid string

@@ -18,3 +18,11 @@ var (
 	RunsOfSQL           = selectRunsOf
 	ExpiredRecordsSQL   = deleteExpiredRecords
 )
+
+// SetMaxAnnounceBatch sets how many notifications one announcement sends,
+// and returns the function that restores it.
+func SetMaxAnnounceBatch(n int) (restore func()) {
+	old := maxAnnounceBatch
+	maxAnnounceBatch = n
+	return func() { maxAnnounceBatch = old }
+}

@@ -3,6 +3,7 @@ package postgres_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"testing"
 	"time"
 
@@ -338,6 +339,68 @@ func TestDisableNotify(t *testing.T) {
 			}
 		case <-ctx.Done():
 			t.Fatalf("never received %+v", want)
+		}
+	}
+}
+
+// TestAnnouncementsInCommitOrder: the announcer sends every committed
+// change's notification, in the order the changes committed, however many
+// wait at once: a bulk admission of many more runs than one announcement
+// holds (shrunk to 7 here),
+// then creations and a cancel from one caller. Close sends what is still
+// waiting: the store closed right after its last admission has announced it.
+func TestAnnouncementsInCommitOrder(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	dsn, schema := pgtest.Schema(t)
+	open := func() *postgres.Store {
+		s, err := postgres.Open(ctx, dsn, postgres.Options{Config: spec.DefaultConfig(), Schema: schema, MaxConns: 4})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { s.Close() })
+		return s
+	}
+	listener, s := open(), open()
+	got := make(chan spec.Notification, 4096)
+	listenCtx, stop := context.WithCancel(ctx)
+	defer stop()
+	go listener.Listen(listenCtx, func(n spec.Notification) { got <- n })
+	if n := <-got; n.Kind != spec.NotifyResync {
+		t.Fatalf("first notification %+v, want the resync", n)
+	}
+	var want []spec.Notification
+	req := func(id string) spec.CreateRunRequest {
+		want = append(want, spec.Notification{Kind: spec.NotifyRunCreated, Tenant: "acme", RunID: id})
+		return spec.CreateRunRequest{Tenant: "acme", Operation: "work", IdempotencyKey: "k-" + id, RunID: id, Payload: []byte(`{}`)}
+	}
+	var bulk []spec.CreateRunRequest
+	defer postgres.SetMaxAnnounceBatch(7)()
+	for i := range 1000 {
+		bulk = append(bulk, req(fmt.Sprintf("b%04d", i)))
+	}
+	if _, err := s.CreateRuns(ctx, bulk); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.CreateRun(ctx, req("one")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Cancel(ctx, spec.CancelRequest{Tenant: "acme", RunID: "one"}); err != nil {
+		t.Fatal(err)
+	}
+	want = append(want, spec.Notification{Kind: spec.NotifyRunCancelled, Tenant: "acme", RunID: "one"})
+	if _, err := s.CreateRun(ctx, req("last")); err != nil {
+		t.Fatal(err)
+	}
+	s.Close()
+	for i, w := range want {
+		select {
+		case n := <-got:
+			if n != w {
+				t.Fatalf("notification %d of %d: %+v, want %+v", i+1, len(want), n, w)
+			}
+		case <-ctx.Done():
+			t.Fatalf("received %d notifications of %d; missing %+v first", i, len(want), w)
 		}
 	}
 }

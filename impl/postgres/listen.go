@@ -5,22 +5,29 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"log/slog"
+	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/leasehold/leasehold/spec"
 )
 
-// LISTEN/NOTIFY. CreateRun, Replay and Cancel call pg_notify inside their
-// own transactions, so a notification is delivered exactly when (and only
-// if) the change it announces commits. Notifications are hints for
+// LISTEN/NOTIFY. CreateRun, CreateRuns, Replay and Cancel announce what
+// they changed once their transaction has committed: the store's announcer
+// sends the notifications waiting at that moment in one transaction of its
+// own, in the order the operations committed. Notifications are hints for
 // spec.Notifier listeners (a worker waiting for work, a worker running an
-// attempt that was just cancelled); nothing depends on them arriving.
+// attempt that was just cancelled); nothing depends on them arriving, and
+// one is lost if the process dies between the commit and the announcement.
 //
+// They are not sent inside the operations' own transactions because
 // PostgreSQL serializes the commits of notifying transactions (a
-// database-wide lock taken at commit), which bounds admission throughput on
-// very busy servers; only run creation and cancellation notify.
+// database-wide lock held through the commit's WAL flush): every admission
+// would wait for the one before it to reach the disk. The announcer takes
+// that lock once per batch instead.
 
 var _ spec.Notifier = (*Store)(nil)
 
@@ -50,24 +57,109 @@ type notification struct {
 	Generation int64                 `json:"generation,omitempty"`
 }
 
-const notifyQuery = `SELECT pg_notify(@channel, @payload)`
-
-// notifyEach sends one notification per payload (a bulk admission's runs).
+// notifyEach sends one notification per payload, in order.
 const notifyEach = `SELECT count(pg_notify(@channel, p)) FROM unnest(@payloads::text[]) AS p`
 
-// notify queues a notification in t's transaction; PostgreSQL delivers it
-// when the transaction commits and drops it if it rolls back. The payload is
-// small (names and an integer), far below the 8000-byte limit.
+// notify queues a notification of t's change; commit hands it to the
+// announcer if the transaction commits, and it is dropped if not.
 func (s *Store) notify(t *txn, kind spec.NotificationKind, tenant, runID string, generation int64) error {
-	if !s.notifies {
+	if s.announcer == nil {
 		return nil
 	}
 	p, err := notificationPayload(kind, tenant, runID, generation)
 	if err != nil {
 		return err
 	}
-	_, err = t.exec(notifyQuery, args{"channel": s.Channel(), "payload": p})
-	return err
+	t.notes = append(t.notes, p)
+	return nil
+}
+
+// maxAnnounceBatch bounds the notifications one announcement sends (one
+// statement, one transaction). A variable for tests.
+var maxAnnounceBatch = 1000
+
+// announceTimeout bounds one announcement; one that fails is logged and
+// dropped (listeners find the work by polling).
+const announceTimeout = 5 * time.Second
+
+// announcer sends committed changes' notifications from one goroutine:
+// everything waiting when it wakes goes out in one notifyEach (at most
+// maxAnnounceBatch per statement), so concurrent admissions share one
+// notifying commit instead of queueing behind one each.
+type announcer struct {
+	pool    *pgxpool.Pool
+	channel string
+	log     *slog.Logger
+	wake    chan struct{} // one pending wake-up at most
+	stop    chan struct{}
+	done    chan struct{}
+	closing sync.Once
+
+	mu      sync.Mutex
+	pending []string
+}
+
+func newAnnouncer(pool *pgxpool.Pool, channel string, log *slog.Logger) *announcer {
+	a := &announcer{pool: pool, channel: channel, log: log, wake: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{})}
+	go a.run()
+	return a
+}
+
+// add queues payloads, in order after those queued before; it never waits.
+func (a *announcer) add(payloads []string) {
+	if len(payloads) == 0 {
+		return
+	}
+	a.mu.Lock()
+	a.pending = append(a.pending, payloads...)
+	a.mu.Unlock()
+	select {
+	case a.wake <- struct{}{}:
+	default:
+	}
+}
+
+// close sends what is waiting and stops the announcer; the pool must still
+// be open. What is added afterwards is dropped. A second close waits for
+// the first.
+func (a *announcer) close() {
+	a.closing.Do(func() { close(a.stop) })
+	<-a.done
+}
+
+func (a *announcer) run() {
+	defer close(a.done)
+	for {
+		select {
+		case <-a.wake:
+			a.flush()
+		case <-a.stop:
+			a.flush()
+			return
+		}
+	}
+}
+
+// flush sends the pending notifications, oldest first.
+func (a *announcer) flush() {
+	for {
+		a.mu.Lock()
+		n := min(len(a.pending), maxAnnounceBatch)
+		batch := a.pending[:n:n]
+		if a.pending = a.pending[n:]; len(a.pending) == 0 {
+			a.pending = nil
+		}
+		a.mu.Unlock()
+		if n == 0 {
+			return
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), announceTimeout)
+		_, err := a.pool.Exec(ctx, notifyEach, args{"channel": a.channel, "payloads": batch})
+		cancel()
+		if err != nil {
+			a.log.Warn("postgres: notifications of committed changes not sent; listeners find the work by polling", "count", n, "err", err)
+		}
+	}
 }
 
 // notificationPayload is a notification's JSON payload.

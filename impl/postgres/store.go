@@ -145,11 +145,10 @@ type Options struct {
 	// a service that must start during a database outage (a worker started
 	// with it, say) sets it.
 	WaitForServer time.Duration
-	// DisableNotify stops CreateRun, Replay and Cancel from sending
-	// pg_notify. PostgreSQL serializes the commits of notifying transactions
-	// (one database-wide lock), which halved admissions per second in the
-	// benchmark (reports/bench.md); without notifications workers find new
-	// runs by polling and cancels through their next renewal.
+	// DisableNotify stops the store from announcing its admissions,
+	// replays and cancels with pg_notify (see listen.go: it announces them
+	// after they commit, in batches); without notifications workers find
+	// new runs by polling and cancels through their next renewal.
 	DisableNotify bool
 }
 
@@ -165,7 +164,7 @@ type Store struct {
 	hook           spec.Hook
 	log            *slog.Logger
 	resolveTimeout time.Duration
-	notifies       bool
+	announcer      *announcer // nil: DisableNotify
 }
 
 var _ spec.Store = (*Store)(nil)
@@ -229,11 +228,13 @@ func Open(ctx context.Context, dsn string, opts Options) (*Store, error) {
 		return nil, &spec.Error{Code: spec.CodeUnavailable, Message: "postgres: cannot create the connection pool", Err: err}
 	}
 	s := &Store{pool: pool, schema: opts.Schema, cfg: opts.Config, clock: opts.Clock,
-		random: &lockedRandom{r: opts.Random}, hook: opts.Hook, log: opts.Logger, resolveTimeout: opts.ResolveTimeout,
-		notifies: !opts.DisableNotify}
+		random: &lockedRandom{r: opts.Random}, hook: opts.Hook, log: opts.Logger, resolveTimeout: opts.ResolveTimeout}
 	if err := s.migrateWaiting(ctx, opts.WaitForServer); err != nil {
 		pool.Close()
 		return nil, err
+	}
+	if !opts.DisableNotify {
+		s.announcer = newAnnouncer(pool, s.Channel(), s.log)
 	}
 	return s, nil
 }
@@ -266,8 +267,18 @@ func (s *Store) migrateWaiting(ctx context.Context, wait time.Duration) error {
 // Close closes the connection pool. It waits for connections in use to be
 // returned.
 func (s *Store) Close() error {
+	if s.announcer != nil {
+		s.announcer.close()
+	}
 	s.pool.Close()
 	return nil
+}
+
+// announce hands a committed transaction's notifications to the announcer.
+func (s *Store) announce(notes []string) {
+	if s.announcer != nil {
+		s.announcer.add(notes)
+	}
 }
 
 // Pool exposes the connection pool (every connection's search_path is the
@@ -375,6 +386,9 @@ type txn struct {
 	// (xid ""); write then does not run it again.
 	marked bool
 	xid    string
+	// notes are the notifications of the transaction's change (notify),
+	// announced once it has committed.
+	notes []string
 }
 
 // lockedRow is the job row of one run as lockJob read it under its lock.
@@ -481,8 +495,13 @@ func (s *Store) commit(ctx context.Context, op spec.Op, t *txn) error {
 		return typed(ctx, err)
 	}
 	if err := t.Commit(ctx); err != nil {
-		return s.commitFailed(ctx, op, xid, err)
+		err = s.commitFailed(ctx, op, xid, err)
+		if err == nil {
+			s.announce(t.notes)
+		}
+		return err
 	}
+	s.announce(t.notes)
 	if err := s.runHook(ctx, op, spec.AfterCommit); err != nil {
 		return &spec.Error{Code: spec.CodeUnknownOutcome, Message: fmt.Sprintf("%s committed but its result was lost; read back before acting", op), Err: err}
 	}
@@ -528,25 +547,60 @@ type args map[string]any
 
 var placeholder = regexp.MustCompile(`@([A-Za-z_][A-Za-z0-9_]*)`)
 
-// placeholders caches the parameter names of each statement text.
-var placeholders sync.Map // string -> []string
+// rewritten is a statement text with its @names replaced by $1, $2, … as
+// pgx.NamedArgs replaces them, and the names in that order.
+type rewritten struct {
+	sql   string
+	names []string
+}
+
+// rewrites caches the rewriting of each statement text: pgx.NamedArgs
+// lexes the whole text on every call, a cost the hot statements (admission,
+// claim) paid per operation.
+var rewrites sync.Map // string -> *rewritten
+
+// rewrite returns sql's rewriting. pgx's lexer (which skips literals,
+// comments and casts) rewrites it once, with each parameter's name as its
+// value: the values come back in $n order.
+func rewrite(ctx context.Context, sql string) (*rewritten, error) {
+	if r, ok := rewrites.Load(sql); ok {
+		return r.(*rewritten), nil
+	}
+	marks := pgx.NamedArgs{}
+	for _, m := range placeholder.FindAllStringSubmatch(sql, -1) {
+		marks[m[1]] = m[1]
+	}
+	out, values, err := marks.RewriteQuery(ctx, nil, sql, nil)
+	if err != nil {
+		return nil, err
+	}
+	r := &rewritten{sql: out, names: make([]string, len(values))}
+	for i, v := range values {
+		name, ok := v.(string)
+		if !ok {
+			return nil, fmt.Errorf("postgres: statement parameter $%d has a name this package cannot read (a bug in this package)", i+1)
+		}
+		r.names[i] = name
+	}
+	cached, _ := rewrites.LoadOrStore(sql, r)
+	return cached.(*rewritten), nil
+}
 
 // RewriteQuery implements pgx.QueryRewriter.
-func (a args) RewriteQuery(ctx context.Context, conn *pgx.Conn, sql string, extra []any) (string, []any, error) {
-	names, ok := placeholders.Load(sql)
-	if !ok {
-		var list []string
-		for _, m := range placeholder.FindAllStringSubmatch(sql, -1) {
-			list = append(list, m[1])
-		}
-		names, _ = placeholders.LoadOrStore(sql, list)
+func (a args) RewriteQuery(ctx context.Context, _ *pgx.Conn, sql string, _ []any) (string, []any, error) {
+	r, err := rewrite(ctx, sql)
+	if err != nil {
+		return "", nil, err
 	}
-	for _, n := range names.([]string) {
-		if _, ok := a[n]; !ok {
+	values := make([]any, len(r.names))
+	for i, n := range r.names {
+		v, ok := a[n]
+		if !ok {
 			return "", nil, fmt.Errorf("postgres: statement parameter @%s has no value (a bug in this package)", n)
 		}
+		values[i] = v
 	}
-	return pgx.NamedArgs(a).RewriteQuery(ctx, conn, sql, extra)
+	return r.sql, values, nil
 }
 
 // with returns a copy of a with more parameters.
