@@ -128,6 +128,14 @@ type NormalizedCreate struct {
 	Outbox []OutgoingMessage
 }
 
+// QueuedRun is the run that admitting n at time now creates: queued, at
+// version 1 with its run_queued event (seq 1), no replay link. A store
+// returns it for a created run without reading its rows back.
+func (n NormalizedCreate) QueuedRun(now int64) Run {
+	return Run{Tenant: n.Tenant, ID: n.RunID, Operation: n.Operation, State: RunQueued, Version: 1, LastSeq: 1,
+		Payload: n.Payload, Fingerprint: n.Fingerprint, MaxAttempts: n.MaxAttempts, CreatedAt: now, DeadlineAt: n.DeadlineAt}
+}
+
 // NormalizeCreate validates req at time now and fills in defaults.
 func (c Config) NormalizeCreate(req CreateRunRequest, now int64) (NormalizedCreate, error) {
 	if err := CheckNow(now); err != nil {

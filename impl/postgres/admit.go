@@ -368,13 +368,6 @@ func (w *admissionWrite) add(i int, n spec.NormalizedCreate, now int64, expired 
 	}
 }
 
-// createdRun is the run a created member's rows hold (what insertRun
-// returns for it).
-func createdRun(n spec.NormalizedCreate, now int64) spec.Run {
-	return spec.Run{Tenant: n.Tenant, ID: n.RunID, Operation: n.Operation, State: spec.RunQueued, Version: 1, LastSeq: 1,
-		Payload: n.Payload, Fingerprint: n.Fingerprint, MaxAttempts: n.MaxAttempts, CreatedAt: now, DeadlineAt: n.DeadlineAt}
-}
-
 // writeAdmissions is admit's second round trip: w's writes, their outbox
 // messages, notifications and the commit marker, pipelined; it fills in
 // the created members' outcomes.
@@ -405,7 +398,7 @@ func (s *Store) writeAdmissions(t *txn, w *admissionWrite, bulk bool, now int64,
 	}
 	var ow outboxWrite
 	for _, n := range w.norm {
-		ow.add(createdRun(n, now), 0, n.Outbox)
+		ow.add(n.QueuedRun(now), 0, n.Outbox)
 	}
 	if len(ow.tenants) > 0 {
 		b.Queue(insertOutbox, ow.args(now))
@@ -439,7 +432,7 @@ func (s *Store) writeAdmissions(t *txn, w *admissionWrite, bulk bool, now int64,
 			}
 		}
 		for k, i := range w.members {
-			outcomes[i].Result = spec.CreateRunResult{Run: createdRun(w.norm[k], now)}
+			outcomes[i].Result = spec.CreateRunResult{Run: w.norm[k].QueuedRun(now)}
 		}
 	} else {
 		var records int64

@@ -89,9 +89,13 @@ func (s *Store) createIn(ctx context.Context, tx *txn, req spec.CreateRunRequest
 	case err != nil && !errors.Is(err, sql.ErrNoRows):
 		return res, err
 	}
-	// The run id check comes before the expired record's deletion: a
-	// refused member of a bulk admission must have written nothing.
-	if exists, err := runExists(ctx, tx, n.Tenant, n.RunID); err != nil || exists {
+	a := scope.with(args{"run_id": n.RunID, "payload": n.Payload, "fingerprint": n.Fingerprint, "max_attempts": n.MaxAttempts,
+		"now": now, "deadline_at": n.DeadlineAt, "expires_at": n.ExpiresAt, "replay_of": nil, "replay_depth": 0,
+		"seq": 1, "kind": spec.EventRunQueued, "generation": 0, "available_at": n.AvailableAt})
+	// The run is the member's first write, before the expired record's
+	// deletion: a taken run id writes nothing (a refused member of a bulk
+	// admission must have written nothing).
+	if inserted, err := exec(ctx, tx, insertAdmittedRun, a); err != nil || inserted == 0 {
 		if err == nil {
 			err = spec.Errorf(spec.CodeAlreadyExists, "run %s already exists for tenant %s; propose a new run id", n.RunID, n.Tenant)
 		}
@@ -103,10 +107,7 @@ func (s *Store) createIn(ctx context.Context, tx *txn, req spec.CreateRunRequest
 			return res, err
 		}
 	}
-	a := scope.with(args{"run_id": n.RunID, "payload": n.Payload, "fingerprint": n.Fingerprint, "max_attempts": n.MaxAttempts,
-		"now": now, "deadline_at": n.DeadlineAt, "expires_at": n.ExpiresAt, "replay_of": nil, "replay_depth": 0,
-		"seq": 1, "kind": spec.EventRunQueued, "generation": 0, "available_at": n.AvailableAt})
-	for _, q := range []string{insertRun, insertJob, insertIdempotency} {
+	for _, q := range []string{insertJob, insertIdempotency} {
 		if _, err := exec(ctx, tx, q, a); err != nil {
 			return res, err
 		}
@@ -117,8 +118,7 @@ func (s *Store) createIn(ctx context.Context, tx *txn, req spec.CreateRunRequest
 	if err := writeOutbox(ctx, tx, n.Tenant, n.RunID, now, 0, now, n.Outbox); err != nil {
 		return res, err
 	}
-	res.Run, err = getRun(ctx, tx, n.Tenant, n.RunID)
-	return res, err
+	return spec.CreateRunResult{Run: n.QueuedRun(now)}, nil
 }
 
 // Claim implements spec.Store.

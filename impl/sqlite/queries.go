@@ -43,7 +43,10 @@ const (
 		max_attempts, created_at, deadline_at, replay_of, replay_depth)
 		VALUES (:tenant, :run_id, :operation, 'queued', 1, 1, :payload, :fingerprint,
 		:max_attempts, :now, :deadline_at, :replay_of, :replay_depth)`
-	insertEvent = `INSERT INTO run_events (tenant, run_id, seq, kind, at, payload)
+	// insertAdmittedRun is insertRun for an admission: a run id already
+	// taken inserts nothing (already_exists), instead of failing.
+	insertAdmittedRun = insertRun + ` ON CONFLICT (tenant, run_id) DO NOTHING`
+	insertEvent       = `INSERT INTO run_events (tenant, run_id, seq, kind, at, payload)
 		VALUES (:tenant, :run_id, :seq, :kind, :now, :payload)`
 	insertJob = `INSERT INTO jobs (tenant, run_id, operation, state, available_at, lease_generation, attempts, max_attempts)
 		VALUES (:tenant, :run_id, :operation, 'queued', :available_at, :generation, 0, :max_attempts)`
