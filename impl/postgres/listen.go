@@ -78,8 +78,9 @@ func (s *Store) notify(t *txn, kind spec.NotificationKind, tenant, runID string,
 // statement, one transaction). A variable for tests.
 var maxAnnounceBatch = 1000
 
-// announceTimeout bounds one announcement; one that fails is logged and
-// dropped (listeners find the work by polling).
+// announceTimeout bounds one announcement, and Close's last flush in all;
+// one that fails is logged and dropped (listeners find the work by
+// polling).
 const announceTimeout = 5 * time.Second
 
 // announcer sends committed changes' notifications from one goroutine:
@@ -132,17 +133,21 @@ func (a *announcer) run() {
 	for {
 		select {
 		case <-a.wake:
-			a.flush()
+			a.flush(context.Background())
 		case <-a.stop:
-			a.flush()
+			// What is waiting goes out, within one announceTimeout in all.
+			ctx, cancel := context.WithTimeout(context.Background(), announceTimeout)
+			a.flush(ctx)
+			cancel()
 			return
 		}
 	}
 }
 
-// flush sends the pending notifications, oldest first.
-func (a *announcer) flush() {
-	for {
+// flush sends the pending notifications, oldest first, until none is left
+// or ctx ends (what is left then is dropped).
+func (a *announcer) flush(ctx context.Context) {
+	for ctx.Err() == nil {
 		a.mu.Lock()
 		n := min(len(a.pending), maxAnnounceBatch)
 		batch := a.pending[:n:n]
@@ -153,8 +158,8 @@ func (a *announcer) flush() {
 		if n == 0 {
 			return
 		}
-		ctx, cancel := context.WithTimeout(context.Background(), announceTimeout)
-		_, err := a.pool.Exec(ctx, notifyEach, args{"channel": a.channel, "payloads": batch})
+		sendCtx, cancel := context.WithTimeout(ctx, announceTimeout)
+		_, err := a.pool.Exec(sendCtx, notifyEach, args{"channel": a.channel, "payloads": batch})
 		cancel()
 		if err != nil {
 			a.log.Warn("postgres: notifications of committed changes not sent; listeners find the work by polling", "count", n, "err", err)
