@@ -346,9 +346,9 @@ func TestDisableNotify(t *testing.T) {
 // TestAnnouncementsInCommitOrder: the announcer sends every committed
 // change's notification, in the order the changes committed, however many
 // wait at once: a bulk admission of many more runs than one announcement
-// holds (shrunk to 7 here),
-// then creations and a cancel from one caller. Close sends what is still
-// waiting: the store closed right after its last admission has announced it.
+// holds (shrunk to 7 here), then creations and a cancel from one caller.
+// Close sends what is still waiting: the store closed right after its last
+// admission has announced it.
 func TestAnnouncementsInCommitOrder(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()

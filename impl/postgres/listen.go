@@ -18,7 +18,7 @@ import (
 // LISTEN/NOTIFY. CreateRun, CreateRuns, Replay and Cancel announce what
 // they changed once their transaction has committed: the store's announcer
 // sends the notifications waiting at that moment in one transaction of its
-// own, in the order the operations committed. Notifications are hints for
+// own, in the order the operations' commits returned. Notifications are hints for
 // spec.Notifier listeners (a worker waiting for work, a worker running an
 // attempt that was just cancelled); nothing depends on them arriving, and
 // one is lost if the process dies between the commit and the announcement.
@@ -133,11 +133,11 @@ func (a *announcer) run() {
 	for {
 		select {
 		case <-a.wake:
-			a.flush(context.Background())
+			a.flush(context.Background(), false)
 		case <-a.stop:
 			// What is waiting goes out, within one announceTimeout in all.
 			ctx, cancel := context.WithTimeout(context.Background(), announceTimeout)
-			a.flush(ctx)
+			a.flush(ctx, true)
 			cancel()
 			return
 		}
@@ -145,9 +145,18 @@ func (a *announcer) run() {
 }
 
 // flush sends the pending notifications, oldest first, until none is left
-// or ctx ends (what is left then is dropped).
-func (a *announcer) flush(ctx context.Context) {
+// or ctx ends (what is left then is dropped). Unless it is the last flush,
+// it also stops between two batches once close has been called, leaving
+// the rest to the last one.
+func (a *announcer) flush(ctx context.Context, last bool) {
 	for ctx.Err() == nil {
+		select {
+		case <-a.stop:
+			if !last {
+				return
+			}
+		default:
+		}
 		a.mu.Lock()
 		n := min(len(a.pending), maxAnnounceBatch)
 		batch := a.pending[:n:n]
