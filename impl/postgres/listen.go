@@ -18,10 +18,11 @@ import (
 // LISTEN/NOTIFY. CreateRun, CreateRuns, Replay and Cancel announce what
 // they changed once their transaction has committed: the store's announcer
 // sends the notifications waiting at that moment in one transaction of its
-// own, in the order the operations' commits returned. Notifications are hints for
-// spec.Notifier listeners (a worker waiting for work, a worker running an
-// attempt that was just cancelled); nothing depends on them arriving, and
-// one is lost if the process dies between the commit and the announcement.
+// own, in the order the operations' commits returned. Notifications are
+// hints for spec.Notifier listeners (a worker waiting for work, a worker
+// running an attempt that was just cancelled); nothing depends on them
+// arriving, and one is lost if the process dies between the commit and the
+// announcement.
 //
 // They are not sent inside the operations' own transactions because
 // PostgreSQL serializes the commits of notifying transactions (a
