@@ -296,22 +296,9 @@ func TestDisableNotify(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	dsn, schema := pgtest.Schema(t)
-	open := func(disable bool) *postgres.Store {
-		s, err := postgres.Open(ctx, dsn, postgres.Options{Config: spec.DefaultConfig(), Schema: schema, MaxConns: 2, DisableNotify: disable})
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { s.Close() })
-		return s
-	}
-	quiet, loud := open(true), open(false)
-	got := make(chan spec.Notification, 16)
-	listenCtx, stop := context.WithCancel(ctx)
-	defer stop()
-	go loud.Listen(listenCtx, func(n spec.Notification) { got <- n })
-	if n := <-got; n.Kind != spec.NotifyResync {
-		t.Fatalf("first notification %+v, want the resync", n)
-	}
+	quiet := intxOpen(ctx, t, dsn, schema, true)
+	loud := intxOpen(ctx, t, dsn, schema, false)
+	got := intxListen(ctx, t, loud, 16)
 	for _, c := range []struct {
 		s  *postgres.Store
 		id string
@@ -353,22 +340,8 @@ func TestAnnouncementsInCommitOrder(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	dsn, schema := pgtest.Schema(t)
-	open := func() *postgres.Store {
-		s, err := postgres.Open(ctx, dsn, postgres.Options{Config: spec.DefaultConfig(), Schema: schema, MaxConns: 4})
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { s.Close() })
-		return s
-	}
-	listener, s := open(), open()
-	got := make(chan spec.Notification, 4096)
-	listenCtx, stop := context.WithCancel(ctx)
-	defer stop()
-	go listener.Listen(listenCtx, func(n spec.Notification) { got <- n })
-	if n := <-got; n.Kind != spec.NotifyResync {
-		t.Fatalf("first notification %+v, want the resync", n)
-	}
+	got := intxListen(ctx, t, intxOpen(ctx, t, dsn, schema, false), 4096)
+	s := intxOpen(ctx, t, dsn, schema, false)
 	var want []spec.Notification
 	req := func(id string) spec.CreateRunRequest {
 		want = append(want, spec.Notification{Kind: spec.NotifyRunCreated, Tenant: "acme", RunID: id})
@@ -403,4 +376,34 @@ func TestAnnouncementsInCommitOrder(t *testing.T) {
 			t.Fatalf("received %d notifications of %d; missing %+v first", i, len(want), w)
 		}
 	}
+}
+
+// intxOpen opens a store on schema, closed at the test's end.
+func intxOpen(ctx context.Context, t *testing.T, dsn, schema string, disableNotify bool) *postgres.Store {
+	t.Helper()
+	s, err := postgres.Open(ctx, dsn, postgres.Options{Config: spec.DefaultConfig(), Schema: schema, MaxConns: 4, DisableNotify: disableNotify})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	return s
+}
+
+// intxListen listens on s until ctx ends (or the test does) and returns the
+// notifications after the first resync, which it waits for.
+func intxListen(ctx context.Context, t *testing.T, s *postgres.Store, buffer int) <-chan spec.Notification {
+	t.Helper()
+	got := make(chan spec.Notification, buffer)
+	listenCtx, stop := context.WithCancel(ctx)
+	t.Cleanup(stop)
+	go s.Listen(listenCtx, func(n spec.Notification) { got <- n })
+	select {
+	case n := <-got:
+		if n.Kind != spec.NotifyResync {
+			t.Fatalf("first notification %+v, want the resync", n)
+		}
+	case <-ctx.Done():
+		t.Fatal("no resync: the listener never started listening")
+	}
+	return got
 }
