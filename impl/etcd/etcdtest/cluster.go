@@ -25,8 +25,12 @@ import (
 	"go.uber.org/zap"
 )
 
-// memberPkg is the member's package, built with go build.
-const memberPkg = "github.com/leasehold/leasehold/impl/etcd/internal/member"
+// memberPkg is the member's package, built with go build in
+// leaseholdModule's directory.
+const (
+	memberPkg       = "github.com/leasehold/leasehold/impl/etcd/internal/member"
+	leaseholdModule = "github.com/leasehold/leasehold"
+)
 
 var build struct {
 	once sync.Once
@@ -43,9 +47,18 @@ func memberBinary() (string, error) {
 			return
 		}
 		build.path = filepath.Join(build.dir, "member")
-		out, err := exec.Command("go", "build", "-o", build.path, memberPkg).CombinedOutput()
+		// Built in leasehold's own module, whose go.sum has the etcd
+		// server's modules: a module that requires leasehold (the
+		// benchmark's bench/river) has no reason to list them.
+		root, err := exec.Command("go", "list", "-m", "-f", "{{.Dir}}", leaseholdModule).Output()
 		if err != nil {
-			build.err = fmt.Errorf("go build %s: %v\n%s", memberPkg, err, out)
+			build.err = fmt.Errorf("go list -m %s: %v", leaseholdModule, err)
+			return
+		}
+		cmd := exec.Command("go", "build", "-o", build.path, memberPkg)
+		cmd.Dir = strings.TrimSpace(string(root))
+		if out, err := cmd.CombinedOutput(); err != nil {
+			build.err = fmt.Errorf("go build %s in %s: %v\n%s", memberPkg, cmd.Dir, err, out)
 		}
 	})
 	return build.path, build.err
