@@ -238,7 +238,7 @@ an explicit --reports reports (make evidence) rewrites. The exit status is 0 for
 		"LEASEHOLD_REQUIRE_PG=1  (or CI=true) a PostgreSQL that is not configured or does not answer fails the run",
 	}, pgEnv...),
 	flags: func(fs *flag.FlagSet, o *streams) func(context.Context, []string) error {
-		budget := fs.Duration("budget", 5*time.Minute, "total time budget, shared among the checks (deeper runs: 30m)")
+		budget := fs.Duration("budget", 5*time.Minute, "total time budget: the fixed-work checks run first, the exploring ones (fuzz, rapid, linearizability, runtime) share the rest (deeper runs: 30m)")
 		reports := fs.String("reports", filepath.Join("reports", "latest"), "directory for verify.json, verify.md and failing histories")
 		only := fs.String("only", "", "run only these checks, comma-separated: a name (rapid) or name/store (rapid/sqlite); see the report for the names")
 		store := fs.String("store", "all", "the stores to verify: all, sqlite, postgres or etcd")
