@@ -7,9 +7,10 @@ import (
 	"time"
 )
 
-// Budget returns the time a check may spend, from LEASEHOLD_BUDGET (set by
-// `leasehold verify` to the check's share of the total), or def when unset
-// (plain `go test`: a short run).
+// Budget returns the time a test may spend, from LEASEHOLD_BUDGET (set by
+// `leasehold verify` to this test's part of its check's budget: the check's
+// share of what the fixed-work checks left, divided among the check's
+// tests), or def when unset (plain `go test`: a short run).
 func Budget(t testing.TB, def time.Duration) time.Duration {
 	v := os.Getenv("LEASEHOLD_BUDGET")
 	if v == "" {
