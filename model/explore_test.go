@@ -11,11 +11,14 @@ import (
 )
 
 // scopesFromEnv returns the scopes to explore. By default (seconds):
-// model.DefaultScope and model.LifecycleScope. With
-// LEASEHOLD_EXPLORE_SCOPE=large (minutes), or a leasehold verify budget of
-// 20 minutes or more (make verify BUDGET=30m): model.LargeScopes, e.g.
+// model.DefaultScope, model.LifecycleScope and model.OutboxScope. With
+// LEASEHOLD_EXPLORE_SCOPE=large (minutes), or a LEASEHOLD_BUDGET of 20
+// minutes or more given to this test: model.LargeScopes, e.g.
 //
 //	LEASEHOLD_EXPLORE_SCOPE=large go test ./model/ -run TestExplore -v -timeout 1h
+//	LEASEHOLD_EXPLORE_SCOPE=large make verify BUDGET=30m
+//
+// (leasehold verify runs explore as fixed work, with no budget of its own.)
 func scopesFromEnv() []model.Scope {
 	budget, _ := time.ParseDuration(os.Getenv("LEASEHOLD_BUDGET"))
 	if os.Getenv("LEASEHOLD_EXPLORE_SCOPE") == "large" || budget >= 20*time.Minute {
