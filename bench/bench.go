@@ -67,7 +67,8 @@ type Options struct {
 	// CreateRuns, the peer's Insert and InsertMany), on both stores.
 	InsertN int
 	// SQLiteN is the number of jobs of each SQLite drain (leasehold's and the
-	// SQLite peer's).
+	// SQLite peer's), and of each etcd admission and drain (the stores of a
+	// few thousand jobs per second).
 	SQLiteN int
 	// BulkBatch is the batch of bulk admission: requests per CreateRuns
 	// call and jobs per InsertMany call (at most spec.MaxBatch).

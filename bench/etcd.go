@@ -56,7 +56,7 @@ func runEtcd(ctx context.Context, o Options, logf func(string, ...any)) ([]Inser
 	return inserts, drains, nil
 }
 
-// etcdRound admits N runs into a fresh cluster and drains them with v.
+// etcdRound admits SQLiteN runs into a fresh cluster and drains them with v.
 func etcdRound(ctx context.Context, c *etcdtest.Cluster, name string, v drainMode, o Options, logf func(string, ...any)) (InsertResult, DrainResult, error) {
 	cli, err := c.Client()
 	if err != nil {
@@ -69,31 +69,31 @@ func etcdRound(ctx context.Context, c *etcdtest.Cluster, name string, v drainMod
 	}
 	before := processCPU()
 	start := time.Now()
-	err = insertAPI(ctx, s, o.N, o.Workers)
+	err = insertAPI(ctx, s, o.SQLiteN, o.Workers)
 	elapsed := time.Since(start)
 	cpu := processCPU() - before
 	if err != nil {
 		return InsertResult{}, DrainResult{}, err
 	}
 	ins := InsertResult{System: "leasehold", Store: name, Method: "CreateRun, one run per call, W goroutines",
-		Jobs: o.N, Seconds: elapsed.Seconds(), JobsPerSec: float64(o.N) / elapsed.Seconds(),
-		Cost: Cost{ClientCPUPerJob: float64(cpu.Microseconds()) / float64(o.N)}}
+		Jobs: o.SQLiteN, Seconds: elapsed.Seconds(), JobsPerSec: float64(o.SQLiteN) / elapsed.Seconds(),
+		Cost: Cost{ClientCPUPerJob: float64(cpu.Microseconds()) / float64(o.SQLiteN)}}
 	logf("leasehold %s insert (CreateRun): %.0f jobs/s", name, ins.JobsPerSec)
 
-	res := DrainResult{System: "leasehold", Store: name, Variant: v.key, Name: v.name, Jobs: o.N}
+	res := DrainResult{System: "leasehold", Store: name, Variant: v.key, Name: v.name, Jobs: o.SQLiteN}
 	st := &drainStats{}
 	before = processCPU()
 	start = time.Now()
-	err = profiled(o.ProfileDir, name+"-"+v.key, func() error { return drain(ctx, s, o.N, o, v, st) })
+	err = profiled(o.ProfileDir, name+"-"+v.key, func() error { return drain(ctx, s, o.SQLiteN, o, v, st) })
 	elapsed = time.Since(start)
 	cpu = processCPU() - before
 	if err == nil {
-		err = checkCompletedSQLite(ctx, s, o.N)
+		err = checkCompletedSQLite(ctx, s, o.SQLiteN)
 	}
 	if err != nil {
 		return ins, res, err
 	}
-	res.fill(elapsed, Cost{ClientCPUPerJob: float64(cpu.Microseconds()) / float64(o.N)}, st)
+	res.fill(elapsed, Cost{ClientCPUPerJob: float64(cpu.Microseconds()) / float64(o.SQLiteN)}, st)
 	logf("leasehold %s %s: %.0f jobs/s", name, v.key, res.JobsPerSec)
 	return ins, res, nil
 }

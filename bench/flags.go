@@ -45,7 +45,7 @@ func NewCommandLine(defaultReports string) *CommandLine {
 	fs.BoolVar(&o.Quick, "quick", false, "quick mode: under 3 minutes on 2 cores, every ratio measured (3 rounds; noisy ratios flagged)")
 	fs.IntVar(&o.N, "n", 0, "jobs per PostgreSQL drain (default: quick 10000, full 100000)")
 	fs.IntVar(&o.InsertN, "insert-n", 0, "jobs per admission run, both stores (default: quick 2000, full 20000)")
-	fs.IntVar(&o.SQLiteN, "sqlite-n", 0, "jobs per SQLite drain (default: quick 3000, full 20000)")
+	fs.IntVar(&o.SQLiteN, "sqlite-n", 0, "jobs per SQLite drain and per etcd admission and drain (default: quick 3000, full 20000)")
 	fs.IntVar(&o.BulkBatch, "bulk-batch", 0, "requests per CreateRuns call and jobs per InsertMany call (default 1000, at most spec.MaxBatch)")
 	fs.IntVar(&o.Rounds, "rounds", 0, "alternating rounds (leasehold, River, …) each peer ratio is the median of (default: quick 3, full 5; at least 3)")
 	fs.Float64Var(&o.LatencySeconds, "latency-seconds", 0, "seconds of steady arrivals per latency round (default: quick 2, full 5)")
