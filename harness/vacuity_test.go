@@ -3,12 +3,15 @@ package harness
 import (
 	"strings"
 	"testing"
+
+	"github.com/leasehold/leasehold/spec"
+	"github.com/leasehold/leasehold/worker"
 )
 
 // TestLinVacuity: a linearizability run is vacuous, and says why, when a
 // race of linRaces never happened or it lacks bulk admissions (from a store
 // that admits in bulk), outbox deliveries and refusals, or scheduled runs and
-// purges; a budgeted run stops after one history only when this is empty.
+// purges.
 func TestLinVacuity(t *testing.T) {
 	all := Races{}
 	for _, race := range linRaces {
@@ -39,6 +42,48 @@ func TestLinVacuity(t *testing.T) {
 			"no unknown_outcome", "no bulk admission", "outbox", "scheduled"}},
 	} {
 		got := linVacuity(tc.races, 1, 7, tc.c.bulk, tc.bulkCap, tc.c.delivered, tc.c.refused, tc.c.scheduled, tc.c.purged)
+		if len(got) != len(tc.want) {
+			t.Errorf("%s: %d problems %q, want %d", tc.name, len(got), got, len(tc.want))
+			continue
+		}
+		for i, w := range tc.want {
+			if !strings.Contains(got[i], w) {
+				t.Errorf("%s: problem %d is %q, want it to mention %q", tc.name, i, got[i], w)
+			}
+		}
+	}
+}
+
+// TestRuntimeVacuity: a runtime run is vacuous, and says why, when a race of
+// runtimeRaces never happened, or it lacks housekeeping, a completion, a lost
+// lease, a purged run or, from a store that completes in batches, a batch
+// and a batch held past its lease; while it is, the run records another
+// history (up to runtimeMaxHistories).
+func TestRuntimeVacuity(t *testing.T) {
+	all := Races{}
+	for _, race := range runtimeRaces {
+		all[race] = 1
+	}
+	full := worker.Stats{Reaped: 1, Completed: 1, Lost: 1, PurgedRuns: 1, Batches: 1}
+	heldBatch := map[string]int64{"pause_before_" + string(spec.OpCompleteBatch): 1}
+	noBatches := full
+	noBatches.Batches = 0
+	for _, tc := range []struct {
+		name    string
+		races   Races
+		stats   worker.Stats
+		byKind  map[string]int64
+		batches bool
+		want    []string // one substring per problem
+	}{
+		{"everything happened", all, full, heldBatch, true, nil},
+		{"no batch, store completes in batches", all, noBatches, heldBatch, true, []string{"no batch of completions"}},
+		{"no batch, store does not", all, noBatches, nil, false, nil},
+		{"no held batch", all, full, nil, true, []string{"held past its lease"}},
+		{"nothing", Races{}, worker.Stats{}, nil, true, []string{"no lease_reclaimed", "no stale_write_refused", "no fault_rolled_back",
+			"housekeeping", "completed run", "lost lease", "purged", "batch of completions", "held past"}},
+	} {
+		got := runtimeVacuity(tc.races, tc.stats, tc.byKind, tc.batches)
 		if len(got) != len(tc.want) {
 			t.Errorf("%s: %d problems %q, want %d", tc.name, len(got), got, len(tc.want))
 			continue
