@@ -98,10 +98,10 @@ func firstLines(s string, n int) string {
 // concurrent layer — the porcupine check or the accounting — within
 // linHistories histories. The schedule of a concurrent history is not the
 // seed's alone: a mutant that needs a stale write (batch_ignores_generation
-// needs a batch completion after its lease was reclaimed) goes unexercised
-// by a history about three times in five (caught on histories 1–4 in ten
-// runs); the others are caught by the first. A history takes a fraction of
-// a second.
+// needs a batch completion after its lease was reclaimed) can go
+// unexercised by several histories in a row (bench/findings.md, "Figures
+// behind the store's comments"); a history is short, and a caught mutant
+// stops at once.
 func TestMutantsLinearizability(t *testing.T) {
 	const linHistories = 20
 	for _, name := range mutant.Names {

@@ -42,15 +42,7 @@ func TestLinVacuity(t *testing.T) {
 			"no unknown_outcome", "no bulk admission", "outbox", "scheduled"}},
 	} {
 		got := linVacuity(tc.races, 1, 7, tc.c.bulk, tc.bulkCap, tc.c.delivered, tc.c.refused, tc.c.scheduled, tc.c.purged)
-		if len(got) != len(tc.want) {
-			t.Errorf("%s: %d problems %q, want %d", tc.name, len(got), got, len(tc.want))
-			continue
-		}
-		for i, w := range tc.want {
-			if !strings.Contains(got[i], w) {
-				t.Errorf("%s: problem %d is %q, want it to mention %q", tc.name, i, got[i], w)
-			}
-		}
+		wantProblems(t, tc.name, got, tc.want)
 	}
 }
 
@@ -84,14 +76,21 @@ func TestRuntimeVacuity(t *testing.T) {
 			"housekeeping", "completed run", "lost lease", "purged", "batch of completions", "held past"}},
 	} {
 		got := runtimeVacuity(tc.races, tc.stats, tc.byKind, tc.batches)
-		if len(got) != len(tc.want) {
-			t.Errorf("%s: %d problems %q, want %d", tc.name, len(got), got, len(tc.want))
-			continue
-		}
-		for i, w := range tc.want {
-			if !strings.Contains(got[i], w) {
-				t.Errorf("%s: problem %d is %q, want it to mention %q", tc.name, i, got[i], w)
-			}
+		wantProblems(t, tc.name, got, tc.want)
+	}
+}
+
+// wantProblems fails unless got holds exactly one problem per entry of
+// want, in order, each mentioning its entry.
+func wantProblems(t *testing.T, name string, got, want []string) {
+	t.Helper()
+	if len(got) != len(want) {
+		t.Errorf("%s: %d problems %q, want %d", name, len(got), got, len(want))
+		return
+	}
+	for i, w := range want {
+		if !strings.Contains(got[i], w) {
+			t.Errorf("%s: problem %d is %q, want it to mention %q", name, i, got[i], w)
 		}
 	}
 }
