@@ -61,9 +61,6 @@ const loadQueuedSQL = `WITH clock AS (
 		3, now, now + 3600000
 	FROM src
 	RETURNING tenant, run_id, fingerprint, created_at
-), e AS (
-	INSERT INTO run_events (tenant, run_id, seq, kind, at, payload)
-	SELECT tenant, run_id, 1, 'run_queued', created_at, '{}' FROM r
 ), j AS (
 	INSERT INTO jobs (tenant, run_id, operation, state, available_at, lease_generation, attempts, max_attempts,
 		run_state, run_version, run_last_seq)
@@ -89,7 +86,7 @@ func loadQueued(ctx context.Context, pool *pgxpool.Pool, from, to int64) error {
 			return fmt.Errorf("bulk load %d..%d: %w", lo, hi, err)
 		}
 	}
-	_, err := pool.Exec(ctx, `VACUUM ANALYZE runs, run_events, jobs, idempotency_keys`)
+	_, err := pool.Exec(ctx, `VACUUM ANALYZE runs, jobs, idempotency_keys`)
 	return err
 }
 

@@ -345,22 +345,21 @@ func (t *txn) readAdmissions(br pgx.BatchResults, p *admissionPlan, records map[
 // one created earlier in the batch ([replaying member, creating member])
 // and those that replay a stored run (stored, with their runs).
 type admissionWrite struct {
-	members                                                                  []int
-	norm                                                                     []spec.NormalizedCreate
-	tenants, runIDs, operations, payloads, fingerprints, keys, eventPayloads []string
-	maxAttempts                                                              []int32
-	deadlines, available, expires                                            []int64
-	expired                                                                  []scopeKey
-	replays                                                                  [][2]int
-	stored                                                                   []int
-	storedRuns                                                               []jobKey
+	members                                                   []int
+	norm                                                      []spec.NormalizedCreate
+	tenants, runIDs, operations, payloads, fingerprints, keys []string
+	maxAttempts                                               []int32
+	deadlines, available, expires                             []int64
+	expired                                                   []scopeKey
+	replays                                                   [][2]int
+	stored                                                    []int
+	storedRuns                                                []jobKey
 }
 
 func (w *admissionWrite) add(i int, n spec.NormalizedCreate, now int64, expired bool) {
 	w.members, w.norm = append(w.members, i), append(w.norm, n)
 	w.tenants, w.runIDs, w.operations = append(w.tenants, n.Tenant), append(w.runIDs, n.RunID), append(w.operations, n.Operation)
 	w.payloads, w.fingerprints, w.keys = append(w.payloads, n.Payload), append(w.fingerprints, n.Fingerprint), append(w.keys, n.Key)
-	w.eventPayloads = append(w.eventPayloads, spec.QueuedPayload("", "", 0))
 	w.maxAttempts = append(w.maxAttempts, int32(n.MaxAttempts))
 	w.deadlines, w.available, w.expires = append(w.deadlines, n.DeadlineAt), append(w.available, n.AvailableAt), append(w.expires, n.ExpiresAt)
 	if expired {
@@ -389,12 +388,12 @@ func (s *Store) writeAdmissions(t *txn, w *admissionWrite, bulk bool, now int64,
 	if bulk {
 		b.Queue(insertAdmissions, args{"tenants": w.tenants, "run_ids": w.runIDs, "operations": w.operations,
 			"payloads": w.payloads, "fingerprints": w.fingerprints, "max_attempts": w.maxAttempts, "deadlines": w.deadlines,
-			"available": w.available, "keys": w.keys, "expires": w.expires, "event_payloads": w.eventPayloads, "now": now})
+			"available": w.available, "keys": w.keys, "expires": w.expires, "now": now})
 	} else {
 		n := w.norm[0]
 		b.Queue(insertAdmission, args{"tenant": n.Tenant, "run_id": n.RunID, "operation": n.Operation, "payload": n.Payload,
 			"fingerprint": n.Fingerprint, "max_attempts": n.MaxAttempts, "now": now, "deadline_at": n.DeadlineAt,
-			"available_at": n.AvailableAt, "key": n.Key, "expires_at": n.ExpiresAt, "event_payload": w.eventPayloads[0]})
+			"available_at": n.AvailableAt, "key": n.Key, "expires_at": n.ExpiresAt})
 	}
 	var ow outboxWrite
 	for _, n := range w.norm {
@@ -422,13 +421,13 @@ func (s *Store) writeAdmissions(t *txn, w *admissionWrite, bulk bool, now int64,
 		}
 	}
 	if bulk {
-		var counts [4]int64
-		if err := br.QueryRow().Scan(&counts[0], &counts[1], &counts[2], &counts[3]); err != nil {
+		var counts [3]int64
+		if err := br.QueryRow().Scan(&counts[0], &counts[1], &counts[2]); err != nil {
 			return err
 		}
 		for _, c := range counts {
 			if c != int64(len(w.members)) {
-				return fmt.Errorf("postgres: a bulk admission of %d runs wrote %v rows (runs, jobs, records, events)", len(w.members), counts)
+				return fmt.Errorf("postgres: a bulk admission of %d runs wrote %v rows (runs, jobs, records)", len(w.members), counts)
 			}
 		}
 		for k, i := range w.members {

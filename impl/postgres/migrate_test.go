@@ -211,7 +211,7 @@ func TestMigrationMovesRunStateToJobRows(t *testing.T) {
 		run("f1", "failed", 3, 2, "'lease_expired'", "NULL", "NULL", 0), event("f1", 1, "run_queued", 10, "{}"),
 		event("f1", 2, "run_failed", 700, `{"code":"lease_expired"}`), job("f1", "dead", 10, "NULL", "NULL", 1, 1, "'lease_expired'"),
 		attempt("f1", 1, 100, 100, "700", "dead", "'lease_expired'", "'expired'", "NULL"),
-		run("f2", "queued", 1, 1, "NULL", "NULL", "'f1'", 1), event("f2", 1, "run_queued", 800, `{"replay_of":"f1"}`),
+		run("f2", "queued", 1, 1, "NULL", "NULL", "'f1'", 1), event("f2", 1, "run_queued", 10, `{"replay_of":"f1"}`),
 		job("f2", "queued", 3000, "NULL", "NULL", 1, 0, "NULL"),
 	)
 	for _, q := range old {
@@ -246,7 +246,7 @@ func TestMigrationMovesRunStateToJobRows(t *testing.T) {
 		Events: []spec.Event{
 			ev("c1", 1, spec.EventRunQueued, 10, "{}"), ev("c1", 2, spec.EventRunCompleted, 900, `{"generation":2}`),
 			ev("f1", 1, spec.EventRunQueued, 10, "{}"), ev("f1", 2, spec.EventRunFailed, 700, `{"code":"lease_expired"}`),
-			ev("f2", 1, spec.EventRunQueued, 800, `{"replay_of":"f1"}`), ev("l1", 1, spec.EventRunQueued, 10, "{}"),
+			ev("f2", 1, spec.EventRunQueued, 10, `{"replay_of":"f1"}`), ev("l1", 1, spec.EventRunQueued, 10, "{}"),
 			ev("q1", 1, spec.EventRunQueued, 10, "{}"), ev("r1", 1, spec.EventRunQueued, 10, "{}"),
 			ev("x1", 1, spec.EventRunQueued, 10, "{}"), ev("x1", 2, spec.EventRunCancelled, 50, `{"reason":"stop"}`),
 		},
@@ -276,7 +276,7 @@ func TestMigrationMovesRunStateToJobRows(t *testing.T) {
 		t.Fatal(err)
 	}
 	if !reflect.DeepEqual(got, want) {
-		t.Fatalf("snapshot after migration 4:\n got %+v\nwant %+v", got, want)
+		t.Fatalf("snapshot after migrations 4-7:\n got %+v\nwant %+v", got, want)
 	}
 
 	done, err := s.Complete(ctx, spec.CompleteRequest{Lease: spec.LeaseRef{Tenant: "acme", RunID: "l1", Owner: "w", Generation: 1}})
@@ -295,5 +295,125 @@ func TestMigrationMovesRunStateToJobRows(t *testing.T) {
 		{Tenant: "acme", RunID: "r1", Generation: 2, Number: 2, Worker: "w2", ClaimedAt: 2500, RenewedAt: 2500, Outcome: spec.AttemptRunning}}
 	if err != nil || !reflect.DeepEqual(atts, wantAtts) {
 		t.Fatalf("r1's attempts after its claim: %+v, %v; want %+v", atts, err, wantAtts)
+	}
+}
+
+// TestMigrationDerivesQueuedEvents: migration 7 drops run_events, whose
+// rows the runs rows then give back. Rows written through migration 6 (an
+// admitted run, a finished one, a replay with its audit record) read back
+// as the same records, and the store goes on: a second replay is refused
+// by the replay link's partial unique index, a new admission and a replay
+// write their run_queued events on their runs rows. A run_queued row the
+// run cannot give back stops the migration, naming the run, and leaves the
+// schema as it was.
+func TestMigrationDerivesQueuedEvents(t *testing.T) {
+	ctx := context.Background()
+	list, err := migrations.For(migrations.Postgres)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// throughSix is the schema of migrations 1-6 with rows: d1 and d2
+	// failed, q1 queued, p1 replaying d1 (its audit record from Replay);
+	// extra is run before the migration.
+	throughSix := func(t *testing.T, extra ...string) (string, string) {
+		dsn, schema := pgtest.Schema(t)
+		conn := pgtest.Conn(t, dsn, schema)
+		stmts := []string{`CREATE SCHEMA ` + schema, `CREATE TABLE ` + migrations.VersionTable + ` (version BIGINT PRIMARY KEY,
+			name TEXT NOT NULL, checksum TEXT NOT NULL, applied_at BIGINT NOT NULL)`}
+		for _, m := range list[:6] {
+			stmts = append(stmts, m.SQL, fmt.Sprintf(`INSERT INTO %s VALUES (%d, '%s', '%s', 0)`, migrations.VersionTable, m.Version, m.Name, m.Checksum))
+		}
+		run := func(id string, created int64, replayOf string, depth int) string {
+			return fmt.Sprintf(`INSERT INTO runs (tenant, run_id, operation, payload, fingerprint, max_attempts, created_at,
+				deadline_at, replay_of, replay_depth) VALUES ('acme', '%s', 'work', '{}', 'fp', 3, %d, 100000, %s, %d)`, id, created, replayOf, depth)
+		}
+		job := func(id, state, runState string, version, lastSeq int, errorCode, finished, payload string) string {
+			return fmt.Sprintf(`INSERT INTO jobs (tenant, run_id, operation, state, available_at, lease_generation, attempts,
+				max_attempts, run_state, run_version, run_last_seq, run_error_code, run_finished_at, run_event_payload)
+				VALUES ('acme', '%s', 'work', '%s', 10, 0, 0, 3, '%s', %d, %d, %s, %s, %s)`, id, state, runState, version, lastSeq,
+				errorCode, finished, payload)
+		}
+		failed := func(id string) string {
+			return job(id, "dead", "failed", 2, 2, "'boom'", "50", `'{"error_code":"boom","generation":0}'`)
+		}
+		event := func(id string, at int64, payload string) string {
+			return fmt.Sprintf(`INSERT INTO run_events VALUES ('acme', '%s', 1, 'run_queued', %d, '%s')`, id, at, payload)
+		}
+		stmts = append(stmts,
+			run("d1", 10, "NULL", 0), event("d1", 10, "{}"), failed("d1"),
+			run("d2", 15, "NULL", 0), event("d2", 15, "{}"), failed("d2"),
+			run("q1", 20, "NULL", 0), event("q1", 20, "{}"), job("q1", "queued", "queued", 1, 1, "NULL", "NULL", "NULL"),
+			run("p1", 60, "'d1'", 1), event("p1", 60, spec.QueuedPayload("d1", "ops@example.com", 1)),
+			job("p1", "queued", "queued", 1, 1, "NULL", "NULL", "NULL"))
+		for _, q := range append(stmts, extra...) {
+			if _, err := conn.Exec(ctx, q); err != nil {
+				t.Fatalf("schema of migration 6: %v\n%s", err, q)
+			}
+		}
+		return dsn, schema
+	}
+
+	t.Run("derivable", func(t *testing.T) {
+		dsn, schema := throughSix(t)
+		clk := clock.NewManual(1000)
+		s := openOn(t, dsn, schema, postgres.Options{Clock: clk})
+		ev := func(id string, seq int64, kind spec.EventKind, at int64, payload string) spec.Event {
+			return spec.Event{Tenant: "acme", RunID: id, Seq: seq, Kind: kind, At: at, Payload: payload}
+		}
+		want := []spec.Event{
+			ev("d1", 1, spec.EventRunQueued, 10, "{}"), ev("d1", 2, spec.EventRunFailed, 50, `{"error_code":"boom","generation":0}`),
+			ev("d2", 1, spec.EventRunQueued, 15, "{}"), ev("d2", 2, spec.EventRunFailed, 50, `{"error_code":"boom","generation":0}`),
+			ev("p1", 1, spec.EventRunQueued, 60, spec.QueuedPayload("d1", "ops@example.com", 1)),
+			ev("q1", 1, spec.EventRunQueued, 20, "{}"),
+		}
+		snap, err := s.Snapshot(ctx)
+		if err != nil || !reflect.DeepEqual(snap.Events, want) {
+			t.Fatalf("events after migration 7: %+v, %v\nwant %+v", snap.Events, err, want)
+		}
+		if _, err := s.Replay(ctx, spec.ReplayRequest{Tenant: "acme", RunID: "d1", NewRunID: "p2", Actor: "ops"}); spec.CodeOf(err) != spec.CodeAlreadyExists {
+			t.Fatalf("a second replay of d1 after the migration: %v; want %s", err, spec.CodeAlreadyExists)
+		}
+		if _, err := s.CreateRun(ctx, spec.CreateRunRequest{Tenant: "acme", Operation: "work", IdempotencyKey: "k-n1", RunID: "n1", Payload: []byte("{}")}); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := s.Replay(ctx, spec.ReplayRequest{Tenant: "acme", RunID: "d2", NewRunID: "p2", Actor: "ops"}); err != nil {
+			t.Fatal(err)
+		}
+		for id, wantEvent := range map[string]spec.Event{
+			"n1": ev("n1", 1, spec.EventRunQueued, 1000, "{}"),
+			"p2": ev("p2", 1, spec.EventRunQueued, 1000, spec.QueuedPayload("d2", "ops", 1)),
+		} {
+			if got, err := s.Events(ctx, "acme", id); err != nil || !reflect.DeepEqual(got, []spec.Event{wantEvent}) {
+				t.Errorf("events of %s: %+v, %v; want %+v", id, got, err, wantEvent)
+			}
+		}
+	})
+
+	for _, c := range []struct {
+		name, extra string
+		events      int // run_events rows it leaves
+	}{
+		{"another time", `UPDATE run_events SET at = 11 WHERE run_id = 'q1'`, 4},
+		{"an admitted run's audit", `UPDATE run_events SET payload = '{"note":1}' WHERE run_id = 'q1'`, 4},
+		{"a run without its event", `DELETE FROM run_events WHERE run_id = 'q1'`, 3},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			dsn, schema := throughSix(t, c.extra)
+			s, err := postgres.Open(ctx, dsn, postgres.Options{Schema: schema, Config: spec.DefaultConfig()})
+			if err == nil {
+				s.Close()
+			}
+			if err == nil || !strings.Contains(err.Error(), "run acme/q1 has no run_queued event the run row can give back") {
+				t.Fatalf("open over %s: %v; want the migration to stop, naming run acme/q1", c.name, err)
+			}
+			conn := pgtest.Conn(t, dsn, schema)
+			var version, events int
+			if err := conn.QueryRow(ctx, `SELECT (SELECT max(version) FROM `+migrations.VersionTable+`), (SELECT count(*) FROM run_events)`).Scan(&version, &events); err != nil {
+				t.Fatalf("the schema after the refused migration: %v", err)
+			}
+			if version != 6 || events != c.events {
+				t.Fatalf("after the refused migration: the ledger's latest version %d, %d run_events rows; want 6 and %d", version, events, c.events)
+			}
+		})
 	}
 }

@@ -549,7 +549,7 @@ func (s *Store) PurgeRuns(ctx context.Context, req spec.PurgeRunsRequest) (delet
 			return nil
 		}
 		a := args{"tenant": req.Tenant, "run_ids": deleted, "now": now}
-		for _, q := range []string{deletePurgedOutbox, deletePurgedEffects, deletePurgedAttempts, deletePurgedJobs, deletePurgedEvents,
+		for _, q := range []string{deletePurgedOutbox, deletePurgedEffects, deletePurgedAttempts, deletePurgedJobs,
 			deletePurgedIdempotency, deletePurgedRuns} {
 			if _, err := t.exec(q, a); err != nil {
 				return err
@@ -698,15 +698,13 @@ func (s *Store) Replay(ctx context.Context, req spec.ReplayRequest) (run spec.Ru
 		}
 		a := args{"tenant": req.Tenant, "run_id": req.NewRunID, "operation": orig.Operation, "payload": orig.Payload,
 			"fingerprint": orig.Fingerprint, "max_attempts": orig.MaxAttempts, "now": now, "deadline_at": deadline,
-			"replay_of": orig.ID, "replay_depth": depth, "generation": origJob.Generation, "available_at": now}
+			"replay_of": orig.ID, "replay_depth": depth, "generation": origJob.Generation, "available_at": now,
+			"queued_payload": spec.QueuedPayload(orig.ID, req.Actor, depth)}
 		run, err = scanRun(t.QueryRow(ctx, insertRun, a))
 		if errors.Is(err, pgx.ErrNoRows) {
 			return spec.Errorf(spec.CodeAlreadyExists, "run %s already exists for tenant %s; propose a new run id", req.NewRunID, req.Tenant)
 		}
 		if err != nil {
-			return err
-		}
-		if _, err := t.exec(insertEvent, a.with(args{"payload": spec.QueuedPayload(orig.ID, req.Actor, depth)})); err != nil {
 			return err
 		}
 		return s.notify(t, spec.NotifyRunCreated, req.Tenant, req.NewRunID, 0)

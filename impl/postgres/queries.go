@@ -93,11 +93,13 @@ var attemptRows = `SELECT ` + attemptColumns + ` FROM attempts
 
 const eventColumns = `tenant, run_id, seq, kind, at, payload`
 
-// eventRows is every event: run_queued from run_events, the terminal event
-// of a finished run (there is at most one) from its job row. run_state
-// names it: completed, failed, cancelled -> run_completed, run_failed,
-// run_cancelled.
-const eventRows = `SELECT ` + eventColumns + ` FROM run_events
+// eventRows is every event: each run's run_queued from its runs row
+// (migration 0007: seq 1 at its creation, its payload '{}' unless it is a
+// replay's audit record), and the terminal event of a finished run (there
+// is at most one) from its job row. run_state names it: completed, failed,
+// cancelled -> run_completed, run_failed, run_cancelled.
+const eventRows = `SELECT tenant, run_id, 1::bigint AS seq, 'run_queued' AS kind, created_at AS at,
+	coalesce(queued_payload, '{}') AS payload FROM runs
 	UNION ALL SELECT tenant, run_id, run_last_seq, 'run_' || run_state, run_finished_at, run_event_payload FROM jobs
 	WHERE run_finished_at IS NOT NULL`
 
@@ -302,7 +304,8 @@ const (
 		WHERE tenant = @tenant AND operation = @operation AND idempotency_key = @key`
 	deleteIdempotency = `DELETE FROM idempotency_keys
 		WHERE tenant = @tenant AND operation = @operation AND idempotency_key = @key`
-	// insertRun admits a run: its runs row and its job row (queued, at
+	// insertRun admits a run: its runs row (with @queued_payload, its
+	// run_queued payload if it is a replay) and its job row (queued, at
 	// generation @generation), and returns the run. It does nothing when the
 	// run id is taken (or, for a replay, the original was already replayed):
 	// zero rows is already_exists. If the conflicting row is not committed
@@ -311,9 +314,9 @@ const (
 	// end of the statement, when the runs row is there.
 	insertRun = `WITH r AS (
 		INSERT INTO runs (tenant, run_id, operation, payload, fingerprint, max_attempts, created_at, deadline_at,
-			replay_of, replay_depth)
+			replay_of, replay_depth, queued_payload)
 		VALUES (@tenant, @run_id, @operation, @payload, @fingerprint, @max_attempts, @now, @deadline_at,
-			@replay_of, @replay_depth)
+			@replay_of, @replay_depth, @queued_payload)
 		ON CONFLICT DO NOTHING
 		RETURNING *
 	), j AS (
@@ -323,8 +326,6 @@ const (
 		RETURNING *
 	)
 	SELECT ` + runRow + ` FROM r JOIN j ON j.tenant = r.tenant AND j.run_id = r.run_id`
-	insertEvent = `INSERT INTO run_events (tenant, run_id, seq, kind, at, payload)
-		VALUES (@tenant, @run_id, 1, 'run_queued', @now, @payload)`
 
 	// renewLease extends the lease, never past the run's deadline.
 	renewLease = `UPDATE jobs SET lease_expires_at = @expires_at, attempt_renewed_at = @now
@@ -431,7 +432,6 @@ const (
 	deletePurgedEffects     = `DELETE FROM effects WHERE tenant = @tenant AND run_id = ANY (@run_ids)`
 	deletePurgedAttempts    = `DELETE FROM attempts WHERE tenant = @tenant AND run_id = ANY (@run_ids)`
 	deletePurgedJobs        = `DELETE FROM jobs WHERE tenant = @tenant AND run_id = ANY (@run_ids)`
-	deletePurgedEvents      = `DELETE FROM run_events WHERE tenant = @tenant AND run_id = ANY (@run_ids)`
 	deletePurgedIdempotency = `DELETE FROM idempotency_keys WHERE tenant = @tenant AND run_id = ANY (@run_ids) AND expires_at <= @now`
 	deletePurgedRuns        = `DELETE FROM runs WHERE tenant = @tenant AND run_id = ANY (@run_ids)`
 
@@ -540,8 +540,8 @@ const (
 			OFFSET 0) AS x`
 
 	// insertAdmission is CreateRun's write, one statement: insertRun's run
-	// and job, the idempotency record and the run_queued event, each of the
-	// run the statement inserted (none when the run id is taken: zero rows
+	// (its run_queued event with it) and job, and the idempotency record,
+	// each of the run the statement inserted (none when the run id is taken: zero rows
 	// is already_exists, as for insertRun). It returns the run and how many
 	// records it wrote: the record cannot conflict while the admission lock
 	// is held, and DO NOTHING turns a violation of that reasoning into a
@@ -562,14 +562,11 @@ const (
 		SELECT tenant, operation, @key, fingerprint, run_id, @now, @expires_at FROM r
 		ON CONFLICT DO NOTHING
 		RETURNING 1
-	), e AS (
-		INSERT INTO run_events (tenant, run_id, seq, kind, at, payload)
-		SELECT tenant, run_id, 1, 'run_queued', @now, @event_payload FROM r
 	)
 	SELECT ` + runRow + `, (SELECT count(*) FROM k) FROM r JOIN j ON j.tenant = r.tenant AND j.run_id = r.run_id`
 
 	// insertAdmissions is a bulk admission's write: every created member's
-	// run, job, idempotency record and run_queued event, each table in one
+	// run, job and idempotency record, each table in one
 	// multi-row insert from the same arrays (the members were decided under
 	// their admission locks, so no record can conflict). A run id taken
 	// meanwhile by a concurrent admission under another key is a unique
@@ -578,9 +575,9 @@ const (
 	insertAdmissions = `WITH m AS (
 		SELECT * FROM unnest(@tenants::text[], @run_ids::text[], @operations::text[], @payloads::text[],
 			@fingerprints::text[], @max_attempts::int[], @deadlines::bigint[], @available::bigint[], @keys::text[],
-			@expires::bigint[], @event_payloads::text[])
+			@expires::bigint[])
 			AS m(tenant, run_id, operation, payload, fingerprint, max_attempts, deadline_at, available_at,
-				idempotency_key, expires_at, event_payload)
+				idempotency_key, expires_at)
 	), r AS (
 		INSERT INTO runs (tenant, run_id, operation, payload, fingerprint, max_attempts, created_at, deadline_at,
 			replay_of, replay_depth)
@@ -595,12 +592,8 @@ const (
 		INSERT INTO idempotency_keys (tenant, operation, idempotency_key, fingerprint, run_id, created_at, expires_at)
 		SELECT tenant, operation, idempotency_key, fingerprint, run_id, @now, expires_at FROM m
 		RETURNING 1
-	), e AS (
-		INSERT INTO run_events (tenant, run_id, seq, kind, at, payload)
-		SELECT tenant, run_id, 1, 'run_queued', @now, event_payload FROM m
-		RETURNING 1
 	)
-	SELECT (SELECT count(*) FROM r), (SELECT count(*) FROM j), (SELECT count(*) FROM k), (SELECT count(*) FROM e)`
+	SELECT (SELECT count(*) FROM r), (SELECT count(*) FROM j), (SELECT count(*) FROM k)`
 
 	// deleteExpiredRecords deletes the expired records of the scopes a bulk
 	// admission admits again (the guard: expires_at <= now), by ctid (a TID

@@ -28,7 +28,11 @@ func testMigrationRecorded(t *testing.T, f Factory) {
 	e := newEnv(t, f)
 	e.need(CapSQL)
 	// Every table of the schema exists.
-	for _, table := range []string{"runs", "run_events", "jobs", "idempotency_keys", "attempts", "effects", "outbox", "leasehold_schema_migrations"} {
+	tables := []string{"runs", "jobs", "idempotency_keys", "attempts", "effects", "outbox", "leasehold_schema_migrations"}
+	if e.h.Layout == LayoutTablePerRecord {
+		tables = append(tables, "run_events")
+	}
+	for _, table := range tables {
 		mustOK(t, "select from "+table, e.h.Exec(e.ctx, "SELECT count(*) FROM "+table))
 	}
 	// Version 1 is recorded: the version table refuses a second row for it.
@@ -120,6 +124,14 @@ func rawEvent(tenant, run string, seq int, kind string, at int64) string {
 		tenant, run, seq, kind, at)
 }
 
+// rawReplay is a queued run replaying run orig, without a job, inserted
+// past the contract (LayoutJobRow): payload is the SQL of its run_queued
+// payload (queued_payload).
+func rawReplay(tenant, id, orig, payload string) string {
+	return fmt.Sprintf(`INSERT INTO runs (tenant, run_id, operation, payload, fingerprint, max_attempts, created_at, deadline_at,
+		replay_of, replay_depth, queued_payload) VALUES ('%s', '%s', 'work', '{}', 'fp', 3, 0, 10, '%s', 1, %s)`, tenant, id, orig, payload)
+}
+
 // rawJob inserts the job of a run made by rawRun. In LayoutJobRow the job
 // row also carries its run's state (queued) and, when leased, its running
 // attempt at the lease's generation.
@@ -204,10 +216,22 @@ func testDatabaseRejectsOrphans(t *testing.T, f Factory) {
 	cases := []execCase{
 		// A raw run without a job or events is the parent for the twins below.
 		{"raw run", rawRun(l, "ta", "raw1"), true},
+	}
+	if l == LayoutTablePerRecord {
 		// Events: the run must exist for the same tenant.
-		{"event of a missing run", rawEvent("ta", "ghost", 1, "run_queued", 5), false},
-		{"event of another tenant's run", rawEvent("tb", "raw1", 1, "run_queued", 5), false},
-		{"event of an existing run", rawEvent("ta", "raw1", 1, "run_queued", 5), true},
+		cases = append(cases,
+			execCase{"event of a missing run", rawEvent("ta", "ghost", 1, "run_queued", 5), false},
+			execCase{"event of another tenant's run", rawEvent("tb", "raw1", 1, "run_queued", 5), false},
+			execCase{"event of an existing run", rawEvent("ta", "raw1", 1, "run_queued", 5), true})
+	} else {
+		// Every event is on the run's rows; a replay's original must exist
+		// for the same tenant.
+		cases = append(cases,
+			execCase{"replay of a missing run", rawReplay("ta", "rp1", "ghost", "'{}'"), false},
+			execCase{"replay of another tenant's run", rawReplay("tb", "rp1", "raw1", "'{}'"), false},
+			execCase{"replay of an existing run", rawReplay("ta", "rp1", "raw1", "'{}'"), true})
+	}
+	cases = append(cases, []execCase{
 		// Jobs.
 		{"job of a missing run", rawJob(l, "ta", "ghost", "queued", "", "NULL", 0, 0, 3, 0), false},
 		{"job of another tenant's run", rawJob(l, "tb", "raw1", "queued", "", "NULL", 0, 0, 3, 0), false},
@@ -223,7 +247,7 @@ func testDatabaseRejectsOrphans(t *testing.T, f Factory) {
 		// Effects: the run's job must exist.
 		{"effect of a missing run", rawEffect("ta", "ghost", "s", "k", "reserved", 1, 0), false},
 		{"effect of another tenant's run", rawEffect("tb", "r1", "s", "k", "reserved", 1, 0), false},
-	}
+	}...)
 	if l == LayoutTablePerRecord {
 		// Here an effect references its attempt row. (In LayoutJobRow the
 		// attempt it was reserved under may still be on the job row, so an
@@ -278,30 +302,35 @@ func testDatabaseRejectsInvalidDomain(t *testing.T, f Factory) {
 		{"run: 65-byte run id", rawRun(l, "t", long(65)), false},
 		{"run: 64-byte run id", rawRun(l, "t", long(64)), true},
 		{"run: duplicate id", rawRun(l, "t", "ok1"), false},
-
-		{"event: valid run_queued", rawEvent("t", "ok1", 1, "run_queued", 0), true},
-		{"event: duplicate seq", rawEvent("t", "ok1", 1, "run_queued", 0), false},
-		{"event: unknown kind", rawEvent("t", "ok1", 2, "run_paused", 0), false},
-		{"event: run_queued not at seq 1", rawEvent("t", "ok1", 2, "run_queued", 0), false},
-		{"event: seq 0", rawEvent("t", "ok1", 0, "run_completed", 0), false},
-		{"event: negative time", rawEvent("t", "ok1", 2, "run_completed", -1), false},
 	})
 	if l == LayoutTablePerRecord {
 		runExecCases(t, e, []execCase{
+			{"event: valid run_queued", rawEvent("t", "ok1", 1, "run_queued", 0), true},
+			{"event: duplicate seq", rawEvent("t", "ok1", 1, "run_queued", 0), false},
+			{"event: unknown kind", rawEvent("t", "ok1", 2, "run_paused", 0), false},
+			{"event: run_queued not at seq 1", rawEvent("t", "ok1", 2, "run_queued", 0), false},
+			{"event: seq 0", rawEvent("t", "ok1", 0, "run_completed", 0), false},
+			{"event: negative time", rawEvent("t", "ok1", 2, "run_completed", -1), false},
 			{"event: first terminal event", rawEvent("t", "ok1", 2, "run_completed", 0), true},
 			{"event: second terminal event", rawEvent("t", "ok1", 3, "run_failed", 0), false},
 			{"event: oversized payload", fmt.Sprintf(`INSERT INTO run_events (tenant, run_id, seq, kind, at, payload) VALUES ('t', 'ok2', 2, 'run_failed', 0, '%s')`, long(4097)), false},
 			{"event: payload at the limit", fmt.Sprintf(`INSERT INTO run_events (tenant, run_id, seq, kind, at, payload) VALUES ('t', 'ok2', 2, 'run_failed', 0, '%s')`, long(4096)), true},
 		})
 	} else {
-		// A run's one terminal event is its job row's run_finished_at and
-		// run_event_payload; run_events holds run_queued only.
+		// A run's run_queued event is its runs row (created_at, and a
+		// replay's audit payload in queued_payload); its one terminal event
+		// is its job row's run_finished_at and run_event_payload.
 		terminalEvent := func(run, state, finished, payload string) string {
 			return fmt.Sprintf(`UPDATE jobs SET run_state = '%s', run_finished_at = %s, run_event_payload = %s
 				WHERE tenant = 't' AND run_id = '%s'`, state, finished, payload, run)
 		}
 		runExecCases(t, e, []execCase{
-			{"event: a terminal event in run_events", rawEvent("t", "ok1", 2, "run_completed", 0), false},
+			{"event: a replay without its audit payload", rawReplay("t", "rp1", "ok1", "NULL"), false},
+			{"event: an admitted run with an audit payload", strings.Replace(rawReplay("t", "rp1", "ok1", "'{}'"), "'ok1', 1,", "NULL, 0,", 1), false},
+			{"event: oversized audit payload", rawReplay("t", "rp1", "ok1", "'"+long(4097)+"'"), false},
+			{"event: audit payload at the limit", rawReplay("t", "rp1", "ok1", "'"+long(4096)+"'"), true},
+			{"run: a second replay of a run", rawReplay("t", "rp2", "ok1", "'{}'"), false},
+			{"run: a replay of another run", rawReplay("t", "rp2", "ok2", "'{}'"), true},
 			{"event: terminal run without its event", terminalEvent("ok1", "completed", "NULL", "NULL"), false},
 			{"event: event of a run not terminal", terminalEvent("ok1", "queued", "0", "'{}'"), false},
 			{"event: terminal event without a payload", terminalEvent("ok1", "completed", "0", "NULL"), false},

@@ -77,8 +77,9 @@ const (
 	// LayoutJobRow keeps a run's state, its terminal event and its latest
 	// attempt in its job row, so that claiming and completing a job write
 	// one row (PostgreSQL, migration 0004): runs holds what admission
-	// fixed, run_events the run_queued events, attempts the earlier
-	// attempts, and effects reference their job.
+	// fixed and its run_queued event (migration 0007: there is no
+	// run_events table), attempts the earlier attempts, and effects
+	// reference their job.
 	LayoutJobRow
 )
 
