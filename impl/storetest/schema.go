@@ -201,13 +201,19 @@ func testDatabaseRejectsOrphans(t *testing.T, f Factory) {
 		t.Fatalf("snapshot of contract-made rows has orphans or violations: %v", v)
 	}
 	e.rawWrites = true
+	// An event row the raw run may have. In LayoutTablePerRecord run_events
+	// holds terminal events only: a run's run_queued event is its run row.
+	evSeq, evKind := 1, "run_queued"
+	if l == LayoutTablePerRecord {
+		evSeq, evKind = 2, "run_completed"
+	}
 	cases := []execCase{
 		// A raw run without a job or events is the parent for the twins below.
 		{"raw run", rawRun(l, "ta", "raw1"), true},
 		// Events: the run must exist for the same tenant.
-		{"event of a missing run", rawEvent("ta", "ghost", 1, "run_queued", 5), false},
-		{"event of another tenant's run", rawEvent("tb", "raw1", 1, "run_queued", 5), false},
-		{"event of an existing run", rawEvent("ta", "raw1", 1, "run_queued", 5), true},
+		{"event of a missing run", rawEvent("ta", "ghost", evSeq, evKind, 5), false},
+		{"event of another tenant's run", rawEvent("tb", "raw1", evSeq, evKind, 5), false},
+		{"event of an existing run", rawEvent("ta", "raw1", evSeq, evKind, 5), true},
 		// Jobs.
 		{"job of a missing run", rawJob(l, "ta", "ghost", "queued", "", "NULL", 0, 0, 3, 0), false},
 		{"job of another tenant's run", rawJob(l, "tb", "raw1", "queued", "", "NULL", 0, 0, 3, 0), false},
@@ -279,15 +285,28 @@ func testDatabaseRejectsInvalidDomain(t *testing.T, f Factory) {
 		{"run: 64-byte run id", rawRun(l, "t", long(64)), true},
 		{"run: duplicate id", rawRun(l, "t", "ok1"), false},
 
-		{"event: valid run_queued", rawEvent("t", "ok1", 1, "run_queued", 0), true},
-		{"event: duplicate seq", rawEvent("t", "ok1", 1, "run_queued", 0), false},
 		{"event: unknown kind", rawEvent("t", "ok1", 2, "run_paused", 0), false},
-		{"event: run_queued not at seq 1", rawEvent("t", "ok1", 2, "run_queued", 0), false},
 		{"event: seq 0", rawEvent("t", "ok1", 0, "run_completed", 0), false},
 		{"event: negative time", rawEvent("t", "ok1", 2, "run_completed", -1), false},
 	})
 	if l == LayoutTablePerRecord {
+		// A run's run_queued event is its run row (migration 0005): a
+		// replay's audit payload is queued_payload, an admitted run has
+		// none, and run_events holds the terminal events only.
+		replay := func(id, of string, depth int, queuedPayload string) string {
+			return fmt.Sprintf(`INSERT INTO runs (tenant, run_id, operation, state, version, last_event_seq, payload, fingerprint,
+				max_attempts, created_at, deadline_at, replay_of, replay_depth, queued_payload)
+				VALUES ('t', '%s', 'work', 'queued', 1, 1, '{}', 'fp', 3, 0, 10, %s, %d, %s)`, id, of, depth, queuedPayload)
+		}
 		runExecCases(t, e, []execCase{
+			{"run: replay without its queued payload", replay("rp1", "'ok2'", 1, "NULL"), false},
+			{"run: admitted run with a queued payload", replay("rp2", "NULL", 0, "'{}'"), false},
+			{"run: replay with its queued payload", replay("rp1", "'ok2'", 1, `'{"replay_of":"ok2"}'`), true},
+			{"run: oversized queued payload", replay("rp3", "'ok3'", 1, "'"+long(4097)+"'"), false},
+			{"run: queued payload at the limit", replay("rp3", "'ok3'", 1, "'"+long(4096)+"'"), true},
+			{"event: run_queued in run_events", rawEvent("t", "ok1", 2, "run_queued", 0), false},
+			{"event: run_queued at seq 1 in run_events", rawEvent("t", "ok1", 1, "run_queued", 0), false},
+			{"event: terminal event at seq 1", rawEvent("t", "ok1", 1, "run_completed", 0), false},
 			{"event: first terminal event", rawEvent("t", "ok1", 2, "run_completed", 0), true},
 			{"event: second terminal event", rawEvent("t", "ok1", 3, "run_failed", 0), false},
 			{"event: oversized payload", fmt.Sprintf(`INSERT INTO run_events (tenant, run_id, seq, kind, at, payload) VALUES ('t', 'ok2', 2, 'run_failed', 0, '%s')`, long(4097)), false},
@@ -301,6 +320,9 @@ func testDatabaseRejectsInvalidDomain(t *testing.T, f Factory) {
 				WHERE tenant = 't' AND run_id = '%s'`, state, finished, payload, run)
 		}
 		runExecCases(t, e, []execCase{
+			{"event: valid run_queued", rawEvent("t", "ok1", 1, "run_queued", 0), true},
+			{"event: duplicate seq", rawEvent("t", "ok1", 1, "run_queued", 0), false},
+			{"event: run_queued not at seq 1", rawEvent("t", "ok1", 2, "run_queued", 0), false},
 			{"event: a terminal event in run_events", rawEvent("t", "ok1", 2, "run_completed", 0), false},
 			{"event: terminal run without its event", terminalEvent("ok1", "completed", "NULL", "NULL"), false},
 			{"event: event of a run not terminal", terminalEvent("ok1", "queued", "0", "'{}'"), false},
