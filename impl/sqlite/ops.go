@@ -91,10 +91,11 @@ func (s *Store) createIn(ctx context.Context, tx *txn, req spec.CreateRunRequest
 	}
 	a := scope.with(args{"run_id": n.RunID, "payload": n.Payload, "fingerprint": n.Fingerprint, "max_attempts": n.MaxAttempts,
 		"now": now, "deadline_at": n.DeadlineAt, "expires_at": n.ExpiresAt, "replay_of": nil, "replay_depth": 0,
-		"seq": 1, "kind": spec.EventRunQueued, "generation": 0, "available_at": n.AvailableAt})
+		"queued_payload": nil, "generation": 0, "available_at": n.AvailableAt})
 	// The run is the member's first write, before the expired record's
 	// deletion: a taken run id writes nothing (a refused member of a bulk
-	// admission must have written nothing).
+	// admission must have written nothing). Its row is its run_queued
+	// event too (insertRun).
 	if inserted, err := exec(ctx, tx, insertAdmittedRun, a); err != nil || inserted == 0 {
 		if err == nil {
 			err = spec.Errorf(spec.CodeAlreadyExists, "run %s already exists for tenant %s; propose a new run id", n.RunID, n.Tenant)
@@ -111,9 +112,6 @@ func (s *Store) createIn(ctx context.Context, tx *txn, req spec.CreateRunRequest
 		if _, err := exec(ctx, tx, q, a); err != nil {
 			return res, err
 		}
-	}
-	if _, err := exec(ctx, tx, insertEvent, a.with(args{"payload": spec.QueuedPayload("", "", 0)})); err != nil {
-		return res, err
 	}
 	if err := writeOutbox(ctx, tx, n.Tenant, n.RunID, now, 0, now, n.Outbox); err != nil {
 		return res, err
@@ -654,15 +652,13 @@ func (s *Store) Replay(ctx context.Context, req spec.ReplayRequest) (run spec.Ru
 		}
 		a := args{"tenant": req.Tenant, "run_id": req.NewRunID, "operation": orig.Operation, "payload": orig.Payload,
 			"fingerprint": orig.Fingerprint, "max_attempts": orig.MaxAttempts, "now": now, "deadline_at": deadline,
-			"replay_of": orig.ID, "replay_depth": depth, "generation": origJob.Generation, "available_at": now}
+			"replay_of": orig.ID, "replay_depth": depth, "generation": origJob.Generation, "available_at": now,
+			// The audited run_queued event is the run row's (insertRun).
+			"queued_payload": spec.QueuedPayload(orig.ID, req.Actor, depth)}
 		for _, q := range []string{insertRun, insertJob} {
 			if _, err := exec(ctx, tx, q, a); err != nil {
 				return err
 			}
-		}
-		if _, err := exec(ctx, tx, insertEvent, a.with(args{"seq": 1, "kind": spec.EventRunQueued,
-			"payload": spec.QueuedPayload(orig.ID, req.Actor, depth)})); err != nil {
-			return err
 		}
 		run, err = getRun(ctx, tx, req.Tenant, req.NewRunID)
 		return err

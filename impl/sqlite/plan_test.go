@@ -13,7 +13,9 @@ import (
 // index, read in the branch's order: a plan that scans the tenant's jobs
 // and sorts them makes every claim cost grow with depth. Only the claim's
 // final merge of the two branches' (at most 2×limit) rows may sort. Reap
-// and the purges are held to their indexes too.
+// and the purges are held to their indexes too, and the event reads, which
+// merge the run rows' run_queued events with run_events, to their keys'
+// order.
 func TestClaimPlanUsesIndex(t *testing.T) {
 	s, err := Open(context.Background(), filepath.Join(t.TempDir(), "plan.db"), Options{Config: spec.DefaultConfig()})
 	if err != nil {
@@ -23,18 +25,25 @@ func TestClaimPlanUsesIndex(t *testing.T) {
 	cases := []struct {
 		name, query string
 		want        []string
-		sorts       int // "USE TEMP B-TREE" steps allowed
+		sorts       int   // "USE TEMP B-TREE" steps allowed
+		positional  []any // the query's ?N parameters, if it takes no named ones
 	}{
-		{"claim", claimCandidates, []string{"INDEX jobs_due", "INDEX jobs_reap"}, 1},
-		{"reap", selectReapable, []string{"INDEX jobs_reap"}, 0},
-		{"purge", purgeIdempotency, []string{"INDEX idempotency_keys_expiry"}, 0},
-		{"purge runs", selectRetiredLeaves, []string{"INDEX run_events_finished", "INDEX idempotency_keys_run"}, 0},
+		{"claim", claimCandidates, []string{"INDEX jobs_due", "INDEX jobs_reap"}, 1, nil},
+		{"reap", selectReapable, []string{"INDEX jobs_reap"}, 0, nil},
+		{"purge", purgeIdempotency, []string{"INDEX idempotency_keys_expiry"}, 0, nil},
+		{"purge runs", selectRetiredLeaves, []string{"INDEX run_events_finished", "INDEX idempotency_keys_run"}, 0, nil},
+		{"events of a run", selectRunEvents, []string{"SEARCH runs USING PRIMARY KEY", "SEARCH run_events USING PRIMARY KEY"}, 0, []any{"t", "r"}},
+		{"snapshot events", selectAllEvents, []string{"MERGE (UNION ALL)"}, 0, []any{}},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			rows, err := s.DB().Query("EXPLAIN QUERY PLAN "+c.query, leaseArgs(spec.LeaseRef{}, 0).with(args{
+			a := leaseArgs(spec.LeaseRef{}, 0).with(args{
 				"worker": "w", "expires_at": 1, "limit": 1, "operation": "o", "key": "k",
-				"retired_by": 0, "after_at": 0, "after_id": ""}).list()...)
+				"retired_by": 0, "after_at": 0, "after_id": ""}).list()
+			if c.positional != nil {
+				a = c.positional
+			}
+			rows, err := s.DB().Query("EXPLAIN QUERY PLAN "+c.query, a...)
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -25,6 +25,13 @@ const runColumns = `tenant, run_id, operation, state, version, last_event_seq, p
 const attemptColumns = `tenant, run_id, generation, number, worker, claimed_at, renewed_at, finished_at,
 	outcome, error_code, error_class, retry_at`
 
+// queuedEventColumns are the columns of a run's run_queued event, derived
+// from its run row (migration 0005): seq 1 at its creation, with a replay's
+// audit payload or an admitted run's {}. They line up with eventColumns.
+const queuedEventColumns = `tenant, run_id, 1, 'run_queued', created_at, coalesce(queued_payload, '{}')`
+
+const eventColumns = `tenant, run_id, seq, kind, at, payload`
+
 const effectColumns = `tenant, run_id, step, effect_key, state, provider_ref, generation, updated_at`
 
 const outboxColumns = `tenant, run_id, seq, message_id, subject, payload, generation, created_at, state, relay,
@@ -39,14 +46,18 @@ const (
 		WHERE tenant = :tenant AND operation = :operation AND idempotency_key = :key`
 	deleteIdempotency = `DELETE FROM idempotency_keys
 		WHERE tenant = :tenant AND operation = :operation AND idempotency_key = :key`
+	// insertRun inserts a queued run, whose row is also its run_queued
+	// event (seq 1 at :now, migration 0005): :queued_payload is a replay's
+	// audit payload, and NULL for an admitted run, whose payload is {}.
 	insertRun = `INSERT INTO runs (tenant, run_id, operation, state, version, last_event_seq, payload, fingerprint,
-		max_attempts, created_at, deadline_at, replay_of, replay_depth)
+		max_attempts, created_at, deadline_at, replay_of, replay_depth, queued_payload)
 		VALUES (:tenant, :run_id, :operation, 'queued', 1, 1, :payload, :fingerprint,
-		:max_attempts, :now, :deadline_at, :replay_of, :replay_depth)`
+		:max_attempts, :now, :deadline_at, :replay_of, :replay_depth, :queued_payload)`
 	// insertAdmittedRun is insertRun for an admission: a run id already
 	// taken inserts nothing (already_exists), instead of failing.
 	insertAdmittedRun = insertRun + ` ON CONFLICT (tenant, run_id) DO NOTHING`
-	insertEvent       = `INSERT INTO run_events (tenant, run_id, seq, kind, at, payload)
+	// insertEvent inserts a terminal event; run_events holds no other kind.
+	insertEvent = `INSERT INTO run_events (tenant, run_id, seq, kind, at, payload)
 		VALUES (:tenant, :run_id, :seq, :kind, :now, :payload)`
 	insertJob = `INSERT INTO jobs (tenant, run_id, operation, state, available_at, lease_generation, attempts, max_attempts)
 		VALUES (:tenant, :run_id, :operation, 'queued', :available_at, :generation, 0, :max_attempts)`
@@ -162,6 +173,20 @@ const (
 	deleteRunEvents      = `DELETE FROM run_events WHERE tenant = :tenant AND run_id = :run_id`
 	deleteRunIdempotency = `DELETE FROM idempotency_keys WHERE tenant = :tenant AND run_id = :run_id AND expires_at <= :now`
 	deleteRun            = `DELETE FROM runs WHERE tenant = :tenant AND run_id = :run_id`
+
+	// selectRunEvents lists a run's events in seq order (?1 the tenant, ?2
+	// the run id): its run_queued event from its run row, then its
+	// terminal event, if any, from run_events.
+	selectRunEvents = `SELECT ` + queuedEventColumns + ` FROM runs WHERE tenant = ?1 AND run_id = ?2
+		UNION ALL
+		SELECT ` + eventColumns + ` FROM run_events WHERE tenant = ?1 AND run_id = ?2
+		ORDER BY 3`
+	// selectAllEvents lists every event in (tenant, run id, seq) order, as
+	// selectRunEvents does for one run.
+	selectAllEvents = `SELECT ` + queuedEventColumns + ` FROM runs
+		UNION ALL
+		SELECT ` + eventColumns + ` FROM run_events
+		ORDER BY 1, 2, 3`
 
 	selectReplayOf = `SELECT run_id FROM runs WHERE tenant = :tenant AND replay_of = :run_id`
 

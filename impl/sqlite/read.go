@@ -158,8 +158,7 @@ func listForRun[T any](s *Store, ctx context.Context, tenant, runID string, scan
 
 // Events implements spec.Store.
 func (s *Store) Events(ctx context.Context, tenant, runID string) ([]spec.Event, error) {
-	return listForRun(s, ctx, tenant, runID, scanEvent,
-		`SELECT tenant, run_id, seq, kind, at, payload FROM run_events WHERE tenant = ? AND run_id = ? ORDER BY seq`)
+	return listForRun(s, ctx, tenant, runID, scanEvent, selectRunEvents)
 }
 
 // Attempts implements spec.Store.
@@ -181,7 +180,7 @@ func (s *Store) Snapshot(ctx context.Context) (snap spec.Snapshot, err error) {
 		if snap.Runs, err = queryAll(ctx, tx, scanRun, `SELECT `+runColumns+` FROM runs ORDER BY tenant, run_id`); err != nil {
 			return err
 		}
-		if snap.Events, err = queryAll(ctx, tx, scanEvent, `SELECT tenant, run_id, seq, kind, at, payload FROM run_events ORDER BY tenant, run_id, seq`); err != nil {
+		if snap.Events, err = queryAll(ctx, tx, scanEvent, selectAllEvents); err != nil {
 			return err
 		}
 		if snap.Jobs, err = queryAll(ctx, tx, scanJob, `SELECT `+jobColumns+` FROM jobs ORDER BY tenant, run_id`); err != nil {

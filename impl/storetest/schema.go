@@ -218,11 +218,12 @@ func testDatabaseRejectsOrphans(t *testing.T, f Factory) {
 		{"raw run", rawRun(l, "ta", "raw1"), true},
 	}
 	if l == LayoutTablePerRecord {
-		// Events: the run must exist for the same tenant.
+		// Events (run_events holds the terminal ones: a run's run_queued
+		// event is its run row): the run must exist for the same tenant.
 		cases = append(cases,
-			execCase{"event of a missing run", rawEvent("ta", "ghost", 1, "run_queued", 5), false},
-			execCase{"event of another tenant's run", rawEvent("tb", "raw1", 1, "run_queued", 5), false},
-			execCase{"event of an existing run", rawEvent("ta", "raw1", 1, "run_queued", 5), true})
+			execCase{"event of a missing run", rawEvent("ta", "ghost", 2, "run_completed", 5), false},
+			execCase{"event of another tenant's run", rawEvent("tb", "raw1", 2, "run_completed", 5), false},
+			execCase{"event of an existing run", rawEvent("ta", "raw1", 2, "run_completed", 5), true})
 	} else {
 		// Every event is on the run's rows; a replay's original must exist
 		// for the same tenant.
@@ -304,11 +305,24 @@ func testDatabaseRejectsInvalidDomain(t *testing.T, f Factory) {
 		{"run: duplicate id", rawRun(l, "t", "ok1"), false},
 	})
 	if l == LayoutTablePerRecord {
+		// A run's run_queued event is its run row (migration 0005): a
+		// replay's audit payload is queued_payload, an admitted run has
+		// none, and run_events holds the terminal events only.
+		replay := func(id, of string, depth int, queuedPayload string) string {
+			return fmt.Sprintf(`INSERT INTO runs (tenant, run_id, operation, state, version, last_event_seq, payload, fingerprint,
+				max_attempts, created_at, deadline_at, replay_of, replay_depth, queued_payload)
+				VALUES ('t', '%s', 'work', 'queued', 1, 1, '{}', 'fp', 3, 0, 10, %s, %d, %s)`, id, of, depth, queuedPayload)
+		}
 		runExecCases(t, e, []execCase{
-			{"event: valid run_queued", rawEvent("t", "ok1", 1, "run_queued", 0), true},
-			{"event: duplicate seq", rawEvent("t", "ok1", 1, "run_queued", 0), false},
+			{"run: replay without its queued payload", replay("rp1", "'ok2'", 1, "NULL"), false},
+			{"run: admitted run with a queued payload", replay("rp2", "NULL", 0, "'{}'"), false},
+			{"run: replay with its queued payload", replay("rp1", "'ok2'", 1, `'{"replay_of":"ok2"}'`), true},
+			{"run: oversized queued payload", replay("rp3", "'ok3'", 1, "'"+long(4097)+"'"), false},
+			{"run: queued payload at the limit", replay("rp3", "'ok3'", 1, "'"+long(4096)+"'"), true},
+			{"event: run_queued in run_events", rawEvent("t", "ok1", 2, "run_queued", 0), false},
+			{"event: run_queued at seq 1 in run_events", rawEvent("t", "ok1", 1, "run_queued", 0), false},
+			{"event: terminal event at seq 1", rawEvent("t", "ok1", 1, "run_completed", 0), false},
 			{"event: unknown kind", rawEvent("t", "ok1", 2, "run_paused", 0), false},
-			{"event: run_queued not at seq 1", rawEvent("t", "ok1", 2, "run_queued", 0), false},
 			{"event: seq 0", rawEvent("t", "ok1", 0, "run_completed", 0), false},
 			{"event: negative time", rawEvent("t", "ok1", 2, "run_completed", -1), false},
 			{"event: first terminal event", rawEvent("t", "ok1", 2, "run_completed", 0), true},

@@ -72,7 +72,9 @@ type Layout int
 
 const (
 	// LayoutTablePerRecord keeps every record of spec.Snapshot in its own
-	// table: runs (with their state), run_events, jobs, attempts (SQLite).
+	// table: runs (with their state), run_events, jobs, attempts (SQLite),
+	// except a run's run_queued event, which is its run row (migration
+	// 0005): run_events holds the terminal events.
 	LayoutTablePerRecord Layout = iota
 	// LayoutJobRow keeps a run's state, its terminal event and its latest
 	// attempt in its job row, so that claiming and completing a job write
