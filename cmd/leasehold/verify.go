@@ -64,7 +64,7 @@ var postgresTests = []string{
 	"TestPurgeWaitsForAnAbortedAdmission", "TestBackendKilledBeforeCommit", "TestCommitAnswerLost", "TestLockWaitCutShort",
 	"TestDeadlockIsUnavailable", "TestCompleteTx", "TestListenDeliversCommittedChanges", "TestAnnouncementsInCommitOrder", "TestChannelNames", "TestDisableNotify",
 	"TestMigrateConcurrentlyAndAgain", "TestMigrateRefusesAnEditedMigration", "TestSchemasAreIsolated", "TestOpenRejectsBadOptions",
-	"TestMigrationMovesRunStateToJobRows", "TestPlansAtDepth", "TestBatchPlansAfterGrowth", "TestBulkAdmissionPlans", "TestSweepStaleSchemas",
+	"TestMigrationMovesRunStateToJobRows", "TestMigrationDerivesQueuedEvents", "TestPlansAtDepth", "TestBatchPlansAfterGrowth", "TestBulkAdmissionPlans", "TestSweepStaleSchemas",
 	"TestServerNotReady", "TestOpenWaitsForServer", "TestPurgeRunsWaitsForAReplay", "TestPurgeRunsWaitsForAnAdmission",
 }
 
@@ -84,7 +84,8 @@ var runtimeFaultTests = []string{
 var etcdTests = []string{"TestConformance", "TestProperty", "TestLinearizable", "TestScenarios", "TestRuntime", "TestLinearizableUnderFaults", "TestClusterClock"}
 
 var checks = []check{
-	{Name: "conformance", Store: "sqlite", Package: "./impl/sqlite", Tests: []string{"TestConformance", "TestClaimPlanUsesIndex", "TestStatementCacheOneConnection"}},
+	{Name: "conformance", Store: "sqlite", Package: "./impl/sqlite", Tests: []string{"TestConformance", "TestClaimPlanUsesIndex", "TestStatementCacheOneConnection",
+		"TestMigrationDerivesQueuedEvents", "TestMigrationRefusesUnderivableQueuedEvents"}},
 	{Name: "conformance", Store: "postgres", Package: "./impl/postgres", Tests: []string{"TestConformance"}, NeedsPG: true},
 	{Name: "postgres-store", Store: "postgres", Package: "./impl/postgres", Tests: postgresTests, NeedsPG: true},
 	{Name: "explore", Store: "any", Package: "./model", Tests: []string{"TestExplore", "TestExploreCatchesBrokenVariants"}},
