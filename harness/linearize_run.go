@@ -36,9 +36,10 @@ var linRaces = []Race{RaceStaleWriteRefused, RaceLeaseReclaimed, RaceCancelVsFin
 // and judges each against the model: two histories in a plain go test (one
 // split by tenant, one with idempotency purges, checked whole), more until
 // LEASEHOLD_BUDGET is spent under leasehold verify, and more while the run
-// is vacuous, up to linMaxHistories. LEASEHOLD_SEED pins the first seed. A violation writes a report under reports/lin/ and fails with
-// the replay commands; a run in which a race of linRaces never happened fails
-// as vacuous. The store must offer hooks (storetest.CapHooks: the faults
+// is vacuous, up to linMaxHistories. LEASEHOLD_SEED pins the first seed. A
+// violation writes a report under reports/lin/ and fails with the replay
+// commands; a run in which a race of linRaces never happened fails as
+// vacuous. The store must offer hooks (storetest.CapHooks: the faults
 // are injected through them); without them the check is not applicable.
 // store names the store in reports.
 func RunLinearizable(t *testing.T, store string, f storetest.Factory) {
