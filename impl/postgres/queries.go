@@ -541,11 +541,12 @@ const (
 
 	// insertAdmission is CreateRun's write, one statement: insertRun's run
 	// (its run_queued event with it) and job, and the idempotency record,
-	// each of the run the statement inserted (none when the run id is taken: zero rows
-	// is already_exists, as for insertRun). It returns the run and how many
-	// records it wrote: the record cannot conflict while the admission lock
-	// is held, and DO NOTHING turns a violation of that reasoning into a
-	// count of 0 (a typed error) instead of a raw unique violation.
+	// each of the run the statement inserted (none when the run id is
+	// taken: zero rows is already_exists, as for insertRun). It returns the
+	// run and how many records it wrote: the record cannot conflict while
+	// the admission lock is held, and DO NOTHING turns a violation of that
+	// reasoning into a count of 0 (a typed error) instead of a raw unique
+	// violation.
 	insertAdmission = `WITH r AS (
 		INSERT INTO runs (tenant, run_id, operation, payload, fingerprint, max_attempts, created_at, deadline_at,
 			replay_of, replay_depth)
@@ -566,9 +567,9 @@ const (
 	SELECT ` + runRow + `, (SELECT count(*) FROM k) FROM r JOIN j ON j.tenant = r.tenant AND j.run_id = r.run_id`
 
 	// insertAdmissions is a bulk admission's write: every created member's
-	// run, job and idempotency record, each table in one
-	// multi-row insert from the same arrays (the members were decided under
-	// their admission locks, so no record can conflict). A run id taken
+	// run, job and idempotency record, each table in one multi-row insert
+	// from the same arrays (the members were decided under their admission
+	// locks, so no record can conflict). A run id taken
 	// meanwhile by a concurrent admission under another key is a unique
 	// violation: the whole batch rolls back (unavailable, nothing written).
 	// It returns how many rows it wrote to each table.
