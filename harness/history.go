@@ -163,7 +163,7 @@ func (p *Call) Run(ctx context.Context) (model.Result, error) {
 	now, reads := c.Clock.Last()
 	writes := spec.OperationOf(op.Req).Writes
 	switch {
-	case writes && reads == p.reads && !readsNoClock(op, res):
+	case writes && reads == p.reads && !readsNoClock(op, res, ctx.Err()):
 		return res, fmt.Errorf("%s: %s returned %s without reading the clock", c.Name, op.Kind(), res)
 	case !writes && reads != p.reads:
 		return res, fmt.Errorf("%s: the read %s read the clock (reads never do)", c.Name, op.Kind())
@@ -186,10 +186,16 @@ func (p *Call) Run(ctx context.Context) (model.Result, error) {
 }
 
 // readsNoClock reports a write that may return without reading the clock:
-// one that wrote nothing because the store could not run it, and an empty
-// batch (of completions or of admissions).
-func readsNoClock(op model.Op, res model.Result) bool {
+// one that wrote nothing because the store could not run it, one whose
+// outcome is unknown because its caller's context ended (ctxErr) while it
+// ran (a store behind the store protocol is stopped wherever it was, maybe
+// before its clock reading), and an empty batch (of completions or of
+// admissions).
+func readsNoClock(op model.Op, res model.Result, ctxErr error) bool {
 	if res.Err != nil && res.Err.Code == spec.CodeUnavailable {
+		return true
+	}
+	if res.Err != nil && res.Err.Code == spec.CodeUnknownOutcome && ctxErr != nil {
 		return true
 	}
 	switch b := op.Req.(type) {

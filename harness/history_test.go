@@ -2,6 +2,7 @@ package harness
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"math"
 	"strings"
@@ -12,6 +13,7 @@ import (
 
 	"github.com/leasehold/leasehold/impl/sqlite/sqlitetest"
 	"github.com/leasehold/leasehold/model"
+	"github.com/leasehold/leasehold/spec"
 )
 
 // recorded returns a small real history as a HistoryFile's JSON.
@@ -159,4 +161,30 @@ func TestDecodedHistoriesNeverPanic(t *testing.T) {
 		t.Fatalf("judged %d variants, %d not linearizable: the test proves nothing", judged, illegal)
 	}
 	t.Logf("judged %d variants of a %d-entry history, %d not linearizable", judged, len(f.Entries), illegal)
+}
+
+// TestReadsNoClock: the writes that may return without a clock reading, and
+// those that may not (Caller.Run reports the latter as a breach).
+func TestReadsNoClock(t *testing.T) {
+	purge := model.Op{Req: spec.PurgeRunsRequest{Tenant: "t1"}}
+	failed := func(code spec.Code) model.Result { return model.Result{Err: spec.Errorf(code, "x")} }
+	for _, c := range []struct {
+		name   string
+		op     model.Op
+		res    model.Result
+		ctxErr error
+		want   bool
+	}{
+		{"a success", purge, model.Result{Value: []string{}}, nil, false},
+		{"unavailable", purge, failed(spec.CodeUnavailable), nil, true},
+		{"unknown outcome", purge, failed(spec.CodeUnknownOutcome), nil, false},
+		{"unknown outcome after the context ended", purge, failed(spec.CodeUnknownOutcome), context.Canceled, true},
+		{"another error after the context ended", purge, failed(spec.CodeInvalidArgument), context.Canceled, false},
+		{"an empty batch completion", model.Op{Req: spec.CompleteBatchRequest{}}, model.Result{Value: []spec.BatchOutcome{}}, nil, true},
+		{"an empty bulk admission", model.Op{Req: spec.CreateRunsRequest{}}, model.Result{Value: []spec.CreateOutcome{}}, nil, true},
+	} {
+		if got := readsNoClock(c.op, c.res, c.ctxErr); got != c.want {
+			t.Errorf("%s: readsNoClock = %v, want %v", c.name, got, c.want)
+		}
+	}
 }
