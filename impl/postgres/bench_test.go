@@ -32,9 +32,9 @@ func admission(prefix string, i int64) spec.CreateRunRequest {
 		Payload: []byte(fmt.Sprintf(`{"n":%d}`, i))}
 }
 
-// BenchmarkCreateRun admits one run per call (run, first event, job and
-// idempotency record in one transaction), from one caller and from eight,
-// with and without notifications, and reports runs/s.
+// BenchmarkCreateRun admits one run per call (run, job and idempotency
+// record in one transaction; the run row is its first event), from one
+// caller and from eight, with and without notifications, and reports runs/s.
 func BenchmarkCreateRun(b *testing.B) {
 	for _, c := range []struct {
 		name    string
