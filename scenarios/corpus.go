@@ -52,7 +52,7 @@ func Corpus() ([]*Scenario, error) {
 // store there. Every scenario is played: the stores open must call their
 // hooks, complete batches and admit in bulk (RunCorpusOn finds out).
 func RunCorpus(t *testing.T, store string, open func(testing.TB) Opener) {
-	runCorpus(t, harness.Target{Name: store}, open, []storetest.Capability{storetest.CapHooks, storetest.CapCompleteBatch, storetest.CapCreateRuns})
+	runCorpus(t, harness.Target{Name: store}, open, []storetest.Capability{storetest.CapHooks, storetest.CapCompleteBatch, storetest.CapCreateRuns, storetest.CapLockWaits})
 }
 
 // RunCorpusOn plays the corpus on a Target, as RunCorpus does on
