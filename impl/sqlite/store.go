@@ -57,11 +57,11 @@ type Store struct {
 	writer writerLock
 	// waiting counts this Store's writers queued behind another's (LockWaits).
 	waiting atomic.Int64
-	cfg    spec.Config
-	clock  clock.Clock
-	random spec.Random
-	hook   spec.Hook
-	log    *slog.Logger
+	cfg     spec.Config
+	clock   clock.Clock
+	random  spec.Random
+	hook    spec.Hook
+	log     *slog.Logger
 }
 
 var _ spec.Store = (*Store)(nil)
