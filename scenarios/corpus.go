@@ -50,7 +50,8 @@ func Corpus() ([]*Scenario, error) {
 // its file says or whose history the model does not accept. It reports the
 // steps played and the scenarios failed on a metrics line; store names the
 // store there. Every scenario is played: the stores open must call their
-// hooks, complete batches and admit in bulk (RunCorpusOn finds out).
+// hooks, complete batches, admit in bulk and report lock waits (RunCorpusOn
+// finds out).
 func RunCorpus(t *testing.T, store string, open func(testing.TB) Opener) {
 	runCorpus(t, harness.Target{Name: store}, open, []storetest.Capability{storetest.CapHooks, storetest.CapCompleteBatch, storetest.CapCreateRuns, storetest.CapLockWaits})
 }
@@ -58,8 +59,10 @@ func RunCorpus(t *testing.T, store string, open func(testing.TB) Opener) {
 // RunCorpusOn plays the corpus on a Target, as RunCorpus does on
 // FromFactory(target.Factory). A scenario that holds an operation at a hook
 // point needs hooks (storetest.CapHooks); on a store without them it is
-// not applicable. A failing scenario's log ends with the command that plays
-// it again. It returns how each scenario ended, by name.
+// not applicable, and so is one that waits for an operation to block
+// (await_blocked) on a store that cannot report lock waits
+// (storetest.CapLockWaits). A failing scenario's log ends with the command
+// that plays it again. It returns how each scenario ended, by name.
 func RunCorpusOn(t *testing.T, target harness.Target) storetest.Summary {
 	return runCorpus(t, target, func(t testing.TB) Opener { return FromFactory(t, target.Factory) }, storetest.Declared(t, target.Factory))
 }
@@ -67,13 +70,15 @@ func RunCorpusOn(t *testing.T, target harness.Target) storetest.Summary {
 // Needs returns the capabilities the scenario needs beyond spec.Store:
 // hooks when it holds an operation at a hook point (pause_at), batch
 // completion when it sends complete_batch, bulk admission when it sends
-// create_runs.
+// create_runs, lock-wait reports when it waits for an operation to block
+// (await_blocked).
 func (sc *Scenario) Needs() []storetest.Capability {
-	var hooks, batch, bulk bool
+	var hooks, batch, bulk, waits bool
 	for _, st := range sc.Steps {
 		hooks = hooks || st.PauseAt != ""
 		batch = batch || st.Op == string(spec.OpCompleteBatch)
 		bulk = bulk || st.Op == string(spec.OpCreateRuns)
+		waits = waits || st.Op == opAwaitBlocked
 	}
 	var out []storetest.Capability
 	if hooks {
@@ -84,6 +89,9 @@ func (sc *Scenario) Needs() []storetest.Capability {
 	}
 	if bulk {
 		out = append(out, storetest.CapCreateRuns)
+	}
+	if waits {
+		out = append(out, storetest.CapLockWaits)
 	}
 	return out
 }
