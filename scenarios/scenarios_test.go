@@ -45,7 +45,8 @@ func report(res *Result) string {
 
 // scenarioRaces are the races the corpus must exercise between them.
 var scenarioRaces = []harness.Race{harness.RaceContended, harness.RaceCommittedNotReturned, harness.RaceStaleWriteRefused,
-	harness.RaceLeaseReclaimed, harness.RaceFaultRolledBack, harness.RaceUnknownOutcome, harness.RaceCancelVsFinish}
+	harness.RaceLeaseReclaimed, harness.RaceFaultRolledBack, harness.RaceUnknownOutcome, harness.RaceCancelVsFinish,
+	harness.RaceWaitedForLock}
 
 // TestScenarioCoverage holds the corpus to what it must contain: the named
 // races of the brief, each naming the races it exercises (so the vacuity
