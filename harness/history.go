@@ -41,11 +41,21 @@ type Hold struct {
 	From, To int64
 }
 
+// Block is an operation seen blocked on a lock: at tick At, Actor's store
+// reported one of its calls (Actor's one call in flight, an Op) waiting for
+// a lock another transaction held (spec.LockWaitReporter).
+type Block struct {
+	Actor string
+	Op    spec.Op
+	At    int64
+}
+
 // History is what a run recorded.
 type History struct {
 	Entries []Entry
 	Notes   []Note
 	Holds   []Hold
+	Blocks  []Block
 	// Provider is the simulated external system behind the effect ledger.
 	Provider *Provider
 }
@@ -89,6 +99,13 @@ func (r *Recorder) Note(client int, text string) {
 func (r *Recorder) Hold(h Hold) {
 	r.mu.Lock()
 	r.h.Holds = append(r.h.Holds, h)
+	r.mu.Unlock()
+}
+
+// Block records an operation seen blocked on a lock.
+func (r *Recorder) Block(b Block) {
+	r.mu.Lock()
+	r.h.Blocks = append(r.h.Blocks, b)
 	r.mu.Unlock()
 }
 

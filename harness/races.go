@@ -42,6 +42,11 @@ const (
 	// another client's operation was held at after_commit: committed, not
 	// returned.
 	RaceCommittedNotReturned Race = "committed_not_returned"
+	// RaceWaitedForLock: an operation was seen blocked on a lock (its
+	// store said so, spec.LockWaitReporter) while it was in flight and
+	// another client's operation was held at before_commit, its
+	// transaction open and its locks held.
+	RaceWaitedForLock Race = "waited_for_lock"
 )
 
 // raceDetectors is every race with its meaning and its detector, in the
@@ -66,6 +71,7 @@ var raceDetectors = []struct {
 	{RaceCommittedNotReturned, "a write was called while another client's operation was held at after_commit", func(h *History) int {
 		return calledDuring(h, spec.AfterCommit)
 	}},
+	{RaceWaitedForLock, "an operation was seen blocked on a lock while another client's operation was held at before_commit", waitedForLock},
 }
 
 // AllRaces lists every race, in report order.
@@ -334,6 +340,27 @@ func calledDuring(h *History, point spec.HookPoint) int {
 				n++
 				break
 			}
+		}
+	}
+	return n
+}
+
+// waitedForLock counts observations of an operation blocked on a lock made
+// while that operation was in flight (its client had an entry called
+// before and returned after) and another client's operation was held at
+// before_commit. Only holders at before_commit count: after commit, nothing
+// of the holder's is locked.
+func waitedForLock(h *History) int {
+	n := 0
+	for _, b := range h.Blocks {
+		inFlight := slices.ContainsFunc(h.Entries, func(e Entry) bool {
+			return e.Actor == b.Actor && spec.OperationOf(e.Op.Req).Op == b.Op && e.Call < b.At && b.At < e.Return
+		})
+		held := slices.ContainsFunc(h.Holds, func(x Hold) bool {
+			return x.Point == spec.BeforeCommit && x.Actor != b.Actor && x.From < b.At && b.At < x.To
+		})
+		if inFlight && held {
+			n++
 		}
 	}
 	return n

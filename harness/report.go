@@ -33,6 +33,7 @@ type HistoryFile struct {
 	Entries     []entryJSON    `json:"entries"`
 	Notes       []Note         `json:"notes"`
 	Holds       []Hold         `json:"holds,omitempty"`
+	Blocks      []Block        `json:"blocks,omitempty"`
 }
 
 type entryJSON struct {
@@ -52,7 +53,7 @@ type entryJSON struct {
 // EncodeHistory renders h as a HistoryFile.
 func EncodeHistory(h *History, store string, seed uint64, j Judgement, cfg spec.Config, replay string) ([]byte, error) {
 	f := HistoryFile{Store: store, Seed: seed, Partitioned: j.Partition, Drained: j.Drained, Config: cfg, Replay: replay,
-		Notes: h.Notes, Holds: h.Holds, Applied: map[string]int{}}
+		Notes: h.Notes, Holds: h.Holds, Blocks: h.Blocks, Applied: map[string]int{}}
 	if h.Provider != nil {
 		h.Provider.mu.Lock()
 		maps.Copy(f.Applied, h.Provider.applied)
@@ -97,7 +98,7 @@ func DecodeHistory(data []byte) (*History, HistoryFile, error) {
 	if err := f.Config.Validate(); err != nil {
 		return nil, f, fmt.Errorf("the history's config: %w", err)
 	}
-	h := &History{Notes: f.Notes, Holds: f.Holds, Provider: NewProvider()}
+	h := &History{Notes: f.Notes, Holds: f.Holds, Blocks: f.Blocks, Provider: NewProvider()}
 	maps.Copy(h.Provider.applied, f.Applied)
 	for i, j := range f.Entries {
 		o, known := spec.Lookup(j.Kind)

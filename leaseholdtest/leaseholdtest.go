@@ -78,6 +78,7 @@ const (
 	CapCompleteBatch     = storetest.CapCompleteBatch
 	CapNotifications     = storetest.CapNotifications
 	CapCreateRuns        = storetest.CapCreateRuns
+	CapLockWaits         = storetest.CapLockWaits
 	LayoutTablePerRecord = storetest.LayoutTablePerRecord
 	LayoutJobRow         = storetest.LayoutJobRow
 )

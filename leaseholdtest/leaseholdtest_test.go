@@ -38,7 +38,7 @@ func TestCapabilitiesAreDeclared(t *testing.T) {
 		f    storetest.Factory
 		want []storetest.Capability
 	}{
-		{"sqlite", sqlitetest.Factory, []storetest.Capability{storetest.CapHooks, storetest.CapSQL, storetest.CapCompleteBatch, storetest.CapCreateRuns}},
+		{"sqlite", sqlitetest.Factory, []storetest.Capability{storetest.CapHooks, storetest.CapSQL, storetest.CapCompleteBatch, storetest.CapCreateRuns, storetest.CapLockWaits}},
 		{"bare", bare, nil},
 	} {
 		if got := storetest.Declared(t, c.f); !slices.Equal(got, c.want) {
@@ -57,7 +57,7 @@ func TestConformanceNotApplicable(t *testing.T) {
 		"CompleteBatchEqualsComplete", "CompleteBatchAtomicity", "CompleteBatchLimits", "ConcurrentOverlappingBatches",
 		"MigrationRecorded", "DatabaseRejectsOrphans", "DatabaseRejectsInvalidDomain", "OutboxBatchMembers",
 		"CreateRunsMembersAreIndependent", "CreateRunsEqualsCreateRun", "CreateRunsAtomicity", "CreateRunsLimits",
-		"ConcurrentOverlappingBulkAdmissions"}
+		"ConcurrentOverlappingBulkAdmissions", "LockWaitsCountsOwnWaiters"}
 	slices.Sort(want)
 	got := slices.Sorted(slices.Values(sum.NotApplicable))
 	if !slices.Equal(got, want) {
@@ -127,6 +127,8 @@ func (everything) CreateRuns(context.Context, []spec.CreateRunRequest) ([]spec.C
 }
 
 func (everything) Listen(context.Context, func(spec.Notification)) error { return nil }
+
+func (everything) LockWaits(context.Context) (int, error) { return 0, nil }
 
 // TestEveryCapabilityIsFound: a handle that declares and implements
 // everything offers every capability of storetest.Capabilities, one that

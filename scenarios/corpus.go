@@ -50,16 +50,20 @@ func Corpus() ([]*Scenario, error) {
 // its file says or whose history the model does not accept. It reports the
 // steps played and the scenarios failed on a metrics line; store names the
 // store there. Every scenario is played: the stores open must call their
-// hooks, complete batches and admit in bulk (RunCorpusOn finds out).
+// hooks, complete batches and admit in bulk (RunCorpusOn finds out); a
+// scenario that waits for an operation to block (await_blocked) on stores
+// that cannot report lock waits is not applicable (Run finds out).
 func RunCorpus(t *testing.T, store string, open func(testing.TB) Opener) {
-	runCorpus(t, harness.Target{Name: store}, open, []storetest.Capability{storetest.CapHooks, storetest.CapCompleteBatch, storetest.CapCreateRuns})
+	runCorpus(t, harness.Target{Name: store}, open, []storetest.Capability{storetest.CapHooks, storetest.CapCompleteBatch, storetest.CapCreateRuns, storetest.CapLockWaits})
 }
 
 // RunCorpusOn plays the corpus on a Target, as RunCorpus does on
 // FromFactory(target.Factory). A scenario that holds an operation at a hook
 // point needs hooks (storetest.CapHooks); on a store without them it is
-// not applicable. A failing scenario's log ends with the command that plays
-// it again. It returns how each scenario ended, by name.
+// not applicable, and so is one that waits for an operation to block
+// (await_blocked) on a store that cannot report lock waits
+// (storetest.CapLockWaits). A failing scenario's log ends with the command
+// that plays it again. It returns how each scenario ended, by name.
 func RunCorpusOn(t *testing.T, target harness.Target) storetest.Summary {
 	return runCorpus(t, target, func(t testing.TB) Opener { return FromFactory(t, target.Factory) }, storetest.Declared(t, target.Factory))
 }
@@ -67,13 +71,15 @@ func RunCorpusOn(t *testing.T, target harness.Target) storetest.Summary {
 // Needs returns the capabilities the scenario needs beyond spec.Store:
 // hooks when it holds an operation at a hook point (pause_at), batch
 // completion when it sends complete_batch, bulk admission when it sends
-// create_runs.
+// create_runs, lock-wait reports when it waits for an operation to block
+// (await_blocked).
 func (sc *Scenario) Needs() []storetest.Capability {
-	var hooks, batch, bulk bool
+	var hooks, batch, bulk, waits bool
 	for _, st := range sc.Steps {
 		hooks = hooks || st.PauseAt != ""
 		batch = batch || st.Op == string(spec.OpCompleteBatch)
 		bulk = bulk || st.Op == string(spec.OpCreateRuns)
+		waits = waits || st.Op == opAwaitBlocked
 	}
 	var out []storetest.Capability
 	if hooks {
@@ -84,6 +90,9 @@ func (sc *Scenario) Needs() []storetest.Capability {
 	}
 	if bulk {
 		out = append(out, storetest.CapCreateRuns)
+	}
+	if waits {
+		out = append(out, storetest.CapLockWaits)
 	}
 	return out
 }
@@ -105,6 +114,11 @@ func runCorpus(t *testing.T, target harness.Target, open func(testing.TB) Opener
 				storetest.NotApplicable(t, missing[0], "scenario "+sc.Name)
 			}
 			res := Run(context.Background(), sc, open(t))
+			if res.NotApplicable != "" && len(res.Mismatches) == 0 {
+				// The stores opened lack what the declared ones offered.
+				na = true
+				storetest.NotApplicable(t, storetest.CapLockWaits, "scenario "+sc.Name+" ("+res.NotApplicable+")")
+			}
 			steps += int64(len(res.Steps))
 			var b bytes.Buffer
 			res.Report(&b)

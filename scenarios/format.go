@@ -50,8 +50,8 @@ type Scenario struct {
 }
 
 // Step is one step of a scenario: a store operation (Op names a row of
-// spec.Operations) or a control step (advance, await_arrival, resume,
-// await). The loader rejects a field that does not belong to the step.
+// spec.Operations) or a control step (advance, await_arrival,
+// await_blocked, resume, await). The loader rejects a field that does not belong to the step.
 type Step struct {
 	// Index is the step's 1-based position in the file.
 	Index int
@@ -140,6 +140,7 @@ var commonFields = []string{"op", "client", "async", "pause_at", "note", "expect
 var controlFields = map[string][]string{
 	"advance":       {"!ms"},
 	"await_arrival": {"!of"},
+	"await_blocked": {"!of"},
 	"resume":        {"!of", "fault"},
 	"await":         {"!of", "!expect"},
 }
@@ -527,12 +528,14 @@ func parseFinal(raw json.RawMessage) (Final, error) {
 
 // checkFlow checks the order of steps: async names are unique, every
 // asynchronous operation is awaited once, a held one is awaited at its barrier
-// and resumed before it is awaited, a client runs one operation at a time,
-// and every lease is bound by a claim before it is used.
+// and resumed before it is awaited, one seen blocked (await_blocked) is a
+// write seen so at most once, before its barrier and its await, a client runs
+// one operation at a time, and every lease is bound by a claim before it is
+// used.
 func checkFlow(sc *Scenario) error {
 	type asyncState struct {
-		step                     *Step
-		arrived, resumed, waited bool
+		step                              *Step
+		arrived, blocked, resumed, waited bool
 	}
 	async := map[string]*asyncState{}
 	busy := map[string]string{} // client -> async name in flight
@@ -581,6 +584,18 @@ func checkFlow(sc *Scenario) error {
 				return fmt.Errorf("%s: %q has no pending pause_at to arrive at", at, st.Of)
 			}
 			a.arrived = true
+		case "await_blocked":
+			switch {
+			case !a.step.row.Writes:
+				return fmt.Errorf("%s: %q is a read, which waits for no lock; only a writing operation can be seen blocked", at, st.Of)
+			case a.waited:
+				return fmt.Errorf("%s: %q is already awaited; await_blocked must come before its await", at, st.Of)
+			case a.blocked:
+				return fmt.Errorf("%s: %q already has an await_blocked (at most one per operation)", at, st.Of)
+			case a.arrived:
+				return fmt.Errorf("%s: %q is already at its barrier %s, past every lock it takes; await_blocked must come before its await_arrival", at, st.Of, a.step.PauseAt)
+			}
+			a.blocked = true
 		case "resume":
 			if !a.arrived || a.resumed {
 				return fmt.Errorf("%s: %q must be awaited at its barrier (await_arrival) once before it is resumed once", at, st.Of)

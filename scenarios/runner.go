@@ -62,6 +62,11 @@ type Result struct {
 	Verdict *harness.Verdict
 	// Stuck is set when the deadlock guard stopped the scenario.
 	Stuck bool
+	// NotApplicable, when set, says why the scenario was not played: it
+	// needs a capability a client's store does not offer (await_blocked
+	// needs spec.LockWaitReporter). Such a result is not OK: a scenario
+	// that did not apply never counts as a pass.
+	NotApplicable string
 }
 
 // StepResult is one step's outcome.
@@ -99,8 +104,8 @@ func (m Mismatch) String() string {
 }
 
 // OK reports whether the scenario ran as its file says and the model
-// accepts what the store did.
-func (r *Result) OK() bool { return len(r.Mismatches) == 0 }
+// accepts what the store did: false for a scenario that did not apply.
+func (r *Result) OK() bool { return len(r.Mismatches) == 0 && r.NotApplicable == "" }
 
 // Report writes every step's outcome, every mismatch, the model's verdict
 // and a PASS or FAIL line.
@@ -114,6 +119,10 @@ func (r *Result) Report(w io.Writer) {
 	}
 	for _, m := range r.Mismatches {
 		fmt.Fprintf(w, "    MISMATCH %s\n", m)
+	}
+	if r.NotApplicable != "" && len(r.Mismatches) == 0 {
+		fmt.Fprintf(w, "NOT APPLICABLE %s: %s\n", r.Scenario, r.NotApplicable)
+		return
 	}
 	judged := "not judged"
 	if r.Verdict != nil {
@@ -152,6 +161,10 @@ func RunTimeout(ctx context.Context, sc *Scenario, open Opener, timeout time.Dur
 	defer r.closeStores()
 	if err := r.open(ctx, open); err != nil {
 		r.mismatch(0, "cannot open the stores: %v", err)
+		return r.res
+	}
+	if why := r.inapplicable(); why != "" {
+		r.res.NotApplicable = why
 		return r.res
 	}
 	for _, st := range sc.Steps {
@@ -265,7 +278,7 @@ func (r *runner) step(ctx context.Context, st *Step) bool {
 		}
 		r.rec.Note(0, fmt.Sprintf("clock +%d ms -> %d", st.Ms, t))
 		r.record(st, now, label, fmt.Sprintf("clock %d", t))
-	case "await_arrival", "resume", "await":
+	case "await_arrival", opAwaitBlocked, "resume", "await":
 		return r.asyncStep(ctx, st, now, label)
 	default:
 		return r.storeStep(ctx, st, now, label)
@@ -295,6 +308,8 @@ func (r *runner) asyncStep(ctx context.Context, st *Step, now int64, label strin
 		case <-ctx.Done():
 			return r.stuck(st, label)
 		}
+	case opAwaitBlocked:
+		return r.awaitBlocked(ctx, st, a, now, label)
 	case "resume":
 		if a.missed {
 			r.record(st, now, label, "nothing to resume (it never arrived)")
@@ -324,6 +339,78 @@ func (r *runner) asyncStep(ctx context.Context, st *Step, now int64, label strin
 		r.record(st, now, label, outcome(a.res), r.check(st.Expect, a)...)
 	}
 	return true
+}
+
+// opAwaitBlocked is the control step that waits until an async operation is
+// blocked on a lock another operation holds.
+const opAwaitBlocked = "await_blocked"
+
+// blockPoll is how often await_blocked asks the store whether the operation
+// is waiting on a lock: a store has no way to announce it, so the runner
+// looks until it is, the operation returns, or the deadlock guard fires.
+const blockPoll = 2 * time.Millisecond
+
+// inapplicable says why the scenario cannot be played on the stores opened
+// ("" when it can): an await_blocked step whose client's store cannot report
+// lock waits.
+func (r *runner) inapplicable() string {
+	for _, st := range r.sc.Steps {
+		if st.Op != opAwaitBlocked {
+			continue
+		}
+		for _, s := range r.sc.Steps {
+			if s.Async == st.Of {
+				if _, ok := r.callers[s.Client].Store.(spec.LockWaitReporter); !ok {
+					return fmt.Sprintf("step %d (await_blocked %s) needs client %s's store to report lock waits (spec.LockWaitReporter), and %T does not",
+						st.Index, st.Of, s.Client, r.callers[s.Client].Store)
+				}
+			}
+		}
+	}
+	return ""
+}
+
+// awaitBlocked plays await_blocked: it asks a's store, until it says one of
+// its calls (a, its client's one call in flight) waits on a lock, and records
+// the observation in the history. An operation that returns first is the race
+// not happening; a store that never says so ends at the deadlock guard.
+func (r *runner) awaitBlocked(ctx context.Context, st *Step, a *inflight, now int64, label string) bool {
+	w := r.callers[a.st.Client].Store.(spec.LockWaitReporter) // inapplicable checked it
+	tick := time.NewTicker(blockPoll)
+	defer tick.Stop()
+	for {
+		// Whether it had returned is read before the store is asked, so a
+		// call that returns after its wait was seen still counts as seen.
+		returned := isClosed(a.done)
+		n, err := w.LockWaits(ctx)
+		switch {
+		case err != nil && ctx.Err() != nil:
+			return r.stuckWaiting(st, label, a)
+		case err != nil:
+			r.record(st, now, label, "cannot tell", fmt.Sprintf("the store could not say whether %s waits on a lock: %v", st.Of, err))
+			return true
+		case n > 0:
+			r.rec.Block(harness.Block{Actor: a.st.Client, Op: a.st.row.Op, At: r.rec.Tick()})
+			r.record(st, now, label, "blocked on a lock")
+			return true
+		case returned:
+			r.record(st, now, label, "returned without blocking",
+				fmt.Sprintf("expected %s to be seen blocked on a lock, but it returned first (%s) and its store never reported it waiting: the race did not happen",
+					st.Of, outcome(a.res)))
+			return true
+		}
+		select {
+		case <-tick.C:
+		case <-ctx.Done():
+			return r.stuckWaiting(st, label, a)
+		}
+	}
+}
+
+// stuckWaiting is stuck at an await_blocked step, saying what it waited for.
+func (r *runner) stuckWaiting(st *Step, label string, a *inflight) bool {
+	r.mismatch(st.Index, "%s: the store never reported %s (%s) waiting on a lock before the deadlock guard fired", label, st.Of, describe(a.st))
+	return r.stuck(st, label)
 }
 
 // storeStep plays a store operation, synchronous or asynchronous.
@@ -528,7 +615,7 @@ func describe(st *Step) string {
 	switch st.Op {
 	case "advance":
 		add("%d ms", st.Ms)
-	case "await_arrival", "await", "resume":
+	case "await_arrival", opAwaitBlocked, "await", "resume":
 		add("%s", st.Of)
 		if st.Fault != "" {
 			add("fault=%s", st.Fault)

@@ -45,7 +45,8 @@ func report(res *Result) string {
 
 // scenarioRaces are the races the corpus must exercise between them.
 var scenarioRaces = []harness.Race{harness.RaceContended, harness.RaceCommittedNotReturned, harness.RaceStaleWriteRefused,
-	harness.RaceLeaseReclaimed, harness.RaceFaultRolledBack, harness.RaceUnknownOutcome, harness.RaceCancelVsFinish}
+	harness.RaceLeaseReclaimed, harness.RaceFaultRolledBack, harness.RaceUnknownOutcome, harness.RaceCancelVsFinish,
+	harness.RaceWaitedForLock}
 
 // TestScenarioCoverage holds the corpus to what it must contain: the named
 // races of the brief, each naming the races it exercises (so the vacuity
@@ -198,6 +199,14 @@ func TestRunnerReportsMismatches(t *testing.T) {
 				m["steps"] = s
 			},
 			0, []string{`vacuity: the scenario names race "contended" but it never happened`}},
+		{"vacuity: the competitor never waited for the lock", "cancel_blocked_behind_complete",
+			func(m map[string]any) {
+				// Let A commit and return before the cancel starts, and
+				// drop await_blocked: the cancel waits for nothing.
+				s := m["steps"].([]any)
+				m["steps"] = []any{s[0], s[1], s[2], s[3], s[4], s[7], s[8], s[9], s[5], s[10]}
+			},
+			0, []string{`vacuity: the scenario names race "waited_for_lock" but it never happened`}},
 		{"pause never reached", "pause_expire_reclaim_resume",
 			func(m map[string]any) {
 				// A's stale complete (step 7) is refused before it writes
@@ -277,6 +286,8 @@ func TestParseRejects(t *testing.T) {
 			`],"final":{"runs":{"r1":{"state":"queued","job_state":"queued","generation":0,"attempts":0,"events":["run_queued"],"attempt_outcomes":[],"effects":[]}}}}`
 	}
 	create := `{"op":"create_run","client":"api","run_id":"r1","idempotency_key":"k","expect":{"ok":true}}`
+	asyncCreate := `{"op":"create_run","client":"api","run_id":"r1","idempotency_key":"k","async":"c"}`
+	awaitC := `{"op":"await","of":"c","expect":{"ok":true}}`
 	claim := `{"op":"claim","client":"A","lease_ms":10,"bind":["a1"],"expect":{"ok":true}}`
 	cases := []struct {
 		name, body, want string
@@ -315,6 +326,15 @@ func TestParseRejects(t *testing.T) {
 		{"invalid inline config", strings.Replace(base(create), `"config":"default"`, `"config":{"operations":{}}`, 1), "no operations configured"},
 		{"missing start", strings.Replace(base(create), `"start":0,`, ``, 1), "start"},
 		{"negative advance", base(`{"op":"advance","ms":-1}`), "ms must be >= 0"},
+		{"await_blocked without of", base(asyncCreate + `,{"op":"await_blocked"},` + awaitC), `await_blocked: field "of" is required`},
+		{"await_blocked with expect", base(asyncCreate + `,{"op":"await_blocked","of":"c","expect":{"ok":true}},` + awaitC), `await_blocked: field "expect" does not belong to this op`},
+		{"await_blocked with a fault", base(asyncCreate + `,{"op":"await_blocked","of":"c","fault":"abort"},` + awaitC), `await_blocked: field "fault" does not belong to this op`},
+		{"await_blocked of an unknown op", base(asyncCreate + `,{"op":"await_blocked","of":"zz"},` + awaitC), `step 2 (await_blocked): no earlier async operation is named "zz"`},
+		{"await_blocked of a read", base(`{"op":"get_run","client":"api","run_id":"r1","async":"c"},{"op":"await_blocked","of":"c"},` + awaitC), `"c" is a read, which waits for no lock`},
+		{"await_blocked after the await", base(asyncCreate + `,` + awaitC + `,{"op":"await_blocked","of":"c"}`), `"c" is already awaited; await_blocked must come before its await`},
+		{"await_blocked twice", base(asyncCreate + `,{"op":"await_blocked","of":"c"},{"op":"await_blocked","of":"c"},` + awaitC), `"c" already has an await_blocked (at most one per operation)`},
+		{"await_blocked after the barrier", base(`{"op":"create_run","client":"api","run_id":"r1","idempotency_key":"k","async":"c","pause_at":"before_commit"},{"op":"await_arrival","of":"c"},{"op":"await_blocked","of":"c"},{"op":"resume","of":"c"},` + awaitC), `"c" is already at its barrier before_commit, past every lock it takes; await_blocked must come before its await_arrival`},
+		{"await_blocked before the operation starts", base(`{"op":"await_blocked","of":"c"},` + asyncCreate + `,` + awaitC), `step 1 (await_blocked): no earlier async operation is named "c"`},
 		{"final field missing", strings.Replace(base(create), `"attempts":0,`, ``, 1), `runs.r1: field "attempts" is required`},
 		{"final unknown field", strings.Replace(base(create), `"attempts":0,`, `"attempts":0,"colour":1,`, 1), `unknown field "colour"`},
 		{"final payload count", strings.Replace(base(create), `"attempts":0,`, `"attempts":0,"event_payloads":[{},{}],`, 1), "event_payloads has 2 entries for 1 events"},
@@ -330,8 +350,11 @@ func TestParseRejects(t *testing.T) {
 			}
 		})
 	}
-	if _, err := Parse([]byte(base(create))); err != nil {
-		t.Fatalf("the valid base scenario does not parse: %v", err)
+	for _, valid := range []string{base(create), base(asyncCreate + `,{"op":"await_blocked","of":"c"},` + awaitC),
+		base(`{"op":"create_run","client":"api","run_id":"r1","idempotency_key":"k","async":"c","pause_at":"after_commit"},{"op":"await_blocked","of":"c"},{"op":"await_arrival","of":"c"},{"op":"resume","of":"c"},` + awaitC)} {
+		if _, err := Parse([]byte(valid)); err != nil {
+			t.Fatalf("a valid scenario does not parse: %v\n%s", err, valid)
+		}
 	}
 }
 

@@ -231,3 +231,18 @@ type Notifier interface {
 	// fn must not block for long.
 	Listen(ctx context.Context, fn func(Notification)) error
 }
+
+// LockWaitReporter is a store that can tell how many of its own calls are
+// blocked waiting for a lock another transaction holds: the observation a
+// test needs to make "B waited for A's lock" happen on demand rather than by
+// luck (the scenarios' await_blocked step). A store that orders writers
+// without locks (optimistic transactions) does not implement it.
+type LockWaitReporter interface {
+	// LockWaits returns how many calls made through this Store value are,
+	// at the moment it looks, waiting for a lock held by another
+	// transaction (a row, advisory or database write lock). It never waits
+	// for such a lock itself and never uses a connection a waiting call
+	// holds. It writes nothing and reads no clock. An error means the
+	// store could not tell, never that nothing is waiting.
+	LockWaits(ctx context.Context) (int, error)
+}

@@ -165,6 +165,7 @@ type Store struct {
 	log            *slog.Logger
 	resolveTimeout time.Duration
 	announcer      *announcer // nil: DisableNotify
+	backends       *backends  // the pool's sessions (LockWaits)
 }
 
 var _ spec.Store = (*Store)(nil)
@@ -223,12 +224,15 @@ func Open(ctx context.Context, dsn string, opts Options) (*Store, error) {
 	// this package's SQL means the store's own table.
 	params["search_path"] = pgx.Identifier{opts.Schema}.Sanitize()
 	params["application_name"] = opts.ApplicationName
+	// Which sessions are this Store's, for LockWaits.
+	own := newBackends()
+	pc.AfterConnect, pc.BeforeClose = own.afterConnect, own.beforeClose
 	pool, err := pgxpool.NewWithConfig(ctx, pc)
 	if err != nil {
 		return nil, &spec.Error{Code: spec.CodeUnavailable, Message: "postgres: cannot create the connection pool", Err: err}
 	}
 	s := &Store{pool: pool, schema: opts.Schema, cfg: opts.Config, clock: opts.Clock,
-		random: &lockedRandom{r: opts.Random}, hook: opts.Hook, log: opts.Logger, resolveTimeout: opts.ResolveTimeout}
+		random: &lockedRandom{r: opts.Random}, hook: opts.Hook, log: opts.Logger, resolveTimeout: opts.ResolveTimeout, backends: own}
 	if err := s.migrateWaiting(ctx, opts.WaitForServer); err != nil {
 		pool.Close()
 		return nil, err

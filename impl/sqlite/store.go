@@ -19,6 +19,7 @@ import (
 	"net/url"
 	"path/filepath"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"modernc.org/sqlite"
@@ -54,11 +55,13 @@ type Store struct {
 	db     *sql.DB
 	stmts  *stmtCache
 	writer writerLock
-	cfg    spec.Config
-	clock  clock.Clock
-	random spec.Random
-	hook   spec.Hook
-	log    *slog.Logger
+	// waiting counts this Store's writers queued behind another's (LockWaits).
+	waiting atomic.Int64
+	cfg     spec.Config
+	clock   clock.Clock
+	random  spec.Random
+	hook    spec.Hook
+	log     *slog.Logger
 }
 
 var _ spec.Store = (*Store)(nil)
@@ -190,7 +193,7 @@ func (s *Store) write(ctx context.Context, op spec.Op, fn func(tx *txn, now int6
 // commit runs fn and the BeforeCommit hook in one immediate transaction,
 // holding this process's writer queue until the commit returns.
 func (s *Store) commit(ctx context.Context, op spec.Op, fn func(tx *txn, now int64) error) error {
-	if err := s.writer.lock(ctx); err != nil {
+	if err := s.writer.lock(ctx, &s.waiting); err != nil {
 		return err
 	}
 	defer s.writer.unlock()
@@ -294,7 +297,16 @@ func writerLockFor(path string) writerLock {
 	return l
 }
 
-func (l writerLock) lock(ctx context.Context) error {
+// lock takes the queue's slot, counting the caller in waiting while it
+// waits for another writer to give it up.
+func (l writerLock) lock(ctx context.Context, waiting *atomic.Int64) error {
+	select {
+	case l <- struct{}{}:
+		return nil
+	default:
+	}
+	waiting.Add(1)
+	defer waiting.Add(-1)
 	select {
 	case l <- struct{}{}:
 		return nil

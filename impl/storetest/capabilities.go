@@ -36,11 +36,15 @@ const (
 	// CapCreateRuns: the store implements spec.BatchCreator (the operation
 	// table's create_runs, bulk admission). Found by a type assertion.
 	CapCreateRuns Capability = "create_runs"
+	// CapLockWaits: the store implements spec.LockWaitReporter (it can
+	// say when one of its calls is blocked on a lock). Found by a type
+	// assertion.
+	CapLockWaits Capability = "lock_waits"
 )
 
 // Capabilities lists every capability, in report order.
 func Capabilities() []Capability {
-	return []Capability{CapHooks, CapSQL, CapDatabaseClock, CapCompleteBatch, CapNotifications, CapCreateRuns}
+	return []Capability{CapHooks, CapSQL, CapDatabaseClock, CapCompleteBatch, CapNotifications, CapCreateRuns, CapLockWaits}
 }
 
 // Caps is what a store declares it offers, for the capabilities that a type
@@ -77,6 +81,9 @@ func (h Handle) Has(c Capability) bool {
 		return ok
 	case CapCreateRuns:
 		_, ok := h.Store.(spec.BatchCreator)
+		return ok
+	case CapLockWaits:
+		_, ok := h.Store.(spec.LockWaitReporter)
 		return ok
 	}
 	return false
