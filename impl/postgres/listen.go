@@ -100,7 +100,8 @@ const (
 // Store.NotifyStats). Every notification queued is eventually counted in
 // exactly one of Sent, Dropped or Failed, or still Queued (or in the batch
 // being sent), except that one sent again after a failed send (see Failed)
-// may be counted in Sent twice.
+// may be counted in Sent twice. (An operation's notifications handed over
+// after Close are discarded, uncounted.)
 type NotifyStats struct {
 	// Queued is the number of notifications waiting now, not counting the
 	// batch being sent; it never exceeds Options.NotifyQueue.
