@@ -7,10 +7,10 @@ import (
 	"encoding/json"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/leasehold/leasehold/spec"
 )
@@ -18,11 +18,13 @@ import (
 // LISTEN/NOTIFY. CreateRun, CreateRuns, Replay and Cancel announce what
 // they changed once their transaction has committed: the store's announcer
 // sends the notifications waiting at that moment in one transaction of its
-// own, in the order the operations' commits returned. Notifications are
-// hints for spec.Notifier listeners (a worker waiting for work, a worker
-// running an attempt that was just cancelled); nothing depends on them
-// arriving, and one is lost if the process dies between the commit and the
-// announcement.
+// own, on a connection of its own (not the pool's), in the order the
+// operations' commits returned. Notifications are hints for spec.Notifier
+// listeners (a worker waiting for work, a worker running an attempt that
+// was just cancelled); nothing depends on them arriving. One is lost if the
+// process dies between the commit and the announcement, when more than
+// Options.NotifyQueue wait (the oldest are dropped), or when its batch
+// fails to send twice; NotifyStats counts the last two.
 //
 // They are not sent inside the operations' own transactions because
 // PostgreSQL serializes the commits of notifying transactions (a
@@ -79,41 +81,126 @@ func (s *Store) notify(t *txn, kind spec.NotificationKind, tenant, runID string,
 // statement, one transaction). A variable for tests.
 var maxAnnounceBatch = 1000
 
-// announceTimeout bounds one announcement, and Close's last flush in all;
-// one that fails is logged and dropped (listeners find the work by
-// polling).
+// announceTimeout bounds one connection attempt and one announcement, and
+// Close's last flush in all.
 const announceTimeout = 5 * time.Second
+
+// DefaultNotifyQueue is the most notifications that wait to be announced
+// when Options.NotifyQueue is zero.
+const DefaultNotifyQueue = 10000
+
+// Reconnection delays of the announcer: the first wait after a failure,
+// doubling up to the last.
+const (
+	announceRetryMin = 100 * time.Millisecond
+	announceRetryMax = 5 * time.Second
+)
+
+// NotifyStats counts what a store's announcer did since Open (see
+// Store.NotifyStats). Every notification queued is eventually counted in
+// exactly one of Sent, Dropped or Failed, or still Queued (or in the batch
+// being sent), except that one sent again after a failed send (see Failed)
+// may be counted in Sent twice. (An operation's notifications handed over
+// after Close are discarded, uncounted.)
+type NotifyStats struct {
+	// Queued is the number of notifications waiting now, not counting the
+	// batch being sent; it never exceeds Options.NotifyQueue.
+	Queued int
+	// Peak is the largest Queued has been.
+	Peak int
+	// Sent counts notifications handed to PostgreSQL in a statement that
+	// succeeded.
+	Sent int64
+	// Dropped counts notifications displaced from a full queue (the oldest
+	// waiting go first); they were never sent.
+	Dropped int64
+	// Failed counts notifications whose batch failed twice (once on a
+	// connection, once more on a new one), or that were still waiting when
+	// Close gave up.
+	Failed int64
+	// Connections counts the dedicated connections the announcer opened:
+	// the first, and one per reconnection.
+	Connections int64
+}
 
 // announcer sends committed changes' notifications from one goroutine:
 // everything waiting when it wakes goes out in one notifyEach (at most
 // maxAnnounceBatch per statement), so concurrent admissions share one
 // notifying commit instead of queueing behind one each.
+//
+// It sends on a connection of its own, never one of the pool's, so that a
+// busy pool neither delays announcements nor loses a connection to them.
+// The connection is opened when there is first something to send; when a
+// connection attempt or a send fails, the connection is closed and the next
+// attempt waits announceRetryMin, doubling to announceRetryMax, reset by a
+// send that succeeds. A batch whose send failed is sent once more, on the
+// new connection (a listener may then receive it twice), and dropped after
+// a second failure.
+//
+// At most limit notifications wait. Adding to a full queue drops the oldest
+// waiting: the newest say the most about what is to do now, and as workers
+// also poll (worker.Config.Idle) and renew (which reports a cancel), a
+// dropped notification delays a wake-up, never loses work.
 type announcer struct {
-	pool    *pgxpool.Pool
+	cfg     *pgx.ConnConfig // application_name ends in "-announce"
 	channel string
 	log     *slog.Logger
+	limit   int
 	wake    chan struct{} // one pending wake-up at most
 	stop    chan struct{}
 	done    chan struct{}
+	// ctx ends announceTimeout after close is called: it bounds Close's
+	// last flush, an announcement in flight included.
+	ctx     context.Context
+	cancel  context.CancelFunc
 	closing sync.Once
+
+	// The run goroutine's own: the connection (nil when there is none),
+	// the batch to send again after a failed send, and the delay before
+	// the next attempt after a failure.
+	conn  *pgx.Conn
+	retry []string
+	delay time.Duration
+
+	sent, failed, connections atomic.Int64
 
 	mu      sync.Mutex
 	pending []string
+	closed  bool
+	peak    int
+	dropped int64
 }
 
-func newAnnouncer(pool *pgxpool.Pool, channel string, log *slog.Logger) *announcer {
-	a := &announcer{pool: pool, channel: channel, log: log, wake: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{})}
+func newAnnouncer(cfg *pgx.ConnConfig, channel string, limit int, log *slog.Logger) *announcer {
+	cfg = cfg.Copy()
+	cfg.RuntimeParams["application_name"] = cfg.RuntimeParams["application_name"] + "-announce"
+	ctx, cancel := context.WithCancel(context.Background())
+	a := &announcer{cfg: cfg, channel: channel, log: log, limit: limit, wake: make(chan struct{}, 1),
+		stop: make(chan struct{}), done: make(chan struct{}), ctx: ctx, cancel: cancel, delay: announceRetryMin}
 	go a.run()
 	return a
 }
 
-// add queues payloads, in order after those queued before; it never waits.
+// add queues payloads, in order after those queued before, dropping the
+// oldest waiting beyond the limit; it never waits. What is added after
+// close is discarded.
 func (a *announcer) add(payloads []string) {
 	if len(payloads) == 0 {
 		return
 	}
 	a.mu.Lock()
+	if a.closed {
+		a.mu.Unlock()
+		return
+	}
 	a.pending = append(a.pending, payloads...)
+	if over := len(a.pending) - a.limit; over > 0 {
+		// Reslicing keeps memory bounded: append copies only the
+		// waiting notifications when it grows the array.
+		a.pending = a.pending[over:]
+		a.dropped += int64(over)
+	}
+	a.peak = max(a.peak, len(a.pending))
 	a.mu.Unlock()
 	select {
 	case a.wake <- struct{}{}:
@@ -121,60 +208,169 @@ func (a *announcer) add(payloads []string) {
 	}
 }
 
-// close sends what is waiting and stops the announcer; the pool must still
-// be open. What is added afterwards is dropped. A second close waits for
-// the first.
+// stats reports the counters (see NotifyStats).
+func (a *announcer) stats() NotifyStats {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return NotifyStats{Queued: len(a.pending), Peak: a.peak, Dropped: a.dropped,
+		Sent: a.sent.Load(), Failed: a.failed.Load(), Connections: a.connections.Load()}
+}
+
+// close sends what is waiting, giving up announceTimeout after it was
+// called, closes the connection and stops the announcer. A second close
+// waits for the first.
 func (a *announcer) close() {
-	a.closing.Do(func() { close(a.stop) })
+	a.closing.Do(func() {
+		close(a.stop)
+		time.AfterFunc(announceTimeout, a.cancel)
+	})
 	<-a.done
+	a.cancel()
 }
 
 func (a *announcer) run() {
 	defer close(a.done)
+	defer a.disconnect()
 	for {
 		select {
 		case <-a.wake:
-			a.flush(context.Background(), false)
+			a.flush(false)
 		case <-a.stop:
-			// What is waiting goes out, within one announceTimeout in all.
-			ctx, cancel := context.WithTimeout(context.Background(), announceTimeout)
-			a.flush(ctx, true)
-			cancel()
+			a.flush(true)
+			a.mu.Lock()
+			a.closed = true
+			left := len(a.pending) + len(a.retry)
+			a.pending, a.retry = nil, nil
+			a.mu.Unlock()
+			if left > 0 {
+				a.failed.Add(int64(left))
+				a.log.Warn("postgres: notifications of committed changes not sent before Close gave up; listeners find the work by polling", "count", left)
+			}
 			return
 		}
 	}
 }
 
 // flush sends the pending notifications, oldest first, until none is left
-// or ctx ends (what is left then is dropped). Unless it is the last flush,
-// it also stops between two batches once close has been called, leaving
-// the rest to the last one.
-func (a *announcer) flush(ctx context.Context, last bool) {
-	for ctx.Err() == nil {
-		select {
-		case <-a.stop:
-			if !last {
-				return
-			}
-		default:
-		}
-		a.mu.Lock()
-		n := min(len(a.pending), maxAnnounceBatch)
-		batch := a.pending[:n:n]
-		if a.pending = a.pending[n:]; len(a.pending) == 0 {
-			a.pending = nil
-		}
-		a.mu.Unlock()
-		if n == 0 {
+// or a.ctx ends, connecting first when there is no connection. Unless it is
+// the last flush, it returns once close has been called, leaving the rest
+// to the last one.
+func (a *announcer) flush(last bool) {
+	for a.ctx.Err() == nil {
+		if !last && a.stopping() {
 			return
 		}
-		sendCtx, cancel := context.WithTimeout(ctx, announceTimeout)
-		_, err := a.pool.Exec(sendCtx, notifyEach, args{"channel": a.channel, "payloads": batch})
+		if a.conn == nil && !a.connect() {
+			if !a.pause(last) {
+				return
+			}
+			continue
+		}
+		batch := a.retry
+		if batch == nil {
+			if batch = a.take(); len(batch) == 0 {
+				return
+			}
+		}
+		sendCtx, cancel := context.WithTimeout(a.ctx, announceTimeout)
+		_, err := a.conn.Exec(sendCtx, notifyEach, args{"channel": a.channel, "payloads": batch})
 		cancel()
-		if err != nil {
-			a.log.Warn("postgres: notifications of committed changes not sent; listeners find the work by polling", "count", n, "err", err)
+		if err == nil {
+			a.retry = nil
+			a.sent.Add(int64(len(batch)))
+			a.delay = announceRetryMin
+			continue
+		}
+		a.disconnect()
+		if a.retry == nil {
+			a.retry = batch
+			a.log.Warn("postgres: notifications of committed changes not sent; sending them again on a new connection", "count", len(batch), "err", err)
+		} else {
+			a.retry = nil
+			a.failed.Add(int64(len(batch)))
+			a.log.Warn("postgres: notifications of committed changes not sent, twice; dropped (listeners find the work by polling)", "count", len(batch), "err", err)
+		}
+		if !a.pause(last) {
+			return
 		}
 	}
+}
+
+// take removes and returns the oldest waiting notifications, at most
+// maxAnnounceBatch.
+func (a *announcer) take() []string {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	n := min(len(a.pending), maxAnnounceBatch)
+	batch := a.pending[:n:n]
+	if a.pending = a.pending[n:]; len(a.pending) == 0 {
+		a.pending = nil
+	}
+	return batch
+}
+
+func (a *announcer) stopping() bool {
+	select {
+	case <-a.stop:
+		return true
+	default:
+		return false
+	}
+}
+
+// connect opens the dedicated connection; it reports whether it did.
+func (a *announcer) connect() bool {
+	ctx, cancel := context.WithTimeout(a.ctx, announceTimeout)
+	defer cancel()
+	conn, err := pgx.ConnectConfig(ctx, a.cfg)
+	if err != nil {
+		a.log.Warn("postgres: the announcer cannot connect; notifications wait", "err", err, "delay", a.delay)
+		return false
+	}
+	a.conn = conn
+	a.connections.Add(1)
+	return true
+}
+
+// disconnect closes the connection, if there is one.
+func (a *announcer) disconnect() {
+	if a.conn == nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	a.conn.Close(ctx)
+	a.conn = nil
+}
+
+// pause waits a.delay after a failure, then doubles it (up to
+// announceRetryMax). It reports false, without waiting the whole delay,
+// when a.ctx ends or, unless last, when close is called.
+func (a *announcer) pause(last bool) bool {
+	t := time.NewTimer(a.delay)
+	defer t.Stop()
+	a.delay = min(2*a.delay, announceRetryMax)
+	stop := a.stop
+	if last {
+		stop = nil
+	}
+	select {
+	case <-t.C:
+		return true
+	case <-stop:
+		return false
+	case <-a.ctx.Done():
+		return false
+	}
+}
+
+// NotifyStats reports what the store's announcer did (see NotifyStats); all
+// zero with Options.DisableNotify.
+func (s *Store) NotifyStats() NotifyStats {
+	if s.announcer == nil {
+		return NotifyStats{}
+	}
+	return s.announcer.stats()
 }
 
 // notificationPayload is a notification's JSON payload.

@@ -30,6 +30,17 @@ type commitProxy struct {
 	cuts   atomic.Int32 // commits whose answer was lost
 	mu     sync.Mutex
 	open   []net.Conn
+
+	// Faults of one client only, the one whose startup message names
+	// application_name app (see watch): its connections are counted, and
+	// either closed right after the startup message (refuseApp) or held
+	// (a message of theirs waits while gate is not nil; see stall).
+	app       string // under mu
+	appConns  atomic.Int32
+	refuseApp atomic.Bool
+	gate      chan struct{} // under mu; closed by resume
+	done      chan struct{} // closed by close: releases held messages
+	closing   sync.Once
 }
 
 const (
@@ -49,7 +60,7 @@ func newCommitProxy(t *testing.T, dsn string) (*commitProxy, string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	p := &commitProxy{ln: ln, target: net.JoinHostPort(cfg.Host, fmt.Sprint(cfg.Port))}
+	p := &commitProxy{ln: ln, target: net.JoinHostPort(cfg.Host, fmt.Sprint(cfg.Port)), done: make(chan struct{})}
 	t.Cleanup(p.close)
 	go p.serve()
 	u := url.URL{Scheme: "postgres", Host: ln.Addr().String(), Path: "/" + cfg.Database, RawQuery: "sslmode=disable"}
@@ -102,6 +113,14 @@ func (p *commitProxy) clientToServer(c, s net.Conn, swallow *atomic.Int32) {
 	if _, err := io.ReadFull(c, startup[4:]); err != nil {
 		return
 	}
+	watched := p.watches(startup)
+	if watched {
+		p.appConns.Add(1)
+		if p.refuseApp.Load() {
+			c.Close()
+			return
+		}
+	}
 	if _, err := s.Write(startup); err != nil {
 		return
 	}
@@ -109,6 +128,10 @@ func (p *commitProxy) clientToServer(c, s net.Conn, swallow *atomic.Int32) {
 		msg, err := readMessage(c)
 		if err != nil {
 			return
+		}
+		// Authentication ('p') passes, so that a held connection is open.
+		if watched && msg[0] != 'p' {
+			p.hold()
 		}
 		if msg[0] == 'Q' && strings.EqualFold(string(bytes.TrimRight(msg[5:], "\x00")), "commit") {
 			if mode := p.armed.Swap(0); mode != 0 {
@@ -180,6 +203,58 @@ func (p *commitProxy) closeAll() {
 }
 
 func (p *commitProxy) close() {
+	p.closing.Do(func() { close(p.done) })
 	p.ln.Close()
 	p.closeAll()
+}
+
+// watch names the application_name whose connections refuseApp and stall
+// act on, and appConns counts.
+func (p *commitProxy) watch(app string) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.app = app
+}
+
+// watches reports whether a startup message names the watched
+// application_name (parameters are NUL-terminated name, value pairs).
+func (p *commitProxy) watches(startup []byte) bool {
+	p.mu.Lock()
+	app := p.app
+	p.mu.Unlock()
+	return app != "" && bytes.Contains(startup, []byte("\x00application_name\x00"+app+"\x00"))
+}
+
+// stall holds every message the watched client sends from now on (its
+// statements do not reach the server) until resume.
+func (p *commitProxy) stall() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.gate == nil {
+		p.gate = make(chan struct{})
+	}
+}
+
+// resume forwards the held messages and stops holding.
+func (p *commitProxy) resume() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.gate != nil {
+		close(p.gate)
+		p.gate = nil
+	}
+}
+
+// hold waits while the proxy is stalled.
+func (p *commitProxy) hold() {
+	p.mu.Lock()
+	gate := p.gate
+	p.mu.Unlock()
+	if gate == nil {
+		return
+	}
+	select {
+	case <-gate:
+	case <-p.done:
+	}
 }

@@ -115,7 +115,10 @@ type Options struct {
 	// and migrates it. It must be a plain lower-case identifier
 	// ([a-z_][a-z0-9_]*, at most 63 bytes). Default DefaultSchema.
 	Schema string
-	// MaxConns bounds the connection pool. Default 8.
+	// MaxConns bounds the connection pool. Default 8. The announcer's
+	// connection and each Listen's are not the pool's and do not count:
+	// a store with notifications on holds at most MaxConns + 1 server
+	// connections, plus one per running Listen.
 	MaxConns int32
 	// MinConns is the number of idle connections the pool keeps. Default 0.
 	MinConns int32
@@ -150,6 +153,14 @@ type Options struct {
 	// after they commit, in batches); without notifications workers find
 	// new runs by polling and cancels through their next renewal.
 	DisableNotify bool
+	// NotifyQueue bounds the notifications waiting to be announced (while
+	// PostgreSQL is slow or unreachable, say). When it is full, each new
+	// notification drops the oldest waiting, counted in
+	// NotifyStats.Dropped: a worker that misses a run_created finds the
+	// run at its next poll (worker.Config.Idle), one that misses a
+	// run_cancelled at its next renewal, so a drop costs a delay, never a
+	// job. Default DefaultNotifyQueue.
+	NotifyQueue int
 }
 
 // Store is the PostgreSQL implementation of spec.Store. It is safe for
@@ -201,6 +212,9 @@ func Open(ctx context.Context, dsn string, opts Options) (*Store, error) {
 	if opts.ResolveTimeout <= 0 {
 		opts.ResolveTimeout = 5 * time.Second
 	}
+	if opts.NotifyQueue <= 0 {
+		opts.NotifyQueue = DefaultNotifyQueue
+	}
 	pc, err := pgxpool.ParseConfig(dsn)
 	if err != nil {
 		// The parse error may echo the DSN; pgx redacts passwords in it.
@@ -238,7 +252,7 @@ func Open(ctx context.Context, dsn string, opts Options) (*Store, error) {
 		return nil, err
 	}
 	if !opts.DisableNotify {
-		s.announcer = newAnnouncer(pool, s.Channel(), s.log)
+		s.announcer = newAnnouncer(pool.Config().ConnConfig, s.Channel(), opts.NotifyQueue, s.log)
 	}
 	return s, nil
 }
@@ -268,8 +282,9 @@ func (s *Store) migrateWaiting(ctx context.Context, wait time.Duration) error {
 	}
 }
 
-// Close closes the connection pool. It waits for connections in use to be
-// returned.
+// Close sends the notifications still waiting (giving up on them 5 s after
+// it was called), closes the announcer's connection, then closes the
+// connection pool, waiting for connections in use to be returned.
 func (s *Store) Close() error {
 	if s.announcer != nil {
 		s.announcer.close()
