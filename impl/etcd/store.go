@@ -56,8 +56,8 @@ type Options struct {
 	MaxConflicts int
 }
 
-// Store is the etcd implementation of spec.Store and spec.BatchCompleter,
-// on one key prefix of a cluster. It is safe for concurrent use.
+// Store is the etcd implementation of spec.Store, spec.BatchCompleter and
+// spec.BatchCreator, on one key prefix of a cluster. It is safe for concurrent use.
 type Store struct {
 	cli    *clientv3.Client
 	owned  bool // Close closes cli
@@ -81,6 +81,7 @@ type Store struct {
 var (
 	_ spec.Store          = (*Store)(nil)
 	_ spec.BatchCompleter = (*Store)(nil)
+	_ spec.BatchCreator   = (*Store)(nil)
 )
 
 // Open returns a store on prefix of the cluster cli is connected to. The
@@ -543,10 +544,14 @@ func (s *Store) Resolutions() (applied, fenced, unresolved int64) {
 }
 
 // The broken variants (mutant): a commit without the compares of what it
-// read (lost updates), and a lost answer taken for success without a fence.
+// read (lost updates), a lost answer taken for success without a fence, and
+// a bulk admission's member replaying a key bound to another request (the
+// name of package mutant's BulkIgnoresFingerprint, which the other stores
+// honour).
 const (
-	mutantNoCompares        = "no_compares"
-	mutantLostAnswerApplied = "lost_answer_applied"
+	mutantNoCompares             = "no_compares"
+	mutantLostAnswerApplied      = "lost_answer_applied"
+	mutantBulkIgnoresFingerprint = "bulk_ignores_fingerprint"
 )
 
 // resolveWindow bounds how long resolve tries its fence.
