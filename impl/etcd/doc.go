@@ -1,7 +1,7 @@
 // Package etcd is leasehold's store on an etcd v3 cluster (client v3.7):
-// the whole spec.Store contract and spec.BatchCompleter, built only on the
-// porting kit's public API (spec's pure functions, proven by leaseholdtest)
-// as an outside port would be.
+// the whole spec.Store contract, spec.BatchCompleter and spec.BatchCreator,
+// built only on the porting kit's public API (spec's pure functions, proven
+// by leaseholdtest) as an outside port would be.
 //
 // # Transactions
 //
@@ -42,7 +42,10 @@
 // the loser's attempt is made again and reads the index afresh, so it takes
 // other candidates. Reap does the same on the reapable index, ClaimOutbox
 // on the pending messages' index. Batch claims take up to Limit candidates
-// in the one Txn; CompleteBatch completes its members in one Txn.
+// in the one Txn; CompleteBatch completes its members in one Txn, and
+// CreateRuns admits its members in one Txn, each member CreateRun's checks
+// and writes on the attempt's overlay (it sees the members before it) and
+// every key a member's decision read compared.
 //
 // # Key layout
 //
@@ -124,11 +127,17 @@
 //
 // etcd bounds what one Txn may carry: --max-txn-ops (128 by default; the
 // test members run with 16384) bounds a batch claim (about six operations
-// per job) and a CompleteBatch (about seven per member plus two per outbox
-// message), and --max-request-bytes (1.5 MiB by default; the test members
-// run with 8 MiB) bounds the payloads a first claim rewrites with their runs
-// and the results a batch completes. A Txn past either is refused before it
-// is proposed (CodeUnavailable, nothing written): size batches to them. The
+// per job), a CompleteBatch (about seven per member plus two per outbox
+// message) and a CreateRuns (six writes and two compares per created
+// member, three writes per outbox message, two more writes for an expired
+// record it replaces; etcd counts compares and writes apart, so about
+// twenty members without messages fit the default), and
+// --max-request-bytes (1.5 MiB by default; the test members run with 8 MiB)
+// bounds the payloads a first claim rewrites with their runs, the results a
+// batch completes and the payloads a batch admits. A Txn past either is
+// refused before it is proposed (CodeUnavailable, nothing written): size
+// batches to them. A batch is never split into several Txns: the contract
+// makes each batch one transaction. The
 // backend quota (--quota-backend-bytes, 2 GiB by default) bounds the whole
 // store, with every revision kept until etcd compacts: run the cluster with
 // auto-compaction, or the quota's NOSPACE alarm stops every write.
