@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"strings"
 	"sync/atomic"
 	"testing"
 
@@ -124,5 +125,74 @@ func mustCreate(t *testing.T, s *etcd.Store, req spec.CreateRunRequest) {
 	t.Helper()
 	if _, err := s.CreateRun(context.Background(), req); err != nil {
 		t.Fatalf("CreateRun %s/%s: %v", req.IdempotencyKey, req.RunID, err)
+	}
+}
+
+// TestCreateRunsTxnLimit: on a member whose --max-txn-ops is etcd's default
+// (128), a bulk admission whose one Txn fits commits, and one past it is
+// refused before it is proposed: unavailable, naming the limit, nothing
+// written. A created member without outbox messages is six writes, and a
+// Txn carries one commit marker, so 21 members fit and 22 do not.
+func TestCreateRunsTxnLimit(t *testing.T) {
+	cl, err := etcdtest.StartWith(t.TempDir(), 1, "-max-txn-ops", "128")
+	if err != nil {
+		t.Fatalf("start a member with -max-txn-ops 128: %v", err)
+	}
+	t.Cleanup(cl.Stop)
+	cli, err := cl.Client()
+	if err != nil {
+		t.Fatalf("etcd client: %v", err)
+	}
+	t.Cleanup(func() { cli.Close() })
+	s, err := etcd.Open(cli, "lhl", etcd.Options{Config: spec.DefaultConfig(), Clock: fixedClock(1_000_000)})
+	if err != nil {
+		t.Fatalf("open: %v", err)
+	}
+	ctx := context.Background()
+	runs := func() int {
+		t.Helper()
+		snap, err := s.Snapshot(ctx)
+		if err != nil {
+			t.Fatalf("snapshot: %v", err)
+		}
+		return len(snap.Runs)
+	}
+	for _, c := range []struct {
+		name    string
+		members int
+		fits    bool
+	}{
+		{"22 members, past the limit", 22, false},
+		{"21 members, within it", 21, true},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			reqs := make([]spec.CreateRunRequest, c.members)
+			for i := range reqs {
+				id := fmt.Sprintf("n%d-%02d", c.members, i)
+				reqs[i] = spec.CreateRunRequest{Tenant: "acme", Operation: "work", IdempotencyKey: id, RunID: id, Payload: []byte(`{}`)}
+			}
+			before := runs()
+			outs, err := s.CreateRuns(ctx, reqs)
+			if !c.fits {
+				if spec.CodeOf(err) != spec.CodeUnavailable || outs != nil || !strings.Contains(err.Error(), "--max-txn-ops") {
+					t.Fatalf("CreateRuns of %d members: %d outcomes, %v; want unavailable naming --max-txn-ops, no outcomes", c.members, len(outs), err)
+				}
+				if n := runs(); n != before {
+					t.Fatalf("runs after the refused batch: %d, want %d (nothing written)", n, before)
+				}
+				return
+			}
+			if err != nil || len(outs) != c.members {
+				t.Fatalf("CreateRuns of %d members: %d outcomes, %v; want all created", c.members, len(outs), err)
+			}
+			for i, o := range outs {
+				if o.Err != nil || o.Result.Replayed {
+					t.Fatalf("member %d: %+v, want created", i, o)
+				}
+			}
+			if n := runs(); n != before+c.members {
+				t.Fatalf("runs after the batch: %d, want %d", n, before+c.members)
+			}
+		})
 	}
 }

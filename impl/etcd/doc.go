@@ -130,13 +130,14 @@
 // per job), a CompleteBatch (about seven per member plus two per outbox
 // message) and a CreateRuns (six writes and two compares per created
 // member, three writes per outbox message, two more writes for an expired
-// record it replaces; etcd counts compares and writes apart, so about
-// twenty members without messages fit the default), and
+// record it replaces, and one commit marker per Txn; etcd counts compares
+// and writes apart, so 21 members without messages fit the default), and
 // --max-request-bytes (1.5 MiB by default; the test members run with 8 MiB)
 // bounds the payloads a first claim rewrites with their runs, the results a
 // batch completes and the payloads a batch admits. A Txn past either is
-// refused before it is proposed (CodeUnavailable, nothing written): size
-// batches to them. A batch is never split into several Txns: the contract
+// refused before it is proposed (CodeUnavailable, nothing written, the
+// message naming the limits; trying it again cannot succeed): size batches
+// to them. A batch is never split into several Txns: the contract
 // makes each batch one transaction. The
 // backend quota (--quota-backend-bytes, 2 GiB by default) bounds the whole
 // store, with every revision kept until etcd compacts: run the cluster with

@@ -252,6 +252,17 @@ func refusedBeforeProposal(err error) bool {
 	return false
 }
 
+// overLimit reports etcd's refusal of a Txn past --max-txn-ops or
+// --max-request-bytes: the same Txn is refused again on every attempt.
+func overLimit(err error) bool {
+	for _, e := range []error{rpctypes.ErrGRPCRequestTooLarge, rpctypes.ErrGRPCTooManyOps, rpctypes.ErrRequestTooLarge, rpctypes.ErrTooManyOps} {
+		if errors.Is(err, e) || rpctypes.ErrorDesc(err) == rpctypes.ErrorDesc(e) {
+			return true
+		}
+	}
+	return false
+}
+
 // read runs a read-only operation: fn reads at one revision; no clock, no
 // hooks, no locks.
 func (s *Store) read(ctx context.Context, fn func(w *wtx) error) error {
@@ -488,6 +499,10 @@ func (w *wtx) commit() error {
 	ops = append(ops, clientv3.OpPut(marker, "committed", clientv3.WithLease(lease)))
 	resp, err := w.s.cli.Txn(w.ctx).If(cmps...).Then(ops...).Commit()
 	if err != nil {
+		if overLimit(err) {
+			return notSent{&spec.Error{Code: spec.CodeUnavailable, Message: fmt.Sprintf(
+				"etcd refused the commit (%d compares, %d writes) as past its --max-txn-ops or --max-request-bytes; nothing was written: a batch must be smaller", len(cmps), len(ops)), Err: err}}
+		}
 		if refusedBeforeProposal(err) {
 			return notSent{err}
 		}
