@@ -54,13 +54,18 @@ func (c *ClusterClock) Now() int64 {
 // at once. Run it in a few processes: one ticks, the others wait. The clock
 // never goes back: a new ticker whose wall clock is behind holds it still
 // until its own clock passes it. Its resolution is interval; leases must be
-// much longer than interval plus a failover (ttl).
+// much longer than interval plus a failover (ttl). A ticker whose client
+// reaches no member when ctx ends returns once one answers or cli is
+// closed: etcd's Campaign resigns under the client's context.
 func RunClock(ctx context.Context, cli *clientv3.Client, prefix string, interval time.Duration, ttl int) error {
 	key := prefix + string(sep) + famClock
+	caller := ctx
+	// A closed client ends the requests in flight at once: the client's own
+	// retries of a request on a closed connection go on for seconds.
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	defer context.AfterFunc(cli.Ctx(), cancel)()
 	for ctx.Err() == nil {
-		if err := cli.Ctx().Err(); err != nil {
-			return fmt.Errorf("etcd: RunClock: the client was closed: %w", err)
-		}
 		sess, err := concurrency.NewSession(cli, concurrency.WithTTL(ttl), concurrency.WithContext(ctx))
 		if err != nil {
 			pause(ctx, interval)
@@ -73,6 +78,9 @@ func RunClock(ctx context.Context, cli *clientv3.Client, prefix string, interval
 			pause(ctx, interval) // not elected: a cluster failing every campaign is not retried in a busy loop
 		}
 		revoke(cli, sess, ttl)
+	}
+	if err := cli.Ctx().Err(); err != nil && caller.Err() == nil {
+		return fmt.Errorf("etcd: RunClock: the client was closed: %w", err)
 	}
 	return nil
 }

@@ -105,6 +105,16 @@ func TestRunClockFailover(t *testing.T) {
 
 			stopped := time.Now()
 			c.stop(t, a, cl, first)
+			if c.returned {
+				select {
+				case <-a.done:
+					if (a.err != nil) != c.returnsErr {
+						t.Fatalf("RunClock of the stopped ticker returned %v; want an error: %v", a.err, c.returnsErr)
+					}
+				case <-time.After(time.Second):
+					t.Fatal("RunClock of the stopped ticker has not returned a second after its stop; want it returned")
+				}
+			}
 			waitGone(t, observer, aKey, c.within)
 			// The stopped ticker's key is gone, so its Txns fail their
 			// leader compare: whoever advances the clock now is another.
@@ -123,17 +133,11 @@ func TestRunClockFailover(t *testing.T) {
 			}
 			checkMonotonic(t, samples())
 
-			select {
-			case <-a.done:
-				if !c.returned {
+			if !c.returned {
+				select {
+				case <-a.done:
 					t.Fatalf("RunClock of the stopped ticker returned (%v); want it still running, its context and client live", a.err)
-				}
-				if (a.err != nil) != c.returnsErr {
-					t.Fatalf("RunClock of the stopped ticker returned %v; want an error: %v", a.err, c.returnsErr)
-				}
-			case <-time.After(100 * time.Millisecond):
-				if c.returned {
-					t.Fatal("RunClock of the stopped ticker has not returned; want it returned")
+				case <-time.After(100 * time.Millisecond):
 				}
 			}
 		})

@@ -111,11 +111,12 @@
 // clock), read once per attempt after the in-process locks are held. In
 // production (no Options.Clock) the store reads the cluster clock, a key of
 // its prefix advanced by one elected ticker (RunClock: an etcd election on a
-// lease, so a dead ticker is replaced within the lease's TTL; the value
-// only goes forward, max(its value, the ticker's wall clock), in a Txn that
-// holds only while the ticker is still elected). So no worker's wall clock
-// decides an expiry: one clock does, the ticker's, with the resolution of
-// its interval. What it costs: one linearizable read (a ReadIndex round trip
+// lease, so a dead ticker is replaced within the lease's TTL and a stopped
+// one, which revokes its lease, at once; the value only goes forward,
+// max(its value, the ticker's wall clock), in a Txn that holds only while
+// the ticker is still elected). So no worker's wall clock decides an
+// expiry: one clock does, the ticker's, with the resolution of its
+// interval. What it costs: one linearizable read (a ReadIndex round trip
 // through the leader) per write attempt, one write per tick in the raft log,
 // and a clock that stands still during a ticker's failover (at most the
 // election lease's TTL) and while a new ticker's wall clock is behind the
