@@ -25,13 +25,14 @@ func (wallClock) Now() int64 { return time.Now().UnixMilli() }
 // runEtcd measures the etcd store on clusters of each size it starts
 // (members as child processes on loopback, data directories on the local
 // disk): admission through CreateRun from W goroutines, then the drains of
-// sqliteVariants on what it admitted.
+// sqliteVariants on what it admitted, and once per cluster size bulk
+// admission through CreateRuns.
 func runEtcd(ctx context.Context, o Options, logf func(string, ...any)) ([]InsertResult, []DrainResult, error) {
 	var inserts []InsertResult
 	var drains []DrainResult
 	for _, members := range etcdMembers {
 		name := fmt.Sprintf("etcd-%d", members)
-		for _, v := range sqliteVariants {
+		for i, v := range sqliteVariants {
 			dir, err := os.MkdirTemp("", "leasehold-bench-etcd-")
 			if err != nil {
 				return nil, nil, err
@@ -41,14 +42,14 @@ func runEtcd(ctx context.Context, o Options, logf func(string, ...any)) ([]Inser
 				os.RemoveAll(dir)
 				return nil, nil, err
 			}
-			ins, d, err := etcdRound(ctx, c, name, v, o, logf)
+			ins, d, err := etcdRound(ctx, c, name, v, o, i == 0, logf)
 			c.Stop()
 			os.RemoveAll(dir)
 			if err != nil {
 				return nil, nil, fmt.Errorf("%s %s: %w", name, v.key, err)
 			}
-			if len(inserts) == 0 || inserts[len(inserts)-1].Store != name {
-				inserts = append(inserts, ins)
+			if i == 0 {
+				inserts = append(inserts, ins...)
 			}
 			drains = append(drains, d)
 		}
@@ -56,16 +57,20 @@ func runEtcd(ctx context.Context, o Options, logf func(string, ...any)) ([]Inser
 	return inserts, drains, nil
 }
 
-// etcdRound admits SQLiteN runs into a fresh cluster and drains them with v.
-func etcdRound(ctx context.Context, c *etcdtest.Cluster, name string, v drainMode, o Options, logf func(string, ...any)) (InsertResult, DrainResult, error) {
+// etcdRound admits SQLiteN runs into a fresh cluster and drains them with
+// v; with bulk, it then admits SQLiteN more on another prefix through
+// CreateRuns in batches of BulkBatch (after the drain, which they would
+// otherwise share the cluster with). Its admissions are CreateRun's, then
+// CreateRuns' when measured.
+func etcdRound(ctx context.Context, c *etcdtest.Cluster, name string, v drainMode, o Options, bulk bool, logf func(string, ...any)) ([]InsertResult, DrainResult, error) {
 	cli, err := c.Client()
 	if err != nil {
-		return InsertResult{}, DrainResult{}, err
+		return nil, DrainResult{}, err
 	}
 	defer cli.Close()
 	s, err := etcd.Open(cli, "bench", etcd.Options{Config: config(), Clock: wallClock{}})
 	if err != nil {
-		return InsertResult{}, DrainResult{}, err
+		return nil, DrainResult{}, err
 	}
 	before := processCPU()
 	start := time.Now()
@@ -73,7 +78,7 @@ func etcdRound(ctx context.Context, c *etcdtest.Cluster, name string, v drainMod
 	elapsed := time.Since(start)
 	cpu := processCPU() - before
 	if err != nil {
-		return InsertResult{}, DrainResult{}, err
+		return nil, DrainResult{}, err
 	}
 	ins := InsertResult{System: "leasehold", Store: name, Method: "CreateRun, one run per call, W goroutines",
 		Jobs: o.SQLiteN, Seconds: elapsed.Seconds(), JobsPerSec: float64(o.SQLiteN) / elapsed.Seconds(),
@@ -91,11 +96,32 @@ func etcdRound(ctx context.Context, c *etcdtest.Cluster, name string, v drainMod
 		err = checkCompletedSQLite(ctx, s, o.SQLiteN)
 	}
 	if err != nil {
-		return ins, res, err
+		return []InsertResult{ins}, res, err
 	}
 	res.fill(elapsed, Cost{ClientCPUPerJob: float64(cpu.Microseconds()) / float64(o.SQLiteN)}, st)
 	logf("leasehold %s %s: %.0f jobs/s", name, v.key, res.JobsPerSec)
-	return ins, res, nil
+	if !bulk {
+		return []InsertResult{ins}, res, nil
+	}
+	bs, err := etcd.Open(cli, "bench-bulk", etcd.Options{Config: config(), Clock: wallClock{}})
+	if err != nil {
+		return nil, res, err
+	}
+	before = processCPU()
+	start = time.Now()
+	err = insertBulkAPI(ctx, bs, o.SQLiteN, o.BulkBatch)
+	elapsed = time.Since(start)
+	cpu = processCPU() - before
+	if err != nil {
+		return nil, res, fmt.Errorf("bulk admission: %w", err)
+	}
+	bin := InsertResult{System: "leasehold", Store: name, Method: methodBulk, Jobs: o.SQLiteN, Seconds: elapsed.Seconds(),
+		JobsPerSec: float64(o.SQLiteN) / elapsed.Seconds(), Cost: Cost{ClientCPUPerJob: float64(cpu.Microseconds()) / float64(o.SQLiteN)}}
+	logf("leasehold %s insert (CreateRuns, batches of %d): %.0f jobs/s", name, o.BulkBatch, bin.JobsPerSec)
+	return []InsertResult{ins, bin}, res, nil
 }
 
-var _ spec.BatchCompleter = (*etcd.Store)(nil)
+var (
+	_ spec.BatchCompleter = (*etcd.Store)(nil)
+	_ spec.BatchCreator   = (*etcd.Store)(nil)
+)

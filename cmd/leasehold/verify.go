@@ -82,7 +82,7 @@ var runtimeFaultTests = []string{
 
 // etcdTests are the etcd store's tests: the porting kit's checks and the
 // fault run. TestVerifyCoversStoreTests holds the list to the package's tests.
-var etcdTests = []string{"TestConformance", "TestProperty", "TestLinearizable", "TestScenarios", "TestRuntime", "TestLinearizableUnderFaults", "TestClusterClock"}
+var etcdTests = []string{"TestConformance", "TestProperty", "TestLinearizable", "TestScenarios", "TestRuntime", "TestLinearizableUnderFaults", "TestClusterClock", "TestRunClockFailover", "TestCreateRunsGuards", "TestCreateRunsTxnLimit"}
 
 var checks = []check{
 	{Name: "conformance", Store: "sqlite", Package: "./impl/sqlite", Tests: []string{"TestConformance", "TestClaimPlanUsesIndex", "TestStatementCacheOneConnection",

@@ -3,6 +3,7 @@ package etcd
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strconv"
 	"time"
 
@@ -44,31 +45,67 @@ func (c *ClusterClock) Now() int64 {
 }
 
 // RunClock advances the cluster clock of the store on prefix until ctx
-// ends: it campaigns for the ticker's role (an etcd election on a lease of
-// ttl seconds, so a dead ticker is replaced within ttl) and, while elected,
+// ends (then it returns nil) or cli is closed (then it returns an error):
+// it campaigns for the ticker's role (an etcd election on a lease of ttl
+// seconds, so a dead ticker is replaced within ttl) and, while elected,
 // every interval sets the clock to max(its value, this process's wall
-// clock) in a Txn that holds only while it is still the elected ticker.
-// Run it in a few processes: one ticks, the others wait. The clock never
-// goes back: a new ticker whose wall clock is behind holds it still until
-// its own clock passes it. Its resolution is interval; leases must be much
-// longer than interval plus a failover (ttl).
+// clock) in a Txn that holds only while it is still the elected ticker. A
+// ticker whose ctx ends revokes its lease, so that a waiting one takes over
+// at once. Run it in a few processes: one ticks, the others wait. The clock
+// never goes back: a new ticker whose wall clock is behind holds it still
+// until its own clock passes it. Its resolution is interval; leases must be
+// much longer than interval plus a failover (ttl). A ticker whose client
+// reaches no member when ctx ends returns once one answers or cli is
+// closed: etcd's Campaign resigns under the client's context.
 func RunClock(ctx context.Context, cli *clientv3.Client, prefix string, interval time.Duration, ttl int) error {
 	key := prefix + string(sep) + famClock
+	caller := ctx
+	// A closed client ends the requests in flight at once: the client's own
+	// retries of a request on a closed connection go on for seconds.
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	defer context.AfterFunc(cli.Ctx(), cancel)()
 	for ctx.Err() == nil {
 		sess, err := concurrency.NewSession(cli, concurrency.WithTTL(ttl), concurrency.WithContext(ctx))
 		if err != nil {
-			time.Sleep(interval)
+			pause(ctx, interval)
 			continue
 		}
 		el := concurrency.NewElection(sess, prefix+string(sep)+famClock+"-ticker")
-		if err := el.Campaign(ctx, "ticker"); err != nil {
-			sess.Close()
-			continue
+		if err := el.Campaign(ctx, "ticker"); err == nil {
+			tick(ctx, cli, sess, el, key, interval)
+		} else {
+			pause(ctx, interval) // not elected: a cluster failing every campaign is not retried in a busy loop
 		}
-		tick(ctx, cli, sess, el, key, interval)
-		sess.Close()
+		revoke(cli, sess, ttl)
+	}
+	if err := cli.Ctx().Err(); err != nil && caller.Err() == nil {
+		return fmt.Errorf("etcd: RunClock: the client was closed: %w", err)
 	}
 	return nil
+}
+
+// pause waits d or until ctx ends.
+func pause(ctx context.Context, d time.Duration) {
+	select {
+	case <-ctx.Done():
+	case <-time.After(d):
+	}
+}
+
+// revoke ends the session by revoking its lease, which deletes the
+// election key: a waiting ticker is elected at once rather than when the
+// lease expires. Session.Close would revoke under the session's context,
+// which has ended when RunClock's ctx has, and so would leave the role to
+// the lease's expiry.
+func revoke(cli *clientv3.Client, sess *concurrency.Session, ttl int) {
+	sess.Orphan()
+	if cli.Ctx().Err() != nil {
+		return // a closed client reaches no member: the lease expires
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Duration(ttl)*time.Second)
+	defer cancel()
+	cli.Revoke(ctx, sess.Lease())
 }
 
 // tick advances the clock while the election is held.

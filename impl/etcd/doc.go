@@ -1,7 +1,7 @@
 // Package etcd is leasehold's store on an etcd v3 cluster (client v3.7):
-// the whole spec.Store contract and spec.BatchCompleter, built only on the
-// porting kit's public API (spec's pure functions, proven by leaseholdtest)
-// as an outside port would be.
+// the whole spec.Store contract, spec.BatchCompleter and spec.BatchCreator,
+// built only on the porting kit's public API (spec's pure functions, proven
+// by leaseholdtest) as an outside port would be.
 //
 // # Transactions
 //
@@ -42,7 +42,10 @@
 // the loser's attempt is made again and reads the index afresh, so it takes
 // other candidates. Reap does the same on the reapable index, ClaimOutbox
 // on the pending messages' index. Batch claims take up to Limit candidates
-// in the one Txn; CompleteBatch completes its members in one Txn.
+// in the one Txn; CompleteBatch completes its members in one Txn, and
+// CreateRuns admits its members in one Txn, each member CreateRun's checks
+// and writes on the attempt's overlay (it sees the members before it) and
+// every key a member's decision read compared.
 //
 // # Key layout
 //
@@ -108,11 +111,12 @@
 // clock), read once per attempt after the in-process locks are held. In
 // production (no Options.Clock) the store reads the cluster clock, a key of
 // its prefix advanced by one elected ticker (RunClock: an etcd election on a
-// lease, so a dead ticker is replaced within the lease's TTL; the value
-// only goes forward, max(its value, the ticker's wall clock), in a Txn that
-// holds only while the ticker is still elected). So no worker's wall clock
-// decides an expiry: one clock does, the ticker's, with the resolution of
-// its interval. What it costs: one linearizable read (a ReadIndex round trip
+// lease, so a dead ticker is replaced within the lease's TTL and a stopped
+// one, which revokes its lease, at once; the value only goes forward,
+// max(its value, the ticker's wall clock), in a Txn that holds only while
+// the ticker is still elected). So no worker's wall clock decides an
+// expiry: one clock does, the ticker's, with the resolution of its
+// interval. What it costs: one linearizable read (a ReadIndex round trip
 // through the leader) per write attempt, one write per tick in the raft log,
 // and a clock that stands still during a ticker's failover (at most the
 // election lease's TTL) and while a new ticker's wall clock is behind the
@@ -124,11 +128,18 @@
 //
 // etcd bounds what one Txn may carry: --max-txn-ops (128 by default; the
 // test members run with 16384) bounds a batch claim (about six operations
-// per job) and a CompleteBatch (about seven per member plus two per outbox
-// message), and --max-request-bytes (1.5 MiB by default; the test members
-// run with 8 MiB) bounds the payloads a first claim rewrites with their runs
-// and the results a batch completes. A Txn past either is refused before it
-// is proposed (CodeUnavailable, nothing written): size batches to them. The
+// per job), a CompleteBatch (about seven per member plus two per outbox
+// message) and a CreateRuns (six writes and two compares per created
+// member, three writes per outbox message, two more writes for an expired
+// record it replaces, and one commit marker per Txn; etcd counts compares
+// and writes apart, so 21 members without messages fit the default), and
+// --max-request-bytes (1.5 MiB by default; the test members run with 8 MiB)
+// bounds the payloads a first claim rewrites with their runs, the results a
+// batch completes and the payloads a batch admits. A Txn past either is
+// refused before it is proposed (CodeUnavailable, nothing written, the
+// message naming the limits; trying it again cannot succeed): size batches
+// to them. A batch is never split into several Txns: the contract
+// makes each batch one transaction. The
 // backend quota (--quota-backend-bytes, 2 GiB by default) bounds the whole
 // store, with every revision kept until etcd compacts: run the cluster with
 // auto-compaction, or the quota's NOSPACE alarm stops every write.

@@ -11,7 +11,8 @@ import (
 
 // TestMutantsEtcd shows that the checks reach this store: each broken
 // variant must fail the check named, run as its own go test (the kit runs
-// a check to pass, so a failure is observed from outside).
+// a check to pass, so a failure is observed from outside). A check may be
+// one conformance test (TestConformance/<name>).
 func TestMutantsEtcd(t *testing.T) {
 	if os.Getenv("LEASEHOLD_ETCD_MUTANT") != "" {
 		t.Skip("inside a mutant's run")
@@ -19,6 +20,7 @@ func TestMutantsEtcd(t *testing.T) {
 	for _, c := range []struct{ mutant, test string }{
 		{"no_compares", "TestLinearizable"},
 		{"lost_answer_applied", "TestLinearizableUnderFaults"},
+		{"bulk_ignores_fingerprint", "TestConformance/CreateRunsMembersAreIndependent"},
 	} {
 		t.Run(c.mutant, func(t *testing.T) {
 			cmd := exec.Command("go", "test", "-tags", "leasehold_mutants", "-count=1", "-run", "^"+c.test+"$", ".")

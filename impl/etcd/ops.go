@@ -41,57 +41,76 @@ func (w *wtx) mustRun(t, r string) (runRecord, error) {
 	return rec, err
 }
 
-// CreateRun implements spec.Store.
+// CreateRun implements spec.Store: admit on one attempt, its refusal the
+// operation's error.
 func (s *Store) CreateRun(ctx context.Context, req spec.CreateRunRequest) (res spec.CreateRunResult, err error) {
-	locks := []string{idemLock(req.Tenant, req.Operation, req.IdempotencyKey), runLock(req.Tenant, req.RunID)}
-	err = s.write(ctx, spec.OpCreateRun, locks, func(w *wtx, now int64) error {
+	err = s.write(ctx, spec.OpCreateRun, admissionLocks(req), func(w *wtx, now int64) error {
 		n, err := s.cfg.NormalizeCreate(req, now)
 		if err != nil {
 			return err
 		}
-		ik := s.idemKey(n.Tenant, n.Operation, n.Key)
-		var rec spec.IdempotencyRecord
-		found, err := w.getJSON(ik, &rec)
-		if err != nil {
-			return err
-		}
-		if found && rec.ExpiresAt > now {
-			if rec.Fingerprint != n.Fingerprint {
-				return spec.Errorf(spec.CodeIdempotencyConflict,
-					"idempotency key #%s of operation %q is bound to a different request (fingerprint %s); use a new key for a new request",
-					spec.ShortHash(n.Key), n.Operation, spec.ShortHash(rec.Fingerprint))
-			}
-			run, err := w.mustRun(n.Tenant, rec.RunID)
-			res = spec.CreateRunResult{Run: run.Run, Replayed: true}
-			return err
-		}
-		if found { // expired but not yet purged: the key is free again
-			w.del(ik)
-			w.del(s.idemExpiryKey(rec))
-		}
-		if _, exists, err := w.getRunRec(n.Tenant, n.RunID); err != nil || exists {
-			if err == nil {
-				err = spec.Errorf(spec.CodeAlreadyExists, "run %s already exists for tenant %s; propose a new run id", n.RunID, n.Tenant)
-			}
-			return err
-		}
-		run := runRecord{Run: spec.Run{Tenant: n.Tenant, ID: n.RunID, Operation: n.Operation, State: spec.RunQueued, Version: 1, LastSeq: 1,
-			Payload: n.Payload, Fingerprint: n.Fingerprint, MaxAttempts: n.MaxAttempts, CreatedAt: now, DeadlineAt: n.DeadlineAt},
-			IdemOperation: n.Operation, IdemKey: n.Key}
-		w.putOutbox(&run, 0, now, n.Outbox)
-		w.put(s.runKey(n.Tenant, n.RunID), run)
-		w.put(s.eventKey(n.Tenant, n.RunID, 1), spec.Event{Tenant: n.Tenant, RunID: n.RunID, Seq: 1, Kind: spec.EventRunQueued, At: now,
-			Payload: spec.QueuedPayload("", "", 0)})
-		w.putJob(nil, spec.Job{Tenant: n.Tenant, RunID: n.RunID, Operation: n.Operation, State: spec.JobQueued, AvailableAt: n.AvailableAt,
-			MaxAttempts: n.MaxAttempts})
-		nrec := spec.IdempotencyRecord{Tenant: n.Tenant, Operation: n.Operation, Key: n.Key, Fingerprint: n.Fingerprint, RunID: n.RunID,
-			CreatedAt: now, ExpiresAt: n.ExpiresAt}
-		w.put(ik, nrec)
-		w.put(s.idemExpiryKey(nrec), "")
-		res = spec.CreateRunResult{Run: run.Run}
-		return nil
+		res, err = w.admit(n, now, false)
+		return err
 	})
 	return res, err
+}
+
+// admissionLocks are the in-process locks an admission of req writes
+// under: its idempotency scope and its run.
+func admissionLocks(req spec.CreateRunRequest) []string {
+	return []string{idemLock(req.Tenant, req.Operation, req.IdempotencyKey), runLock(req.Tenant, req.RunID)}
+}
+
+// admit is CreateRun's decision and writes for n at now, on the attempt's
+// overlay, so that a bulk admission's member sees the members before it: a
+// live record of its scope replays (same fingerprint) or conflicts; a taken
+// run id is already_exists; else the run, its event, job, outbox messages
+// and record are staged, replacing an expired record of the scope. Every
+// check comes before the first staged write, so a refusal stages nothing
+// (not even the expired record's deletion). bulk: a member of CreateRuns
+// (the bulk_ignores_fingerprint mutant breaks only that path).
+func (w *wtx) admit(n spec.NormalizedCreate, now int64, bulk bool) (spec.CreateRunResult, error) {
+	s := w.s
+	ik := s.idemKey(n.Tenant, n.Operation, n.Key)
+	var rec spec.IdempotencyRecord
+	found, err := w.getJSON(ik, &rec)
+	if err != nil {
+		return spec.CreateRunResult{}, err
+	}
+	if found && rec.ExpiresAt > now {
+		if rec.Fingerprint != n.Fingerprint && !(bulk && mutant(mutantBulkIgnoresFingerprint)) {
+			return spec.CreateRunResult{}, spec.Errorf(spec.CodeIdempotencyConflict,
+				"idempotency key #%s of operation %q is bound to a different request (fingerprint %s); use a new key for a new request",
+				spec.ShortHash(n.Key), n.Operation, spec.ShortHash(rec.Fingerprint))
+		}
+		run, err := w.mustRun(n.Tenant, rec.RunID)
+		if err != nil {
+			return spec.CreateRunResult{}, err
+		}
+		return spec.CreateRunResult{Run: run.Run, Replayed: true}, nil
+	}
+	if _, exists, err := w.getRunRec(n.Tenant, n.RunID); err != nil || exists {
+		if err == nil {
+			err = spec.Errorf(spec.CodeAlreadyExists, "run %s already exists for tenant %s; propose a new run id", n.RunID, n.Tenant)
+		}
+		return spec.CreateRunResult{}, err
+	}
+	if found { // expired but not yet purged: the key is free again
+		w.del(ik)
+		w.del(s.idemExpiryKey(rec))
+	}
+	run := runRecord{Run: n.QueuedRun(now), IdemOperation: n.Operation, IdemKey: n.Key}
+	w.putOutbox(&run, 0, now, n.Outbox)
+	w.put(s.runKey(n.Tenant, n.RunID), run)
+	w.put(s.eventKey(n.Tenant, n.RunID, 1), spec.Event{Tenant: n.Tenant, RunID: n.RunID, Seq: 1, Kind: spec.EventRunQueued, At: now,
+		Payload: spec.QueuedPayload("", "", 0)})
+	w.putJob(nil, spec.Job{Tenant: n.Tenant, RunID: n.RunID, Operation: n.Operation, State: spec.JobQueued, AvailableAt: n.AvailableAt,
+		MaxAttempts: n.MaxAttempts})
+	nrec := spec.IdempotencyRecord{Tenant: n.Tenant, Operation: n.Operation, Key: n.Key, Fingerprint: n.Fingerprint, RunID: n.RunID,
+		CreatedAt: now, ExpiresAt: n.ExpiresAt}
+	w.put(ik, nrec)
+	w.put(s.idemExpiryKey(nrec), "")
+	return spec.CreateRunResult{Run: run.Run}, nil
 }
 
 // putOutbox stages msgs as the run's next outbox messages, written at now

@@ -56,8 +56,8 @@ type Options struct {
 	MaxConflicts int
 }
 
-// Store is the etcd implementation of spec.Store and spec.BatchCompleter,
-// on one key prefix of a cluster. It is safe for concurrent use.
+// Store is the etcd implementation of spec.Store, spec.BatchCompleter and
+// spec.BatchCreator, on one key prefix of a cluster. It is safe for concurrent use.
 type Store struct {
 	cli    *clientv3.Client
 	owned  bool // Close closes cli
@@ -81,6 +81,7 @@ type Store struct {
 var (
 	_ spec.Store          = (*Store)(nil)
 	_ spec.BatchCompleter = (*Store)(nil)
+	_ spec.BatchCreator   = (*Store)(nil)
 )
 
 // Open returns a store on prefix of the cluster cli is connected to. The
@@ -244,6 +245,17 @@ func typed(ctx context.Context, err error, sent bool) error {
 func refusedBeforeProposal(err error) bool {
 	for _, e := range []error{rpctypes.ErrGRPCRequestTooLarge, rpctypes.ErrGRPCTooManyOps, rpctypes.ErrGRPCDuplicateKey,
 		rpctypes.ErrGRPCNoSpace, rpctypes.ErrRequestTooLarge, rpctypes.ErrTooManyOps, rpctypes.ErrDuplicateKey, rpctypes.ErrNoSpace} {
+		if errors.Is(err, e) || rpctypes.ErrorDesc(err) == rpctypes.ErrorDesc(e) {
+			return true
+		}
+	}
+	return false
+}
+
+// overLimit reports etcd's refusal of a Txn past --max-txn-ops or
+// --max-request-bytes: the same Txn is refused again on every attempt.
+func overLimit(err error) bool {
+	for _, e := range []error{rpctypes.ErrGRPCRequestTooLarge, rpctypes.ErrGRPCTooManyOps, rpctypes.ErrRequestTooLarge, rpctypes.ErrTooManyOps} {
 		if errors.Is(err, e) || rpctypes.ErrorDesc(err) == rpctypes.ErrorDesc(e) {
 			return true
 		}
@@ -487,6 +499,10 @@ func (w *wtx) commit() error {
 	ops = append(ops, clientv3.OpPut(marker, "committed", clientv3.WithLease(lease)))
 	resp, err := w.s.cli.Txn(w.ctx).If(cmps...).Then(ops...).Commit()
 	if err != nil {
+		if overLimit(err) {
+			return notSent{&spec.Error{Code: spec.CodeUnavailable, Message: fmt.Sprintf(
+				"etcd refused the commit (%d compares, %d writes) as past its --max-txn-ops or --max-request-bytes; nothing was written: a batch must be smaller", len(cmps), len(ops)), Err: err}}
+		}
 		if refusedBeforeProposal(err) {
 			return notSent{err}
 		}
@@ -543,10 +559,14 @@ func (s *Store) Resolutions() (applied, fenced, unresolved int64) {
 }
 
 // The broken variants (mutant): a commit without the compares of what it
-// read (lost updates), and a lost answer taken for success without a fence.
+// read (lost updates), a lost answer taken for success without a fence, and
+// a bulk admission's member replaying a key bound to another request (the
+// name of package mutant's BulkIgnoresFingerprint, which the other stores
+// honour).
 const (
-	mutantNoCompares        = "no_compares"
-	mutantLostAnswerApplied = "lost_answer_applied"
+	mutantNoCompares             = "no_compares"
+	mutantLostAnswerApplied      = "lost_answer_applied"
+	mutantBulkIgnoresFingerprint = "bulk_ignores_fingerprint"
 )
 
 // resolveWindow bounds how long resolve tries its fence.

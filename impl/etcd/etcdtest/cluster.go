@@ -78,6 +78,7 @@ type Cluster struct {
 	Members []*Member
 	dir     string
 	bin     string
+	args    []string // more flags of every member (StartWith)
 	mu      sync.Mutex
 }
 
@@ -96,13 +97,18 @@ func freePort() (int, error) {
 // before the members bind them, so another process can take one in
 // between (a client's ephemeral port): a cluster whose member exits while
 // starting is started again on other ports, up to three times.
-func Start(dir string, n int) (*Cluster, error) {
+func Start(dir string, n int) (*Cluster, error) { return StartWith(dir, n) }
+
+// StartWith is Start with more flags for every member, as the member's
+// main takes them (impl/etcd/internal/member: -max-txn-ops N,
+// -max-request-bytes N, -quota N, ...), kept across Restart.
+func StartWith(dir string, n int, args ...string) (*Cluster, error) {
 	bin, err := memberBinary()
 	if err != nil {
 		return nil, err
 	}
 	for try := 1; ; try++ {
-		c, err := start(filepath.Join(dir, fmt.Sprintf("start%d", try)), n, bin)
+		c, err := start(filepath.Join(dir, fmt.Sprintf("start%d", try)), n, bin, args)
 		if err == nil || try == 3 || !errors.Is(err, errExited) {
 			return c, err
 		}
@@ -112,8 +118,8 @@ func Start(dir string, n int) (*Cluster, error) {
 // errExited: a member process ended while it should be serving.
 var errExited = errors.New("etcd member exited")
 
-func start(dir string, n int, bin string) (*Cluster, error) {
-	c := &Cluster{dir: dir, bin: bin}
+func start(dir string, n int, bin string, args []string) (*Cluster, error) {
+	c := &Cluster{dir: dir, bin: bin, args: args}
 	var initial []string
 	for i := 0; i < n; i++ {
 		cp, err := freePort()
@@ -157,8 +163,8 @@ func (c *Cluster) startMember(m *Member, state string) error {
 	if err != nil {
 		return err
 	}
-	cmd := exec.Command(c.bin, "-name", m.Name, "-dir", m.Dir, "-client", m.ClientURL, "-peer", m.PeerURL,
-		"-cluster", m.cluster, "-state", state)
+	cmd := exec.Command(c.bin, append([]string{"-name", m.Name, "-dir", m.Dir, "-client", m.ClientURL, "-peer", m.PeerURL,
+		"-cluster", m.cluster, "-state", state}, c.args...)...)
 	cmd.Stderr = logf
 	stdout, err := cmd.StdoutPipe()
 	if err != nil {
