@@ -151,7 +151,7 @@ func TestPostgresPaths(t *testing.T) {
 
 	// Expired leases: the claim reclaims them first, at generation 2, and
 	// closes their running attempts as expired.
-	if _, err := s.Pool().Exec(ctx, `TRUNCATE runs, jobs, idempotency_keys, attempts, effects, outbox`); err != nil {
+	if _, err := s.Pool().Exec(ctx, `TRUNCATE runs, jobs, attempts, effects, outbox`); err != nil {
 		t.Fatal(err)
 	}
 	if err := loadQueued(ctx, s.Pool(), 1, 5); err != nil {
@@ -181,7 +181,7 @@ func TestPostgresPaths(t *testing.T) {
 	// Every drain variant works 20 jobs to completion.
 	o := Options{N: 20, Workers: 4, Conns: 4, ClaimBatch: 5, CompleteBatch: 7, Completers: 2}.Defaults()
 	for _, v := range pgVariants {
-		if _, err := s.Pool().Exec(ctx, `TRUNCATE runs, jobs, idempotency_keys, attempts, effects, outbox`); err != nil {
+		if _, err := s.Pool().Exec(ctx, `TRUNCATE runs, jobs, attempts, effects, outbox`); err != nil {
 			t.Fatal(err)
 		}
 		if err := loadQueued(ctx, s.Pool(), 1, 20); err != nil {

@@ -83,9 +83,10 @@ const countOwnerExpired = `SELECT count(*) FROM jobs
 	WHERE state = 'leased' AND lease_owner = @owner AND lease_expires_at <= @now AND ` + tenantFilter
 
 // expiredIdempotency counts the records past their retention that no purge
-// has deleted yet, with the oldest expiry (idempotency_keys_expiry).
-const expiredIdempotency = `SELECT count(*), coalesce(min(expires_at), 0) FROM idempotency_keys
-	WHERE expires_at <= @now AND ` + tenantFilter
+// has deleted yet, with the oldest expiry. A record is its run's row
+// (runs_idempotency_expiry serves it).
+const expiredIdempotency = `SELECT count(*), coalesce(min(idempotency_expires_at), 0) FROM runs
+	WHERE idempotency_key IS NOT NULL AND idempotency_expires_at <= @now AND ` + tenantFilter
 
 // countRuns counts up to @limit runs: whether the snapshot stays within
 // --max-runs, without counting a large table to its end.

@@ -382,7 +382,7 @@ func (s *Store) writeAdmissions(t *txn, w *admissionWrite, bulk bool, now int64,
 			b.Queue(deleteExpiredRecords, args{"tenants": ts, "operations": os, "keys": ks, "now": now})
 		} else {
 			e := w.expired[0]
-			b.Queue(deleteIdempotency, args{"tenant": e.tenant, "operation": e.operation, "key": e.key})
+			b.Queue(deleteIdempotency, args{"tenant": e.tenant, "operation": e.operation, "key": e.key, "now": now})
 		}
 	}
 	if bulk {
@@ -416,35 +416,31 @@ func (s *Store) writeAdmissions(t *txn, w *admissionWrite, bulk bool, now int64,
 		if err != nil {
 			return err
 		}
-		if bulk && tag.RowsAffected() != int64(len(w.expired)) {
+		if tag.RowsAffected() != int64(len(w.expired)) {
 			return fmt.Errorf("postgres: deleted %d expired idempotency records of %d, under their admission locks", tag.RowsAffected(), len(w.expired))
 		}
 	}
 	if bulk {
-		var counts [3]int64
-		if err := br.QueryRow().Scan(&counts[0], &counts[1], &counts[2]); err != nil {
+		var counts [2]int64
+		if err := br.QueryRow().Scan(&counts[0], &counts[1]); err != nil {
 			return err
 		}
 		for _, c := range counts {
 			if c != int64(len(w.members)) {
-				return fmt.Errorf("postgres: a bulk admission of %d runs wrote %v rows (runs, jobs, records)", len(w.members), counts)
+				return fmt.Errorf("postgres: a bulk admission of %d runs wrote %v rows (runs with their records, jobs)", len(w.members), counts)
 			}
 		}
 		for k, i := range w.members {
 			outcomes[i].Result = spec.CreateRunResult{Run: w.norm[k].QueuedRun(now)}
 		}
 	} else {
-		var records int64
-		run, err := scanRun(suffixed{br.QueryRow(), []any{&records}})
+		run, err := scanRun(br.QueryRow())
 		if errors.Is(err, pgx.ErrNoRows) {
 			n := w.norm[0]
 			return spec.Errorf(spec.CodeAlreadyExists, "run %s already exists for tenant %s; propose a new run id", n.RunID, n.Tenant)
 		}
 		if err != nil {
 			return err
-		}
-		if records != 1 {
-			return fmt.Errorf("postgres: idempotency record for key #%s appeared while its admission lock was held", spec.ShortHash(w.norm[0].Key))
 		}
 		outcomes[w.members[0]].Result = spec.CreateRunResult{Run: run}
 	}
@@ -468,12 +464,3 @@ func (s *Store) writeAdmissions(t *txn, w *admissionWrite, bulk bool, now int64,
 	t.marked, t.xid = true, xid
 	return br.Close()
 }
-
-// suffixed scans a row as scanRun would, then its trailing columns into
-// suffix.
-type suffixed struct {
-	row    scanner
-	suffix []any
-}
-
-func (p suffixed) Scan(dest ...any) error { return p.row.Scan(append(dest, p.suffix...)...) }

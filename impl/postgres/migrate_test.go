@@ -417,3 +417,135 @@ func TestMigrationDerivesQueuedEvents(t *testing.T) {
 		})
 	}
 }
+
+// TestMigrationMovesIdempotencyRecords: migration 8 drops idempotency_keys,
+// whose rows move onto their runs. Rows written through migration 7 (a live
+// record, an expired one, a replay without one) read back as the same
+// records, and the store goes on from them: the live key replays its run,
+// the expired key admits a new run (and the old run loses its record), a
+// purge of records and a purge of runs see the moved expiries. A record its
+// run cannot hold stops the migration, naming it, and leaves the schema as
+// it was.
+func TestMigrationMovesIdempotencyRecords(t *testing.T) {
+	ctx := context.Background()
+	list, err := migrations.For(migrations.Postgres)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// throughSeven is the schema of migrations 1-7 with rows: q1 queued
+	// with a live record, d1 failed with an expired one, p1 replaying d1
+	// (no record), f1 and f2 failed with an expired and a live record;
+	// extra is run before the migration.
+	throughSeven := func(t *testing.T, extra ...string) (string, string) {
+		dsn, schema := pgtest.Schema(t)
+		conn := pgtest.Conn(t, dsn, schema)
+		stmts := []string{`CREATE SCHEMA ` + schema, `CREATE TABLE ` + migrations.VersionTable + ` (version BIGINT PRIMARY KEY,
+			name TEXT NOT NULL, checksum TEXT NOT NULL, applied_at BIGINT NOT NULL)`}
+		for _, m := range list[:7] {
+			stmts = append(stmts, m.SQL, fmt.Sprintf(`INSERT INTO %s VALUES (%d, '%s', '%s', 0)`, migrations.VersionTable, m.Version, m.Name, m.Checksum))
+		}
+		run := func(id string, created int64, replayOf, queued string, depth int) string {
+			return fmt.Sprintf(`INSERT INTO runs (tenant, run_id, operation, payload, fingerprint, max_attempts, created_at,
+				deadline_at, replay_of, replay_depth, queued_payload) VALUES ('acme', '%s', 'work', '{}', 'fp-%s', 3, %d, 100000, %s, %d, %s)`,
+				id, id, created, replayOf, depth, queued)
+		}
+		job := func(id, state, runState string, version, lastSeq int, errorCode, finished, payload string) string {
+			return fmt.Sprintf(`INSERT INTO jobs (tenant, run_id, operation, state, available_at, lease_generation, attempts,
+				max_attempts, run_state, run_version, run_last_seq, run_error_code, run_finished_at, run_event_payload)
+				VALUES ('acme', '%s', 'work', '%s', 10, 0, 0, 3, '%s', %d, %d, %s, %s, %s)`, id, state, runState, version, lastSeq,
+				errorCode, finished, payload)
+		}
+		record := func(key, id string, created, expires int64) string {
+			return fmt.Sprintf(`INSERT INTO idempotency_keys VALUES ('acme', 'work', '%s', 'fp-%s', '%s', %d, %d)`, key, id, id, created, expires)
+		}
+		failed := func(id string) string {
+			return job(id, "dead", "failed", 2, 2, "'boom'", "50", `'{"error_code":"boom","generation":0}'`)
+		}
+		stmts = append(stmts,
+			run("q1", 20, "NULL", "NULL", 0), job("q1", "queued", "queued", 1, 1, "NULL", "NULL", "NULL"), record("k-q1", "q1", 20, 5000),
+			run("d1", 10, "NULL", "NULL", 0), failed("d1"), record("k-d1", "d1", 10, 500),
+			run("f1", 10, "NULL", "NULL", 0), failed("f1"), record("k-f1", "f1", 10, 500),
+			run("f2", 10, "NULL", "NULL", 0), failed("f2"), record("k-f2", "f2", 10, 100000),
+			run("p1", 60, "'d1'", "'"+spec.QueuedPayload("d1", "ops", 1)+"'", 1), job("p1", "queued", "queued", 1, 1, "NULL", "NULL", "NULL"))
+		for _, q := range append(stmts, extra...) {
+			if _, err := conn.Exec(ctx, q); err != nil {
+				t.Fatalf("schema of migration 7: %v\n%s", err, q)
+			}
+		}
+		return dsn, schema
+	}
+
+	t.Run("derivable", func(t *testing.T) {
+		dsn, schema := throughSeven(t)
+		clk := clock.NewManual(1000)
+		cfg := spec.DefaultConfig()
+		cfg.RunRetentionMs = 1000
+		s := openOn(t, dsn, schema, postgres.Options{Clock: clk, Config: cfg})
+		rec := func(key, id string, created, expires int64) spec.IdempotencyRecord {
+			return spec.IdempotencyRecord{Tenant: "acme", Operation: "work", Key: key, Fingerprint: "fp-" + id, RunID: id,
+				CreatedAt: created, ExpiresAt: expires}
+		}
+		snap, err := s.Snapshot(ctx)
+		if want := []spec.IdempotencyRecord{rec("k-d1", "d1", 10, 500), rec("k-f1", "f1", 10, 500), rec("k-f2", "f2", 10, 100000),
+			rec("k-q1", "q1", 20, 5000)}; err != nil || !reflect.DeepEqual(snap.Idempotency, want) {
+			t.Fatalf("records after migration 8: %+v, %v\nwant %+v", snap.Idempotency, err, want)
+		}
+		// The live key is bound to q1's fingerprint: another request under it
+		// is a conflict (the fingerprint moved with the record).
+		if _, err := s.CreateRun(ctx, spec.CreateRunRequest{Tenant: "acme", Operation: "work", IdempotencyKey: "k-q1", RunID: "x1", Payload: []byte("{}")}); spec.CodeOf(err) != spec.CodeIdempotencyConflict {
+			t.Fatalf("a new request under q1's live key: %v; want %s", err, spec.CodeIdempotencyConflict)
+		}
+		// The expired key admits a new run, which takes the record over.
+		if res, err := s.CreateRun(ctx, spec.CreateRunRequest{Tenant: "acme", Operation: "work", IdempotencyKey: "k-d1", RunID: "n1", Payload: []byte("{}")}); err != nil || res.Replayed {
+			t.Fatalf("a request under d1's expired key: %+v, %v; want a new run", res, err)
+		}
+		clk.Set(6000)
+		// At 6000 the runs finished at 50 are retired: f1 goes with its
+		// expired record, f2 stays for its live one, d1 for its replay p1
+		// (queued).
+		purged, err := s.PurgeRuns(ctx, spec.PurgeRunsRequest{Tenant: "acme", Limit: 10})
+		if err != nil || !reflect.DeepEqual(purged, []string{"f1"}) {
+			t.Fatalf("purge of runs at 6000: %v, %v; want [f1]", purged, err)
+		}
+		if n, err := s.PurgeIdempotency(ctx, spec.PurgeRequest{Limit: 10}); err != nil || n != 1 {
+			t.Fatalf("purge of expired records at 6000: %d, %v; want 1 (k-q1)", n, err)
+		}
+		snap, err = s.Snapshot(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var keys []string
+		for _, r := range snap.Idempotency {
+			keys = append(keys, r.Key+"→"+r.RunID)
+		}
+		if want := []string{"k-d1→n1", "k-f2→f2"}; !reflect.DeepEqual(keys, want) {
+			t.Fatalf("records at the end: %v; want %v", keys, want)
+		}
+	})
+
+	for _, c := range []struct{ name, extra string }{
+		{"another fingerprint", `UPDATE idempotency_keys SET fingerprint = 'fp-other' WHERE run_id = 'q1'`},
+		{"another creation time", `UPDATE idempotency_keys SET created_at = 21 WHERE run_id = 'q1'`},
+		{"a second record of the run", `INSERT INTO idempotency_keys VALUES ('acme', 'work', 'k-q1b', 'fp-q1', 'q1', 20, 5000)`},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			dsn, schema := throughSeven(t, c.extra)
+			s, err := postgres.Open(ctx, dsn, postgres.Options{Schema: schema, Config: spec.DefaultConfig()})
+			if err == nil {
+				s.Close()
+			}
+			if err == nil || !strings.Contains(err.Error(), "leasehold migration 8: the idempotency record of tenant acme, operation work, key k-q1") ||
+				!strings.Contains(err.Error(), "is not what its run q1 can hold") {
+				t.Fatalf("open over %s: %v; want the migration to stop, naming q1's record", c.name, err)
+			}
+			conn := pgtest.Conn(t, dsn, schema)
+			var version, records int
+			if err := conn.QueryRow(ctx, `SELECT (SELECT max(version) FROM `+migrations.VersionTable+`), (SELECT count(*) FROM idempotency_keys)`).Scan(&version, &records); err != nil {
+				t.Fatalf("the schema after the refused migration: %v", err)
+			}
+			if version != 7 || records < 2 {
+				t.Fatalf("after the refused migration: the ledger's latest version %d, %d records; want 7 and every record kept", version, records)
+			}
+		})
+	}
+}

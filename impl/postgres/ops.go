@@ -549,13 +549,16 @@ func (s *Store) PurgeRuns(ctx context.Context, req spec.PurgeRunsRequest) (delet
 			return nil
 		}
 		a := args{"tenant": req.Tenant, "run_ids": deleted, "now": now}
-		for _, q := range []string{deletePurgedOutbox, deletePurgedEffects, deletePurgedAttempts, deletePurgedJobs,
-			deletePurgedIdempotency, deletePurgedRuns} {
+		for _, q := range []string{deletePurgedOutbox, deletePurgedEffects, deletePurgedAttempts, deletePurgedJobs} {
 			if _, err := t.exec(q, a); err != nil {
 				return err
 			}
 		}
-		return nil
+		n, err := t.exec(deletePurgedRuns, a)
+		if err == nil && n != int64(len(deleted)) {
+			err = fmt.Errorf("postgres: purged %d of %d retired runs: a live idempotency record names one", n, len(deleted))
+		}
+		return err
 	})
 	if err != nil {
 		return nil, err

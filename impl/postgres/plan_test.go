@@ -51,8 +51,9 @@ func loadDepth(t *testing.T, ctx context.Context, conn *pgx.Conn) {
 	stmts := []string{
 		`CREATE TEMP TABLE depth AS SELECT g, 'r' || lpad(g::text, 7, '0') AS run_id, ` + role + ` AS role
 			FROM generate_series(1, ` + fmt.Sprint(total) + `) AS g`,
-		`INSERT INTO runs (tenant, run_id, operation, payload, fingerprint, max_attempts, created_at, deadline_at)
-		SELECT ` + tenant + `, run_id, 'work', '{}', 'fp1:x', 3, 0, 100000000 FROM depth`,
+		`INSERT INTO runs (tenant, run_id, operation, payload, fingerprint, max_attempts, created_at, deadline_at,
+			idempotency_key, idempotency_expires_at)
+		SELECT ` + tenant + `, run_id, 'work', '{}', 'fp1:x', 3, 0, 100000000, 'key-' || g, 1 + g FROM depth`,
 		`INSERT INTO jobs (tenant, run_id, operation, state, available_at, lease_owner, lease_expires_at,
 			lease_generation, attempts, max_attempts, run_state, run_version, run_last_seq, run_finished_at, run_event_payload,
 			attempt_generation, attempt_number, attempt_worker, attempt_claimed_at, attempt_renewed_at, attempt_outcome)
@@ -70,10 +71,7 @@ func loadDepth(t *testing.T, ctx context.Context, conn *pgx.Conn) {
 			CASE role WHEN 'leased' THEN 10000000 WHEN 'lasttry' THEN 1000 WHEN 'expired' THEN 1000 + g % 500 END AS expires_at,
 			CASE WHEN role IN ('queued', 'other', 'beta') THEN 0 WHEN role = 'lasttry' THEN 3 ELSE 1 END AS gen
 			FROM depth) AS d`,
-		`INSERT INTO idempotency_keys (tenant, operation, idempotency_key, fingerprint, run_id, created_at, expires_at)
-		SELECT ` + tenant + `, 'work', 'key-' || g, 'fp1:x', run_id, 0, 1 + g
-		FROM depth`,
-		`ANALYZE runs, jobs, attempts, idempotency_keys`,
+		`ANALYZE runs, jobs, attempts`,
 	}
 	start := time.Now()
 	// Skip the per-row foreign-key triggers while loading (the rows are
@@ -177,8 +175,8 @@ func TestPlansAtDepth(t *testing.T) {
 			"jobs_expired", 100, 100},
 		{"reap", postgres.ReapSQL, pgx.NamedArgs{"tenant": "acme", "now": depthNow, "limit": 100}, "jobs_reap", 100, 0},
 		{"idempotency lookup", postgres.IdempotencySQL, pgx.NamedArgs{"tenant": "acme", "operation": "work", "key": "key-4242"},
-			"idempotency_keys_pkey", 1, 0},
-		{"purge", postgres.PurgeSQL, pgx.NamedArgs{"now": depthNow, "limit": 100}, "idempotency_keys_expiry", 0, 0},
+			"runs_idempotency", 1, 0},
+		{"purge", postgres.PurgeSQL, pgx.NamedArgs{"now": depthNow, "limit": 100}, "runs_idempotency_expiry", 0, 0},
 		// The completed runs finished at 0 and their records have expired by
 		// 1+depthTotal: a purge of runs reads the first 100 in finishing order.
 		{"purge runs", postgres.RetiredSQL, pgx.NamedArgs{"tenant": "acme", "retired_by": depthNow, "now": 1_000_000,

@@ -107,6 +107,17 @@ const effectColumns = `tenant, run_id, step, effect_key, state, provider_ref, ge
 
 const idempotencyColumns = `tenant, operation, idempotency_key, fingerprint, run_id, created_at, expires_at`
 
+// idempotencyRows is every idempotency record, in idempotencyColumns: the
+// record of a run's admission lives on its runs row (migration 0008), with
+// the run's tenant, operation, fingerprint and creation time; a run whose
+// idempotency_key is NULL holds none. A record is deleted by setting both
+// of its columns NULL (clearRecord).
+const idempotencyRows = `SELECT tenant, operation, idempotency_key, fingerprint, run_id, created_at,
+	idempotency_expires_at AS expires_at FROM runs WHERE idempotency_key IS NOT NULL`
+
+// clearRecord is the SET clause that deletes a run's idempotency record.
+const clearRecord = `SET idempotency_key = NULL, idempotency_expires_at = NULL`
+
 const outboxColumns = `tenant, run_id, seq, message_id, subject, payload, generation, created_at, state, relay,
 	claim_expires_at, claims, delivered_at`
 
@@ -300,10 +311,12 @@ const (
 	// commit or rollback.
 	lockAdmission = `SELECT pg_advisory_xact_lock(hashtextextended(@scope, 0))`
 
-	selectIdempotency = `SELECT fingerprint, run_id, expires_at FROM idempotency_keys
+	selectIdempotency = `SELECT fingerprint, run_id, idempotency_expires_at FROM runs
 		WHERE tenant = @tenant AND operation = @operation AND idempotency_key = @key`
-	deleteIdempotency = `DELETE FROM idempotency_keys
-		WHERE tenant = @tenant AND operation = @operation AND idempotency_key = @key`
+	// deleteIdempotency deletes the expired record of a scope that an
+	// admission admits again (the guard: idempotency_expires_at <= @now).
+	deleteIdempotency = `UPDATE runs ` + clearRecord + `
+		WHERE tenant = @tenant AND operation = @operation AND idempotency_key = @key AND idempotency_expires_at <= @now`
 	// insertRun admits a run: its runs row (with @queued_payload, its
 	// run_queued payload if it is a replay) and its job row (queued, at
 	// generation @generation), and returns the run. It does nothing when the
@@ -382,19 +395,21 @@ const (
 	// has a generic (cached) plan that seq-scans the table, because a
 	// generic plan cannot see how small the LIMIT is (found by
 	// TestPlansAtDepth).
-	purgeIdempotency = `DELETE FROM idempotency_keys WHERE ctid = ANY (ARRAY(
-		SELECT ctid FROM idempotency_keys WHERE expires_at <= @now
-		ORDER BY expires_at, tenant, operation, idempotency_key LIMIT @limit
-		FOR UPDATE))`
+	// FOR NO KEY UPDATE, the lock an admission's deletion of the record
+	// takes too: a run row's foreign-key checks (an outbox insert) take FOR
+	// KEY SHARE, which this does not block.
+	purgeIdempotency = `UPDATE runs ` + clearRecord + ` WHERE ctid = ANY (ARRAY(
+		SELECT ctid FROM runs WHERE idempotency_key IS NOT NULL AND idempotency_expires_at <= @now
+		ORDER BY idempotency_expires_at, tenant, operation, idempotency_key LIMIT @limit
+		FOR NO KEY UPDATE))`
 
 	// runRetired is the retention predicate for one run of the tenant, j
-	// its job row (which holds its terminal event's time): it finished by
-	// @retired_by, no live idempotency record names it (a retried request
-	// must still get it back) and none of its outbox messages is pending
-	// (it would be lost).
+	// its job row (which holds its terminal event's time) and r its runs
+	// row: it finished by @retired_by, it holds no live idempotency record
+	// (a retried request must still get it back) and none of its outbox
+	// messages is pending (it would be lost).
 	runRetired = `j.tenant = @tenant AND j.run_finished_at IS NOT NULL AND j.run_finished_at <= @retired_by
-		AND NOT EXISTS (SELECT 1 FROM idempotency_keys AS k
-			WHERE k.tenant = j.tenant AND k.run_id = j.run_id AND k.expires_at > @now)
+		AND (r.idempotency_expires_at IS NULL OR r.idempotency_expires_at <= @now)
 		AND NOT EXISTS (SELECT 1 FROM outbox AS o
 			WHERE o.tenant = j.tenant AND o.run_id = j.run_id AND o.state = 'pending')`
 	// selectRetiredLeaves lists the tenant's retired runs that nobody
@@ -422,18 +437,19 @@ const (
 	// the picked runs, whose admission locks the purge then takes: an
 	// admission that read such a record (live at its own time) must finish
 	// before the run it would return is deleted.
-	selectPurgedKeys = `SELECT operation, idempotency_key FROM idempotency_keys
-		WHERE tenant = @tenant AND run_id = ANY (@run_ids) ORDER BY operation, idempotency_key`
+	selectPurgedKeys = `SELECT operation, idempotency_key FROM runs
+		WHERE tenant = @tenant AND run_id = ANY (@run_ids) AND idempotency_key IS NOT NULL
+		ORDER BY operation, idempotency_key`
 	// The rows of the purged runs, children first; the runs in one
-	// statement, so each replay_of link among them is checked at its end. A
-	// live record is never deleted: the runs delete would then fail on its
-	// foreign key.
-	deletePurgedOutbox      = `DELETE FROM outbox WHERE tenant = @tenant AND run_id = ANY (@run_ids) AND state = 'delivered'`
-	deletePurgedEffects     = `DELETE FROM effects WHERE tenant = @tenant AND run_id = ANY (@run_ids)`
-	deletePurgedAttempts    = `DELETE FROM attempts WHERE tenant = @tenant AND run_id = ANY (@run_ids)`
-	deletePurgedJobs        = `DELETE FROM jobs WHERE tenant = @tenant AND run_id = ANY (@run_ids)`
-	deletePurgedIdempotency = `DELETE FROM idempotency_keys WHERE tenant = @tenant AND run_id = ANY (@run_ids) AND expires_at <= @now`
-	deletePurgedRuns        = `DELETE FROM runs WHERE tenant = @tenant AND run_id = ANY (@run_ids)`
+	// statement, so each replay_of link among them is checked at its end.
+	// A run's idempotency record goes with its runs row, never a live one
+	// (the guard; PurgeRuns checks that every picked run went).
+	deletePurgedOutbox   = `DELETE FROM outbox WHERE tenant = @tenant AND run_id = ANY (@run_ids) AND state = 'delivered'`
+	deletePurgedEffects  = `DELETE FROM effects WHERE tenant = @tenant AND run_id = ANY (@run_ids)`
+	deletePurgedAttempts = `DELETE FROM attempts WHERE tenant = @tenant AND run_id = ANY (@run_ids)`
+	deletePurgedJobs     = `DELETE FROM jobs WHERE tenant = @tenant AND run_id = ANY (@run_ids)`
+	deletePurgedRuns     = `DELETE FROM runs WHERE tenant = @tenant AND run_id = ANY (@run_ids)
+		AND (idempotency_expires_at IS NULL OR idempotency_expires_at <= @now)`
 
 	selectReplayOf = `SELECT run_id FROM runs WHERE tenant = @tenant AND replay_of = @run_id`
 
@@ -490,7 +506,7 @@ const (
 	snapRuns      = `SELECT ` + runRow + ` FROM ` + runsJoined + ` ORDER BY r.tenant, r.run_id`
 	snapEvents    = `SELECT * FROM (` + eventRows + `) AS e ORDER BY tenant, run_id, seq`
 	snapJobs      = `SELECT ` + jobColumns + ` FROM jobs ORDER BY tenant, run_id`
-	snapIdempKeys = `SELECT ` + idempotencyColumns + ` FROM idempotency_keys ORDER BY tenant, operation, idempotency_key`
+	snapIdempKeys = `SELECT * FROM (` + idempotencyRows + `) AS k ORDER BY tenant, operation, idempotency_key`
 	snapEffects   = `SELECT ` + effectColumns + ` FROM effects ORDER BY tenant, run_id, step, effect_key`
 	snapOutbox    = `SELECT ` + outboxColumns + ` FROM outbox ORDER BY tenant, run_id, seq`
 )
@@ -522,9 +538,9 @@ const (
 
 	// selectAdmissionRecords reads the records of a bulk admission's
 	// scopes.
-	selectAdmissionRecords = `SELECT k.tenant, k.operation, k.idempotency_key, k.fingerprint, k.run_id, k.expires_at
+	selectAdmissionRecords = `SELECT k.tenant, k.operation, k.idempotency_key, k.fingerprint, k.run_id, k.idempotency_expires_at
 		FROM unnest(@tenants::text[], @operations::text[], @keys::text[]) AS m(tenant, operation, idempotency_key)
-		CROSS JOIN LATERAL (SELECT * FROM idempotency_keys AS x
+		CROSS JOIN LATERAL (SELECT * FROM runs AS x
 			WHERE x.tenant = m.tenant AND x.operation = m.operation AND x.idempotency_key = m.idempotency_key
 			OFFSET 0) AS k`
 	// selectTakenRuns lists which of a bulk admission's proposed run ids are
@@ -539,37 +555,32 @@ const (
 			WHERE r.tenant = m.tenant AND r.run_id = m.run_id AND j.tenant = m.tenant AND j.run_id = m.run_id
 			OFFSET 0) AS x`
 
-	// insertAdmission is CreateRun's write, one statement: insertRun's run
-	// (its run_queued event with it) and job, and the idempotency record,
-	// each of the run the statement inserted (none when the run id is
-	// taken: zero rows is already_exists, as for insertRun). It returns the
-	// run and how many records it wrote: the record cannot conflict while
-	// the admission lock is held, and DO NOTHING turns a violation of that
-	// reasoning into a count of 0 (a typed error) instead of a raw unique
-	// violation.
+	// insertAdmission is CreateRun's write, one statement: insertRun's run,
+	// with its idempotency record (migration 0008) and its run_queued event,
+	// and its job (none when the run id is taken: zero rows is
+	// already_exists, as for insertRun). It returns the run. The record
+	// cannot conflict while the admission lock is held; were that reasoning
+	// wrong, the scope's unique index would refuse the statement (a
+	// conflict, not a run id taken: ON CONFLICT names the run's key only).
 	insertAdmission = `WITH r AS (
 		INSERT INTO runs (tenant, run_id, operation, payload, fingerprint, max_attempts, created_at, deadline_at,
-			replay_of, replay_depth)
-		VALUES (@tenant, @run_id, @operation, @payload, @fingerprint, @max_attempts, @now, @deadline_at, NULL, 0)
-		ON CONFLICT DO NOTHING
+			replay_of, replay_depth, idempotency_key, idempotency_expires_at)
+		VALUES (@tenant, @run_id, @operation, @payload, @fingerprint, @max_attempts, @now, @deadline_at, NULL, 0,
+			@key, @expires_at)
+		ON CONFLICT (tenant, run_id) DO NOTHING
 		RETURNING *
 	), j AS (
 		INSERT INTO jobs (tenant, run_id, operation, state, available_at, lease_generation, attempts, max_attempts,
 			run_state, run_version, run_last_seq)
 		SELECT tenant, run_id, operation, 'queued', @available_at, 0, 0, max_attempts, 'queued', 1, 1 FROM r
 		RETURNING *
-	), k AS (
-		INSERT INTO idempotency_keys (tenant, operation, idempotency_key, fingerprint, run_id, created_at, expires_at)
-		SELECT tenant, operation, @key, fingerprint, run_id, @now, @expires_at FROM r
-		ON CONFLICT DO NOTHING
-		RETURNING 1
 	)
-	SELECT ` + runRow + `, (SELECT count(*) FROM k) FROM r JOIN j ON j.tenant = r.tenant AND j.run_id = r.run_id`
+	SELECT ` + runRow + ` FROM r JOIN j ON j.tenant = r.tenant AND j.run_id = r.run_id`
 
 	// insertAdmissions is a bulk admission's write: every created member's
-	// run, job and idempotency record, each table in one multi-row insert
-	// from the same arrays (the members were decided under their admission
-	// locks, so no record can conflict). A run id taken
+	// run (with its idempotency record) and job, each table in one
+	// multi-row insert from the same arrays (the members were decided under
+	// their admission locks, so no record can conflict). A run id taken
 	// meanwhile by a concurrent admission under another key is a unique
 	// violation: the whole batch rolls back (unavailable, nothing written).
 	// It returns how many rows it wrote to each table.
@@ -581,27 +592,24 @@ const (
 				idempotency_key, expires_at)
 	), r AS (
 		INSERT INTO runs (tenant, run_id, operation, payload, fingerprint, max_attempts, created_at, deadline_at,
-			replay_of, replay_depth)
-		SELECT tenant, run_id, operation, payload, fingerprint, max_attempts, @now, deadline_at, NULL, 0 FROM m
+			replay_of, replay_depth, idempotency_key, idempotency_expires_at)
+		SELECT tenant, run_id, operation, payload, fingerprint, max_attempts, @now, deadline_at, NULL, 0,
+			idempotency_key, expires_at FROM m
 		RETURNING 1
 	), j AS (
 		INSERT INTO jobs (tenant, run_id, operation, state, available_at, lease_generation, attempts, max_attempts,
 			run_state, run_version, run_last_seq)
 		SELECT tenant, run_id, operation, 'queued', available_at, 0, 0, max_attempts, 'queued', 1, 1 FROM m
 		RETURNING 1
-	), k AS (
-		INSERT INTO idempotency_keys (tenant, operation, idempotency_key, fingerprint, run_id, created_at, expires_at)
-		SELECT tenant, operation, idempotency_key, fingerprint, run_id, @now, expires_at FROM m
-		RETURNING 1
 	)
-	SELECT (SELECT count(*) FROM r), (SELECT count(*) FROM j), (SELECT count(*) FROM k)`
+	SELECT (SELECT count(*) FROM r), (SELECT count(*) FROM j)`
 
 	// deleteExpiredRecords deletes the expired records of the scopes a bulk
-	// admission admits again (the guard: expires_at <= now), by ctid (a TID
-	// scan, as purgeIdempotency).
-	deleteExpiredRecords = `DELETE FROM idempotency_keys WHERE ctid = ANY (ARRAY(
+	// admission admits again (the guard: idempotency_expires_at <= @now), by
+	// ctid (a TID scan, as purgeIdempotency).
+	deleteExpiredRecords = `UPDATE runs ` + clearRecord + ` WHERE ctid = ANY (ARRAY(
 		SELECT k.ctid FROM unnest(@tenants::text[], @operations::text[], @keys::text[]) AS m(tenant, operation, idempotency_key)
-		CROSS JOIN LATERAL (SELECT ctid FROM idempotency_keys AS x
+		CROSS JOIN LATERAL (SELECT ctid FROM runs AS x
 			WHERE x.tenant = m.tenant AND x.operation = m.operation AND x.idempotency_key = m.idempotency_key
-			AND x.expires_at <= @now OFFSET 0) AS k))`
+			AND x.idempotency_expires_at <= @now OFFSET 0) AS k))`
 )

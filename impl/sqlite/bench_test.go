@@ -29,9 +29,9 @@ func admission(prefix string, i int64) spec.CreateRunRequest {
 		Payload: []byte(fmt.Sprintf(`{"n":%d}`, i))}
 }
 
-// BenchmarkCreateRun admits one run per call (run, job and idempotency
-// record in one transaction; the run row is its first event) from one
-// caller and from eight, and reports runs/s.
+// BenchmarkCreateRun admits one run per call (run and job in one
+// transaction; the run row is its first event and its idempotency record)
+// from one caller and from eight, and reports runs/s.
 func BenchmarkCreateRun(b *testing.B) {
 	for _, callers := range []int{1, 8} {
 		b.Run(fmt.Sprintf("callers=%d", callers), func(b *testing.B) {

@@ -92,26 +92,38 @@ func (s *Store) createIn(ctx context.Context, tx *txn, req spec.CreateRunRequest
 	a := scope.with(args{"run_id": n.RunID, "payload": n.Payload, "fingerprint": n.Fingerprint, "max_attempts": n.MaxAttempts,
 		"now": now, "deadline_at": n.DeadlineAt, "expires_at": n.ExpiresAt, "replay_of": nil, "replay_depth": 0,
 		"queued_payload": nil, "generation": 0, "available_at": n.AvailableAt})
-	// The run is the member's first write, before the expired record's
-	// deletion: a taken run id writes nothing (a refused member of a bulk
-	// admission must have written nothing). Its row is its run_queued
-	// event too (insertRun).
+	taken := func() error {
+		return spec.Errorf(spec.CodeAlreadyExists, "run %s already exists for tenant %s; propose a new run id", n.RunID, n.Tenant)
+	}
+	if expired {
+		// Expired but not yet purged: the key is free again. The run's
+		// insert sets the key, so the record goes first, but only once the
+		// run id is known to be free: a refused member of a bulk admission
+		// must have written nothing.
+		if exists, err := runExists(ctx, tx, n.Tenant, n.RunID); err != nil || exists {
+			if err == nil {
+				err = taken()
+			}
+			return res, err
+		}
+		if deleted, err := exec(ctx, tx, deleteIdempotency, a); err != nil || deleted != 1 {
+			if err == nil {
+				err = fmt.Errorf("sqlite: the expired idempotency record #%s of operation %q was read but not deleted", spec.ShortHash(n.Key), n.Operation)
+			}
+			return res, err
+		}
+	}
+	// Without an expired record the run is the member's first write: a
+	// taken run id writes nothing. Its row is its run_queued event and its
+	// idempotency record too (insertRun).
 	if inserted, err := exec(ctx, tx, insertAdmittedRun, a); err != nil || inserted == 0 {
 		if err == nil {
-			err = spec.Errorf(spec.CodeAlreadyExists, "run %s already exists for tenant %s; propose a new run id", n.RunID, n.Tenant)
+			err = taken()
 		}
 		return res, err
 	}
-	if expired {
-		// Expired but not yet purged: the key is free again.
-		if _, err := exec(ctx, tx, deleteIdempotency, scope); err != nil {
-			return res, err
-		}
-	}
-	for _, q := range []string{insertJob, insertIdempotency} {
-		if _, err := exec(ctx, tx, q, a); err != nil {
-			return res, err
-		}
+	if _, err := exec(ctx, tx, insertJob, a); err != nil {
+		return res, err
 	}
 	if err := writeOutbox(ctx, tx, n.Tenant, n.RunID, now, 0, now, n.Outbox); err != nil {
 		return res, err
@@ -540,10 +552,16 @@ func (s *Store) PurgeRuns(ctx context.Context, req spec.PurgeRunsRequest) (delet
 		for _, l := range lineages {
 			for _, runID := range l { // leaf first: a replay goes before the run it references
 				a := args{"tenant": req.Tenant, "run_id": runID, "now": now}
-				for _, q := range []string{deleteRunOutbox, deleteRunEffects, deleteRunAttempts, deleteRunJob, deleteRunEvents, deleteRunIdempotency, deleteRun} {
+				for _, q := range []string{deleteRunOutbox, deleteRunEffects, deleteRunAttempts, deleteRunJob, deleteRunEvents} {
 					if _, err := exec(ctx, tx, q, a); err != nil {
 						return err
 					}
+				}
+				if n, err := exec(ctx, tx, deleteRun, a); err != nil || n != 1 {
+					if err == nil {
+						err = fmt.Errorf("sqlite: invariant violated: retired run %s/%s was not deleted (it holds a live idempotency record)", req.Tenant, runID)
+					}
+					return err
 				}
 				deleted = append(deleted, runID)
 			}
@@ -653,8 +671,9 @@ func (s *Store) Replay(ctx context.Context, req spec.ReplayRequest) (run spec.Ru
 		a := args{"tenant": req.Tenant, "run_id": req.NewRunID, "operation": orig.Operation, "payload": orig.Payload,
 			"fingerprint": orig.Fingerprint, "max_attempts": orig.MaxAttempts, "now": now, "deadline_at": deadline,
 			"replay_of": orig.ID, "replay_depth": depth, "generation": origJob.Generation, "available_at": now,
-			// The audited run_queued event is the run row's (insertRun).
-			"queued_payload": spec.QueuedPayload(orig.ID, req.Actor, depth)}
+			// The audited run_queued event is the run row's (insertRun);
+			// a replay holds no idempotency record.
+			"queued_payload": spec.QueuedPayload(orig.ID, req.Actor, depth), "key": nil, "expires_at": nil}
 		for _, q := range []string{insertRun, insertJob} {
 			if _, err := exec(ctx, tx, q, a); err != nil {
 				return err

@@ -13,9 +13,10 @@ import (
 // index, read in the branch's order: a plan that scans the tenant's jobs
 // and sorts them makes every claim cost grow with depth. Only the claim's
 // final merge of the two branches' (at most 2×limit) rows may sort. Reap
-// and the purges are held to their indexes too, and the event reads, which
-// merge the run rows' run_queued events with run_events, to their keys'
-// order.
+// and the purges are held to their indexes too, the reads and deletes of
+// the idempotency records on the run rows to runs_idempotency, and the
+// event reads, which merge the run rows' run_queued events with
+// run_events, to their keys' order.
 func TestClaimPlanUsesIndex(t *testing.T) {
 	s, err := Open(context.Background(), filepath.Join(t.TempDir(), "plan.db"), Options{Config: spec.DefaultConfig()})
 	if err != nil {
@@ -30,8 +31,12 @@ func TestClaimPlanUsesIndex(t *testing.T) {
 	}{
 		{"claim", claimCandidates, []string{"INDEX jobs_due", "INDEX jobs_reap"}, 1, nil},
 		{"reap", selectReapable, []string{"INDEX jobs_reap"}, 0, nil},
-		{"purge", purgeIdempotency, []string{"INDEX idempotency_keys_expiry"}, 0, nil},
-		{"purge runs", selectRetiredLeaves, []string{"INDEX run_events_finished", "INDEX idempotency_keys_run"}, 0, nil},
+		{"admission lookup", selectIdempotency, []string{"SEARCH runs USING INDEX runs_idempotency (tenant=? AND operation=? AND idempotency_key=?)"}, 0, nil},
+		{"expired record replaced", deleteIdempotency, []string{"SEARCH runs USING INDEX runs_idempotency (tenant=? AND operation=? AND idempotency_key=?)"}, 0, nil},
+		{"purge", purgeIdempotency, []string{"SEARCH runs USING COVERING INDEX runs_idempotency_expiry (idempotency_expires_at<?)", "SEARCH runs USING PRIMARY KEY"}, 0, nil},
+		{"purge runs", selectRetiredLeaves, []string{"INDEX run_events_finished", "SEARCH r USING PRIMARY KEY"}, 0, nil},
+		{"retired run", selectRetiredRun, []string{"SEARCH e USING INDEX run_events_one_terminal", "SEARCH r USING PRIMARY KEY"}, 0, nil},
+		{"snapshot records", selectAllIdempotency, []string{"SCAN runs USING INDEX runs_idempotency"}, 0, []any{}},
 		{"events of a run", selectRunEvents, []string{"SEARCH runs USING PRIMARY KEY", "SEARCH run_events USING PRIMARY KEY"}, 0, []any{"t", "r"}},
 		{"snapshot events", selectAllEvents, []string{"MERGE (UNION ALL)"}, 0, []any{}},
 	}

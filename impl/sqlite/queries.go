@@ -32,6 +32,27 @@ const queuedEventColumns = `tenant, run_id, 1, 'run_queued', created_at, coalesc
 
 const eventColumns = `tenant, run_id, seq, kind, at, payload`
 
+// idempotencyRecords are the idempotency records, derived from their run
+// rows (migration 0006): an admission writes its record onto its run, whose
+// tenant, operation, fingerprint and created_at are the record's, and a run
+// whose idempotency_key is NULL holds none (a replay, or a record deleted).
+// Read it as a table: SQLite flattens it into the reading statement, whose
+// own conditions then choose the index.
+const idempotencyRecords = `(SELECT tenant, operation, idempotency_key, fingerprint, run_id, created_at,
+	idempotency_expires_at AS expires_at FROM runs WHERE idempotency_key IS NOT NULL)`
+
+// recordExpired is the predicate of a run row whose record has expired at
+// :now: a purge or a new admission of its scope may delete it (clearRecord).
+// recordLive is that of a record that has not: a retried request must still
+// get its run back, so neither the record nor its run may go.
+const (
+	recordExpired = `idempotency_key IS NOT NULL AND idempotency_expires_at <= :now`
+	recordLive    = `idempotency_key IS NOT NULL AND idempotency_expires_at > :now`
+)
+
+// clearRecord deletes the record a run row holds.
+const clearRecord = `idempotency_key = NULL, idempotency_expires_at = NULL`
+
 const effectColumns = `tenant, run_id, step, effect_key, state, provider_ref, generation, updated_at`
 
 const outboxColumns = `tenant, run_id, seq, message_id, subject, payload, generation, created_at, state, relay,
@@ -42,17 +63,22 @@ const outboxColumns = `tenant, run_id, seq, message_id, subject, payload, genera
 const outboxClaimable = `state = 'pending' AND (relay IS NULL OR claim_expires_at <= :now)`
 
 const (
-	selectIdempotency = `SELECT fingerprint, run_id, expires_at FROM idempotency_keys
+	// selectIdempotency reads the record of one scope (runs_idempotency).
+	selectIdempotency = `SELECT fingerprint, run_id, expires_at FROM ` + idempotencyRecords + `
 		WHERE tenant = :tenant AND operation = :operation AND idempotency_key = :key`
-	deleteIdempotency = `DELETE FROM idempotency_keys
-		WHERE tenant = :tenant AND operation = :operation AND idempotency_key = :key`
+	// deleteIdempotency deletes the expired record of one scope, which a
+	// new admission of the scope replaces.
+	deleteIdempotency = `UPDATE runs SET ` + clearRecord + `
+		WHERE tenant = :tenant AND operation = :operation AND idempotency_key = :key AND ` + recordExpired
 	// insertRun inserts a queued run, whose row is also its run_queued
-	// event (seq 1 at :now, migration 0005): :queued_payload is a replay's
-	// audit payload, and NULL for an admitted run, whose payload is {}.
+	// event (seq 1 at :now, migration 0005) and its idempotency record
+	// (migration 0006): :queued_payload is a replay's audit payload, and
+	// NULL for an admitted run, whose payload is {}; :key and :expires_at
+	// are an admitted run's record, and NULL for a replay, which has none.
 	insertRun = `INSERT INTO runs (tenant, run_id, operation, state, version, last_event_seq, payload, fingerprint,
-		max_attempts, created_at, deadline_at, replay_of, replay_depth, queued_payload)
+		max_attempts, created_at, deadline_at, replay_of, replay_depth, queued_payload, idempotency_key, idempotency_expires_at)
 		VALUES (:tenant, :run_id, :operation, 'queued', 1, 1, :payload, :fingerprint,
-		:max_attempts, :now, :deadline_at, :replay_of, :replay_depth, :queued_payload)`
+		:max_attempts, :now, :deadline_at, :replay_of, :replay_depth, :queued_payload, :key, :expires_at)`
 	// insertAdmittedRun is insertRun for an admission: a run id already
 	// taken inserts nothing (already_exists), instead of failing.
 	insertAdmittedRun = insertRun + ` ON CONFLICT (tenant, run_id) DO NOTHING`
@@ -61,8 +87,6 @@ const (
 		VALUES (:tenant, :run_id, :seq, :kind, :now, :payload)`
 	insertJob = `INSERT INTO jobs (tenant, run_id, operation, state, available_at, lease_generation, attempts, max_attempts)
 		VALUES (:tenant, :run_id, :operation, 'queued', :available_at, :generation, 0, :max_attempts)`
-	insertIdempotency = `INSERT INTO idempotency_keys (tenant, operation, idempotency_key, fingerprint, run_id, created_at, expires_at)
-		VALUES (:tenant, :operation, :key, :fingerprint, :run_id, :now, :expires_at)`
 
 	// claimCandidates lists up to :limit eligible jobs in claim order
 	// (SPEC.md: eligible since, then run id) from two branches, each read
@@ -137,17 +161,19 @@ const (
 		WHERE tenant = :tenant AND run_id = :run_id AND state = 'leased' AND lease_generation = :generation
 		AND lease_expires_at <= :now AND attempts >= max_attempts`
 
-	purgeIdempotency = `DELETE FROM idempotency_keys WHERE (tenant, operation, idempotency_key) IN (
-		SELECT tenant, operation, idempotency_key FROM idempotency_keys WHERE expires_at <= :now
-		ORDER BY expires_at, tenant, operation, idempotency_key LIMIT :limit)`
+	// purgeIdempotency deletes up to :limit expired records, oldest expiry
+	// first, then by scope, as read from runs_idempotency_expiry.
+	purgeIdempotency = `UPDATE runs SET ` + clearRecord + ` WHERE (tenant, run_id) IN (
+		SELECT tenant, run_id FROM runs WHERE ` + recordExpired + `
+		ORDER BY idempotency_expires_at, tenant, operation, idempotency_key LIMIT :limit)`
 
 	// runRetired is the retention predicate for one run of the tenant, e
-	// its terminal event and r its run: it finished by :retired_by, no
-	// live idempotency record names it (a retried request must still get
-	// it back) and none of its outbox messages is pending (it would be lost).
+	// its terminal event and r its run: it finished by :retired_by, it
+	// holds no live idempotency record (recordLive, of r: run_events has no
+	// such columns) and none of its outbox messages is pending (it would be
+	// lost).
 	runRetired = `e.tenant = :tenant AND e.kind IN ('run_completed', 'run_failed', 'run_cancelled') AND e.at <= :retired_by
-		AND NOT EXISTS (SELECT 1 FROM idempotency_keys AS k
-			WHERE k.tenant = e.tenant AND k.run_id = e.run_id AND k.expires_at > :now)
+		AND NOT (` + recordLive + `)
 		AND NOT EXISTS (SELECT 1 FROM outbox AS o
 			WHERE o.tenant = e.tenant AND o.run_id = e.run_id AND o.state = 'pending')`
 	// selectRetiredLeaves lists the tenant's retired runs that nobody
@@ -163,16 +189,17 @@ const (
 	selectRetiredRun = `SELECT coalesce(r.replay_of, '') FROM run_events AS e
 		JOIN runs AS r ON r.tenant = e.tenant AND r.run_id = e.run_id
 		WHERE ` + runRetired + ` AND e.run_id = :run_id`
-	// The rows of one purged run, children first. A live record and a
-	// pending outbox message are never deleted: the run delete would then
-	// fail on its foreign key.
-	deleteRunOutbox      = `DELETE FROM outbox WHERE tenant = :tenant AND run_id = :run_id AND state = 'delivered'`
-	deleteRunEffects     = `DELETE FROM effects WHERE tenant = :tenant AND run_id = :run_id`
-	deleteRunAttempts    = `DELETE FROM attempts WHERE tenant = :tenant AND run_id = :run_id`
-	deleteRunJob         = `DELETE FROM jobs WHERE tenant = :tenant AND run_id = :run_id`
-	deleteRunEvents      = `DELETE FROM run_events WHERE tenant = :tenant AND run_id = :run_id`
-	deleteRunIdempotency = `DELETE FROM idempotency_keys WHERE tenant = :tenant AND run_id = :run_id AND expires_at <= :now`
-	deleteRun            = `DELETE FROM runs WHERE tenant = :tenant AND run_id = :run_id`
+	// The rows of one purged run, children first. A pending outbox message
+	// is never deleted: the run delete would then fail on its foreign key.
+	// The run's record, if any, goes with its row, and only an expired one:
+	// deleteRun deletes no run that holds a live record, which PurgeRuns
+	// reports as the invariant broken (runRetired said it was retired).
+	deleteRunOutbox   = `DELETE FROM outbox WHERE tenant = :tenant AND run_id = :run_id AND state = 'delivered'`
+	deleteRunEffects  = `DELETE FROM effects WHERE tenant = :tenant AND run_id = :run_id`
+	deleteRunAttempts = `DELETE FROM attempts WHERE tenant = :tenant AND run_id = :run_id`
+	deleteRunJob      = `DELETE FROM jobs WHERE tenant = :tenant AND run_id = :run_id`
+	deleteRunEvents   = `DELETE FROM run_events WHERE tenant = :tenant AND run_id = :run_id`
+	deleteRun         = `DELETE FROM runs WHERE tenant = :tenant AND run_id = :run_id AND NOT (` + recordLive + `)`
 
 	// selectRunEvents lists a run's events in seq order (?1 the tenant, ?2
 	// the run id): its run_queued event from its run row, then its
@@ -187,6 +214,11 @@ const (
 		UNION ALL
 		SELECT ` + eventColumns + ` FROM run_events
 		ORDER BY 1, 2, 3`
+
+	// selectAllIdempotency lists every record in scope order
+	// (runs_idempotency's).
+	selectAllIdempotency = `SELECT tenant, operation, idempotency_key, fingerprint, run_id, created_at, expires_at
+		FROM ` + idempotencyRecords + ` ORDER BY tenant, operation, idempotency_key`
 
 	selectReplayOf = `SELECT run_id FROM runs WHERE tenant = :tenant AND replay_of = :run_id`
 

@@ -189,8 +189,7 @@ func (s *Store) Snapshot(ctx context.Context) (snap spec.Snapshot, err error) {
 		if snap.Attempts, err = queryAll(ctx, tx, scanAttempt, `SELECT `+attemptColumns+` FROM attempts ORDER BY tenant, run_id, generation`); err != nil {
 			return err
 		}
-		if snap.Idempotency, err = queryAll(ctx, tx, scanIdempotency, `SELECT tenant, operation, idempotency_key, fingerprint, run_id, created_at, expires_at
-			FROM idempotency_keys ORDER BY tenant, operation, idempotency_key`); err != nil {
+		if snap.Idempotency, err = queryAll(ctx, tx, scanIdempotency, selectAllIdempotency); err != nil {
 			return err
 		}
 		if snap.Effects, err = queryAll(ctx, tx, scanEffect, `SELECT `+effectColumns+` FROM effects ORDER BY tenant, run_id, step, effect_key`); err != nil {

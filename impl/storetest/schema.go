@@ -28,7 +28,7 @@ func testMigrationRecorded(t *testing.T, f Factory) {
 	e := newEnv(t, f)
 	e.need(CapSQL)
 	// Every table of the schema exists.
-	tables := []string{"runs", "jobs", "idempotency_keys", "attempts", "effects", "outbox", "leasehold_schema_migrations"}
+	tables := []string{"runs", "jobs", "attempts", "effects", "outbox", "leasehold_schema_migrations"}
 	if e.h.Layout == LayoutTablePerRecord {
 		tables = append(tables, "run_events")
 	}
@@ -152,9 +152,12 @@ func rawJob(l Layout, tenant, run, state, owner string, expires any, generation,
 		VALUES ('%s', '%s', 'work', '%s', %d, %s, %v, %d, %d, %d%s)`, cols, tenant, run, state, availableAt, o, expires, generation, attempts, maxAttempts, vals)
 }
 
-func rawIdem(tenant, run, key string, created, expires int64) string {
-	return fmt.Sprintf(`INSERT INTO idempotency_keys (tenant, operation, idempotency_key, fingerprint, run_id, created_at, expires_at)
-		VALUES ('%s', 'work', '%s', 'fp', '%s', %d, %d)`, tenant, key, run, created, expires)
+// rawIdem gives run its idempotency record: a record is its run's row
+// (idempotency_key and idempotency_expires_at, with the run's operation,
+// fingerprint and creation time).
+func rawIdem(tenant, run, key string, expires int64) string {
+	return fmt.Sprintf(`UPDATE runs SET idempotency_key = '%s', idempotency_expires_at = %d
+		WHERE tenant = '%s' AND run_id = '%s'`, key, expires, tenant, run)
 }
 
 func rawAttempt(tenant, run string, generation int, outcome string, claimed int64, finished, retryAt any, class string) string {
@@ -237,10 +240,8 @@ func testDatabaseRejectsOrphans(t *testing.T, f Factory) {
 		{"job of a missing run", rawJob(l, "ta", "ghost", "queued", "", "NULL", 0, 0, 3, 0), false},
 		{"job of another tenant's run", rawJob(l, "tb", "raw1", "queued", "", "NULL", 0, 0, 3, 0), false},
 		{"job of an existing run", rawJob(l, "ta", "raw1", "queued", "", "NULL", 0, 0, 3, 0), true},
-		// Idempotency records.
-		{"idempotency record of a missing run", rawIdem("ta", "ghost", "kx", 0, 10), false},
-		{"idempotency record of another tenant's run", rawIdem("tb", "r1", "kx", 0, 10), false},
-		{"idempotency record of an existing run", rawIdem("ta", "raw1", "kx", 0, 10), true},
+		// (An idempotency record is its run's row: it cannot name a run
+		// that is not there.)
 		// Attempts: the job must exist.
 		{"attempt of a missing run", rawAttempt("ta", "ghost", 1, "running", 0, "NULL", "NULL", ""), false},
 		{"attempt of another tenant's run", rawAttempt("tb", "raw1", 1, "running", 0, "NULL", "NULL", ""), false},
@@ -391,12 +392,15 @@ func testDatabaseRejectsInvalidDomain(t *testing.T, f Factory) {
 		})
 	}
 	runExecCases(t, e, []execCase{
-		{"idempotency: expiry not after creation", rawIdem("t", "ja", "k1", 10, 10), false},
-		{"idempotency: negative creation", rawIdem("t", "ja", "k1", -1, 10), false},
-		{"idempotency: 256-byte key", rawIdem("t", "ja", long(256), 0, 10), false},
-		{"idempotency: 255-byte key", rawIdem("t", "ja", long(255), 0, 10), true},
-		{"idempotency: empty key", rawIdem("t", "ja", "", 0, 10), false},
-		{"idempotency: duplicate scope and key", rawIdem("t", "jb", long(255), 0, 10), false},
+		{"idempotency: expiry not after the run's creation", rawIdem("t", "ja", "k1", 0), false},
+		{"idempotency: key without an expiry", `UPDATE runs SET idempotency_key = 'k1' WHERE tenant = 't' AND run_id = 'ja'`, false},
+		{"idempotency: expiry without a key", `UPDATE runs SET idempotency_expires_at = 10 WHERE tenant = 't' AND run_id = 'ja'`, false},
+		{"idempotency: 256-byte key", rawIdem("t", "ja", long(256), 10), false},
+		{"idempotency: 255-byte key", rawIdem("t", "ja", long(255), 10), true},
+		{"idempotency: empty key", rawIdem("t", "jb", "", 10), false},
+		{"idempotency: duplicate scope and key", rawIdem("t", "jb", long(255), 10), false},
+		{"idempotency: the same key in another operation", `UPDATE runs SET operation = 'other', idempotency_key = '` + long(255) + `',
+			idempotency_expires_at = 10 WHERE tenant = 't' AND run_id = 'jb'`, true},
 
 		{"attempt: unknown outcome", rawAttempt("t", "ja", 1, "paused", 0, 5, "NULL", ""), false},
 		{"attempt: generation 0", rawAttempt("t", "ja", 0, "running", 0, "NULL", "NULL", ""), false},
