@@ -65,7 +65,7 @@ var postgresTests = []string{
 	"TestDeadlockIsUnavailable", "TestCompleteTx", "TestListenDeliversCommittedChanges", "TestAnnouncementsInCommitOrder", "TestChannelNames", "TestDisableNotify",
 	"TestAnnouncerOwnConnection", "TestAnnouncerReconnects", "TestAnnouncerBacksOff", "TestNotifyQueueBound", "TestCloseGivesUpInTime",
 	"TestMigrateConcurrentlyAndAgain", "TestMigrateRefusesAnEditedMigration", "TestSchemasAreIsolated", "TestOpenRejectsBadOptions",
-	"TestMigrationMovesRunStateToJobRows", "TestMigrationDerivesQueuedEvents", "TestPlansAtDepth", "TestBatchPlansAfterGrowth", "TestBulkAdmissionPlans", "TestSweepStaleSchemas",
+	"TestMigrationMovesRunStateToJobRows", "TestMigrationDerivesQueuedEvents", "TestMigrationMovesIdempotencyRecords", "TestPlansAtDepth", "TestBatchPlansAfterGrowth", "TestBulkAdmissionPlans", "TestSweepStaleSchemas",
 	"TestServerNotReady", "TestOpenWaitsForServer", "TestPurgeRunsWaitsForAReplay", "TestPurgeRunsWaitsForAnAdmission",
 }
 
@@ -86,7 +86,8 @@ var etcdTests = []string{"TestConformance", "TestProperty", "TestLinearizable", 
 
 var checks = []check{
 	{Name: "conformance", Store: "sqlite", Package: "./impl/sqlite", Tests: []string{"TestConformance", "TestClaimPlanUsesIndex", "TestStatementCacheOneConnection",
-		"TestMigrationDerivesQueuedEvents", "TestMigrationRefusesUnderivableQueuedEvents"}},
+		"TestMigrationDerivesQueuedEvents", "TestMigrationRefusesUnderivableQueuedEvents",
+		"TestMigrationMovesIdempotencyRecords", "TestMigrationRefusesUnderivableIdempotencyRecords"}},
 	{Name: "conformance", Store: "postgres", Package: "./impl/postgres", Tests: []string{"TestConformance"}, NeedsPG: true},
 	{Name: "postgres-store", Store: "postgres", Package: "./impl/postgres", Tests: postgresTests, NeedsPG: true},
 	{Name: "explore", Store: "any", Package: "./model", Tests: []string{"TestExplore", "TestExploreCatchesBrokenVariants"}},

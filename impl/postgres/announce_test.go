@@ -270,11 +270,12 @@ func TestAnnouncerBacksOff(t *testing.T) {
 	if _, err := s.CreateRun(ctx, createReq("waited")); err != nil {
 		t.Fatal(err)
 	}
-	// Tries at about 0, 0.1, 0.3, 0.7 and 1.5 s: five within 2 s, four
-	// if the first was late. A loop would make thousands.
+	// Tries at about 0, 0.1, 0.3, 0.7 and 1.5 s: five within 2 s, fewer
+	// on a loaded machine (a late wake-up only stretches the delays). A
+	// loop would make thousands.
 	time.Sleep(2 * time.Second)
-	if n := proxy.appConns.Load(); n < 3 || n > 6 {
-		t.Fatalf("the announcer tried %d connections in 2 s while refused, want 3 to 6 (a delay from 100 ms doubling)", n)
+	if n := proxy.appConns.Load(); n < 2 || n > 6 {
+		t.Fatalf("the announcer tried %d connections in 2 s while refused, want 2 to 6 (a retry, delays from 100 ms doubling)", n)
 	}
 	if st := s.NotifyStats(); st != (postgres.NotifyStats{Queued: 1, Peak: 1}) {
 		t.Fatalf("NotifyStats while refused %+v, want the one notification still queued", st)
