@@ -71,6 +71,8 @@ type Store struct {
 	locks  *lockTable
 	tries  int
 
+	waiting atomic.Int64 // this Store's calls waiting in locks (LockWaits)
+
 	applied, fenced, unresolved atomic.Int64 // resolve's answers
 
 	mmu      sync.Mutex // guards the commit markers' lease
@@ -157,7 +159,7 @@ var errConflict = errors.New("etcd: a compared key changed before the commit")
 // writes, calls the hooks around the one Txn and commits. fn must only
 // assign its results, never append: it may run again after a conflict.
 func (s *Store) write(ctx context.Context, op spec.Op, locks []string, fn func(w *wtx, now int64) error) error {
-	release, err := s.locks.lock(ctx, locks)
+	release, err := s.locks.lock(ctx, locks, &s.waiting)
 	if err != nil {
 		return typed(ctx, err, false)
 	}
@@ -629,8 +631,9 @@ func sharedLockTable(prefix string) *lockTable {
 }
 
 // lock takes every key's lock, in key order (so that two operations never
-// wait for each other in a cycle), waiting while another holds one.
-func (l *lockTable) lock(ctx context.Context, keys []string) (func(), error) {
+// wait for each other in a cycle), waiting while another holds one; the
+// caller is counted in waiting while it waits.
+func (l *lockTable) lock(ctx context.Context, keys []string, waiting *atomic.Int64) (func(), error) {
 	keys = append([]string(nil), keys...)
 	sort.Strings(keys)
 	var got []string
@@ -653,9 +656,12 @@ func (l *lockTable) lock(ctx context.Context, keys []string) (func(), error) {
 				break
 			}
 			l.mu.Unlock()
+			waiting.Add(1)
 			select {
 			case <-ch:
+				waiting.Add(-1)
 			case <-ctx.Done():
+				waiting.Add(-1)
 				release()
 				return nil, ctx.Err()
 			}
@@ -689,3 +695,15 @@ func (l *lockTable) unlock(k string) {
 		close(ch)
 	}
 }
+
+var _ spec.LockWaitReporter = (*Store)(nil)
+
+// LockWaits implements spec.LockWaitReporter: how many of this Store's
+// writing calls wait, right now, in the in-process lock table for a run
+// (or scope, or message) another call holds. With Options.SharedLocks the
+// table is every store's of the process on the prefix, so a call waits
+// for another store's as for a row lock; without it, only for calls of
+// this Store. Writers in other processes take no such lock (only the
+// Txns' compares order them), so a wait for them is never counted: there
+// is none. It touches no connection.
+func (s *Store) LockWaits(context.Context) (int, error) { return int(s.waiting.Load()), nil }
