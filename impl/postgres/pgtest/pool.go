@@ -3,6 +3,7 @@ package pgtest
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -19,20 +20,30 @@ import (
 // SchemaPool hands out migrated schemas for tests that open a fresh store
 // many times (a rapid property opens one per sequence), reusing each schema
 // once the store on it is closed instead of creating and migrating a new
-// one. Before a schema is handed out again it is reset: every table but the
-// migration record is emptied with one TRUNCATE ... RESTART IDENTITY
-// CASCADE, in a transaction whose ACCESS EXCLUSIVE locks wait out any
-// transaction a previous user left running. The reset then compares the
-// schema's catalog (relations, columns, defaults, constraints, indexes,
-// triggers (a foreign key's internal ones are its constraint), functions, types, sequence positions) and its migration record
-// with what they were right after the schema was created; a schema that
-// differs (a user ran DDL, advanced a sequence of its own) is dropped and
-// replaced by a new one. A schema handed out is therefore, for the store,
-// indistinguishable from a fresh one: same tables, same empty contents,
-// same migration record. What a reset does not restore is invisible to
-// the store: planner statistics and the server's activity counters, the
-// order of relation OIDs, and the migration record's applied_at times,
-// which differ between any two fresh schemas too.
+// one for each.
+//
+// Before a schema is handed out again it is reset, in one transaction:
+// every table of the schema is locked ACCESS EXCLUSIVE (which waits out any
+// transaction a previous user left running and keeps every other session
+// out until the reset commits); the schema's stamp (stampQuery: the
+// identity and last writer of every catalog row defining one of its
+// objects, and of its migration record) is compared with the stamp it had
+// when it was created; every table but the migration record is emptied by
+// DELETE, referencing tables first; every sequence is set back to its
+// start, not yet called. A schema whose stamp changed (a user ran DDL on
+// it, edited its migration record) is dropped and replaced by a new one
+// instead. A new schema's full definition (catalogQuery) must equal the
+// pool's first one's.
+//
+// A schema handed out is therefore, for the store, indistinguishable from
+// a fresh one: the same definition, empty tables, sequences at their start,
+// the same migration record. What a reset does not restore is not
+// observable through SQL results: the tables' dead row versions until
+// VACUUM, planner statistics, the server's activity counters, and the
+// migration record's applied_at times, which differ between any two fresh
+// schemas too. (A DELETE reset is chosen over TRUNCATE ... RESTART
+// IDENTITY, which would also do, because TRUNCATE makes new files for every
+// table and index, at a far higher cost per round.)
 //
 // Session state (LISTEN, session advisory locks, prepared statements) is
 // not carried over: each user opens its own store, whose connections are
@@ -46,26 +57,27 @@ type SchemaPool struct {
 	setup string
 	admin *pgx.Conn // resets, creates and drops; guarded by mu
 
-	mu     sync.Mutex
-	free   []string
-	all    []string
-	golden string // the catalog of a schema right after creation and setup
-	stats  PoolStats
+	mu      sync.Mutex
+	free    []*pooled
+	held    map[string]*pooled
+	all     []string
+	catalog string // catalogQuery of the pool's first schema, right after its creation and setup
+	stats   PoolStats
 }
 
 // PoolStats counts what a SchemaPool did.
 type PoolStats struct {
 	Created int // schemas created and migrated
 	Reused  int // schemas reset and handed out again
-	Dropped int // schemas that differed from a fresh one after their reset, dropped and replaced
+	Dropped int // schemas changed by their user, dropped and replaced
 }
 
 // NewSchemaPool returns a pool for t (usually the whole test), whose
 // schemas are dropped when t ends. setup, when not empty, is SQL (one or
 // more statements) run once on each new schema after its migration, in
-// that schema: tables it creates are part of what a fresh schema is, and
-// are emptied by resets like the store's. Like DSN, it skips t, or fails it
-// when Required, without a database.
+// that schema: what it creates is part of what a fresh schema is, and its
+// tables are emptied by resets like the store's. Like DSN, it skips t, or
+// fails it when Required, without a database.
 func NewSchemaPool(t testing.TB, setup string) *SchemaPool {
 	t.Helper()
 	dsn := DSN(t)
@@ -86,7 +98,7 @@ func NewSchemaPool(t testing.TB, setup string) *SchemaPool {
 		admin.Close(ctx)
 		t.Fatalf("pgtest: schema pool: %v", err)
 	}
-	p := &SchemaPool{t: t, dsn: dsn, setup: setup, admin: admin}
+	p := &SchemaPool{t: t, dsn: dsn, setup: setup, admin: admin, held: map[string]*pooled{}}
 	t.Cleanup(p.close)
 	return p
 }
@@ -99,10 +111,10 @@ func (p *SchemaPool) Stats() PoolStats {
 }
 
 // Factory is pgtest.Factory on the pool's schemas: each store it opens
-// gets a schema of its own, fresh or reset, which goes back to the pool
-// when the t the factory was given ends (after the store's Close, which
-// the factory registers later). Handle.Exec, Reopen and OpenWith work as
-// with FactoryWith.
+// gets a schema of its own, new or reset, which goes back to the pool when
+// the t the factory was given ends (after the store's Close, which the
+// factory registers later). Handle.Exec, Reopen and OpenWith work as with
+// FactoryWith.
 func (p *SchemaPool) Factory(base postgres.Options) storetest.Factory {
 	return func(t testing.TB, opts storetest.Options) storetest.Handle {
 		t.Helper()
@@ -124,108 +136,270 @@ func (p *SchemaPool) Acquire() (string, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	for len(p.free) > 0 {
-		schema := p.free[len(p.free)-1]
+		ps := p.free[len(p.free)-1]
 		p.free = p.free[:len(p.free)-1]
-		same, err := p.reset(ctx, schema)
+		same, err := p.reset(ctx, ps)
 		if err != nil {
-			return "", fmt.Errorf("reset schema %s: %w", schema, err)
+			return "", fmt.Errorf("reset schema %s: %w", ps.name, err)
 		}
 		if same {
 			p.stats.Reused++
-			return schema, nil
+			p.held[ps.name] = ps
+			return ps.name, nil
 		}
-		if err := p.drop(ctx, schema); err != nil {
+		if err := p.drop(ctx, ps.name); err != nil {
 			return "", err
 		}
 		p.stats.Dropped++
 	}
-	return p.create(ctx)
+	ps, err := p.create(ctx)
+	if err != nil {
+		return "", err
+	}
+	p.held[ps.name] = ps
+	return ps.name, nil
 }
 
-// Release gives a schema back to the pool. Every store on it must be closed.
+// Release gives a schema Acquire returned back to the pool. Every store on
+// it must be closed.
 func (p *SchemaPool) Release(schema string) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	p.free = append(p.free, schema)
+	if ps, ok := p.held[schema]; ok {
+		delete(p.held, schema)
+		p.free = append(p.free, ps)
+	}
 }
 
 // create makes a new schema, migrated by the store's own migration (an
-// Open and Close) and set up, and records its catalog as the golden one
-// when it is the first.
-func (p *SchemaPool) create(ctx context.Context) (string, error) {
+// Open and Close) and set up, and checks its definition against the
+// pool's first schema's.
+func (p *SchemaPool) create(ctx context.Context) (*pooled, error) {
 	schema, err := newSchemaName(time.Now())
 	if err != nil {
-		return "", err
+		return nil, err
 	}
 	p.all = append(p.all, schema)
 	s, err := postgres.Open(ctx, p.dsn, postgres.Options{Schema: schema, MaxConns: 1, DisableNotify: true, Config: spec.DefaultConfig()})
 	if err != nil {
-		return "", fmt.Errorf("migrate schema %s: %w", schema, err)
+		return nil, fmt.Errorf("migrate schema %s: %w", schema, err)
 	}
 	s.Close()
 	if p.setup != "" {
 		if _, err := p.admin.Exec(ctx, "SET search_path TO "+pgx.Identifier{schema}.Sanitize()+"; "+p.setup+"; RESET search_path"); err != nil {
-			return "", fmt.Errorf("set up schema %s: %w", schema, err)
+			return nil, fmt.Errorf("set up schema %s: %w", schema, err)
 		}
 	}
 	catalog, err := catalogOf(ctx, p.admin, schema)
 	if err != nil {
-		return "", err
+		return nil, err
 	}
 	switch {
-	case p.golden == "":
-		p.golden = catalog
-	case catalog != p.golden:
-		return "", fmt.Errorf("schema %s differs from the pool's first schema right after its migration:\n%s", schema, firstDifference(p.golden, catalog))
+	case p.catalog == "":
+		p.catalog = catalog
+	case catalog != p.catalog:
+		return nil, fmt.Errorf("schema %s differs from the pool's first schema right after its migration:\n%s", schema, firstDifference(p.catalog, catalog))
+	}
+	ps, err := prepare(ctx, p.admin, schema)
+	if err != nil {
+		return nil, err
 	}
 	p.stats.Created++
-	return schema, nil
+	return ps, nil
 }
 
-// reset empties schema's tables and reports whether its catalog is then
-// the golden one.
-func (p *SchemaPool) reset(ctx context.Context, schema string) (bool, error) {
+// reset empties a schema's tables and reports whether its stamp is still
+// the one it had when it was created (else the caller drops it).
+func (p *SchemaPool) reset(ctx context.Context, ps *pooled) (bool, error) {
 	tx, err := p.admin.Begin(ctx)
 	if err != nil {
 		return false, err
 	}
 	defer tx.Rollback(ctx)
-	rows, err := tx.Query(ctx, tablesQuery, schema, migrations.VersionTable)
-	if err != nil {
+	// The locks first: they wait out a transaction a previous user left
+	// running, and keep every other session out until the reset commits.
+	if _, err := tx.Exec(ctx, ps.lock); err != nil {
 		return false, err
 	}
-	tables, err := pgx.CollectRows(rows, pgx.RowTo[string])
-	if err != nil {
+	var stamp string
+	if err := tx.QueryRow(ctx, stampQuery(ps.name), ps.name).Scan(&stamp); err != nil {
 		return false, err
 	}
-	if len(tables) > 0 {
-		if _, err := tx.Exec(ctx, "TRUNCATE "+strings.Join(tables, ", ")+" RESTART IDENTITY CASCADE"); err != nil {
-			return false, err
-		}
+	if stamp != ps.stamp {
+		return false, nil
 	}
-	catalog, err := catalogOf(ctx, tx, schema)
-	if err != nil {
+	if _, err := tx.Exec(ctx, ps.empty); err != nil {
 		return false, err
 	}
-	if err := tx.Commit(ctx); err != nil {
-		return false, err
-	}
-	return catalog == p.golden, nil
+	return true, tx.Commit(ctx)
 }
 
-// tablesQuery lists the tables of schema $1 but the migration record ($2),
-// qualified and quoted.
-const tablesQuery = `SELECT quote_ident(n.nspname) || '.' || quote_ident(c.relname)
-	FROM pg_catalog.pg_class c JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
-	WHERE n.nspname = $1 AND c.relkind IN ('r', 'p') AND c.relname <> $2 ORDER BY c.relname`
+// pooled is one schema of a pool, with the statements that reset it.
+type pooled struct {
+	name  string
+	lock  string // LOCK of every table of the schema
+	empty string // DELETE of every table but the migration record, referencing tables first; setval of every sequence to its start
+	stamp string // stampQuery's answer right after the schema was created
+}
 
-// querier is a connection or a transaction.
-type querier interface {
+// prepare works out how to reset schema, and refuses what a reset by
+// DELETE could not make fresh again: a foreign-key cycle (no order to
+// delete in), triggers of the schema's own (a DELETE fires them),
+// materialized views (they hold rows a DELETE does not reach).
+func prepare(ctx context.Context, q queryer, schema string) (*pooled, error) {
+	type rel struct{ Name, Kind string }
+	rows, err := q.Query(ctx, `SELECT c.relname::text, c.relkind::text FROM pg_catalog.pg_class c
+		WHERE c.relnamespace = $1::regnamespace AND c.relkind IN ('r', 'p', 'm') ORDER BY c.relname`, schema)
+	if err != nil {
+		return nil, err
+	}
+	rels, err := pgx.CollectRows(rows, pgx.RowToStructByPos[rel])
+	if err != nil {
+		return nil, err
+	}
+	var tables, locked []string
+	for _, r := range rels {
+		if r.Kind == "m" {
+			return nil, fmt.Errorf("schema %s has a materialized view (%s): a reset could not empty it", schema, r.Name)
+		}
+		locked = append(locked, pgx.Identifier{schema, r.Name}.Sanitize())
+		if r.Kind == "r" && r.Name != migrations.VersionTable {
+			tables = append(tables, r.Name)
+		}
+	}
+	var triggers int
+	if err := q.QueryRow(ctx, `SELECT count(*) FROM pg_catalog.pg_trigger g JOIN pg_catalog.pg_class c ON c.oid = g.tgrelid
+		WHERE c.relnamespace = $1::regnamespace AND NOT g.tgisinternal`, schema).Scan(&triggers); err != nil {
+		return nil, err
+	}
+	if triggers > 0 {
+		return nil, fmt.Errorf("schema %s has %d triggers of its own: a reset by DELETE would fire them", schema, triggers)
+	}
+	type fk struct{ From, To string }
+	rows, err = q.Query(ctx, `SELECT c.relname::text, f.relname::text FROM pg_catalog.pg_constraint k
+		JOIN pg_catalog.pg_class c ON c.oid = k.conrelid JOIN pg_catalog.pg_class f ON f.oid = k.confrelid
+		WHERE k.contype = 'f' AND k.connamespace = $1::regnamespace AND k.conrelid <> k.confrelid`, schema)
+	if err != nil {
+		return nil, err
+	}
+	fks, err := pgx.CollectRows(rows, pgx.RowToStructByPos[fk])
+	if err != nil {
+		return nil, err
+	}
+	refs := map[string][]string{}
+	for _, k := range fks {
+		refs[k.From] = append(refs[k.From], k.To)
+	}
+	order, err := referencingFirst(tables, refs)
+	if err != nil {
+		return nil, fmt.Errorf("schema %s: %w", schema, err)
+	}
+	stmts := []string{}
+	for _, table := range order {
+		stmts = append(stmts, "DELETE FROM "+pgx.Identifier{schema, table}.Sanitize())
+	}
+	type seq struct {
+		Name  string
+		Start int64
+	}
+	rows, err = q.Query(ctx, `SELECT c.relname::text, s.seqstart FROM pg_catalog.pg_sequence s JOIN pg_catalog.pg_class c ON c.oid = s.seqrelid
+		WHERE c.relnamespace = $1::regnamespace ORDER BY c.relname`, schema)
+	if err != nil {
+		return nil, err
+	}
+	seqs, err := pgx.CollectRows(rows, pgx.RowToStructByPos[seq])
+	if err != nil {
+		return nil, err
+	}
+	for _, sq := range seqs {
+		// is_called false: the next nextval returns the start, as on a
+		// new sequence.
+		stmts = append(stmts, fmt.Sprintf("SELECT pg_catalog.setval('%s', %d, false)",
+			strings.ReplaceAll(pgx.Identifier{schema, sq.Name}.Sanitize(), "'", "''"), sq.Start))
+	}
+	ps := &pooled{name: schema, lock: "SELECT 1", empty: "SELECT 1"}
+	if len(locked) > 0 {
+		ps.lock = "LOCK TABLE " + strings.Join(locked, ", ") + " IN ACCESS EXCLUSIVE MODE"
+	}
+	if len(stmts) > 0 {
+		ps.empty = strings.Join(stmts, "; ")
+	}
+	if err := q.QueryRow(ctx, stampQuery(schema), schema).Scan(&ps.stamp); err != nil {
+		return nil, err
+	}
+	return ps, nil
+}
+
+// referencingFirst orders tables so that each comes before every table its
+// foreign keys reference (refs, tables outside the list ignored): an order
+// to delete their rows in.
+func referencingFirst(tables []string, refs map[string][]string) ([]string, error) {
+	const (
+		visiting = 1
+		done     = 2
+	)
+	state := map[string]int{}
+	var out []string // referenced tables first; reversed at the end
+	var visit func(string) error
+	visit = func(t string) error {
+		switch state[t] {
+		case visiting:
+			return fmt.Errorf("a foreign-key cycle through %s: no order to empty the tables in", t)
+		case done:
+			return nil
+		}
+		state[t] = visiting
+		for _, r := range refs[t] {
+			if err := visit(r); err != nil {
+				return err
+			}
+		}
+		state[t] = done
+		out = append(out, t)
+		return nil
+	}
+	for _, t := range tables {
+		if err := visit(t); err != nil {
+			return nil, err
+		}
+	}
+	slices.Reverse(out)
+	return slices.DeleteFunc(out, func(t string) bool { return !slices.Contains(tables, t) }), nil
+}
+
+// stampQuery returns the query ($1: the schema's name) of a schema's
+// stamp: every catalog row that defines one of its objects (relations,
+// columns, defaults, constraints, indexes, triggers, functions, types,
+// sequences) and every row of its migration record, each by its identity
+// and the transaction that last wrote it (xmin). A change to any of them
+// (DDL, a migration record edited) writes a new row version, with a new
+// xmin, or adds or removes a row: the stamp changes. Using the schema
+// (DML, VACUUM and ANALYZE, whose pg_class updates are in place) leaves
+// it as it was.
+func stampQuery(schema string) string {
+	return `WITH rels AS (SELECT oid, xmin FROM pg_catalog.pg_class WHERE relnamespace = $1::regnamespace)
+SELECT concat_ws(E'\n',
+	(SELECT string_agg(oid::text || ':' || xmin::text, ',' ORDER BY oid) FROM rels),
+	(SELECT string_agg(attrelid::text || '.' || attnum::text || ':' || xmin::text, ',' ORDER BY attrelid, attnum)
+		FROM pg_catalog.pg_attribute WHERE attrelid IN (SELECT oid FROM rels)),
+	(SELECT string_agg(oid::text || ':' || xmin::text, ',' ORDER BY oid) FROM pg_catalog.pg_attrdef WHERE adrelid IN (SELECT oid FROM rels)),
+	(SELECT string_agg(oid::text || ':' || xmin::text, ',' ORDER BY oid) FROM pg_catalog.pg_constraint WHERE connamespace = $1::regnamespace),
+	(SELECT string_agg(indexrelid::text || ':' || xmin::text, ',' ORDER BY indexrelid) FROM pg_catalog.pg_index WHERE indrelid IN (SELECT oid FROM rels)),
+	(SELECT string_agg(oid::text || ':' || xmin::text, ',' ORDER BY oid) FROM pg_catalog.pg_trigger WHERE tgrelid IN (SELECT oid FROM rels)),
+	(SELECT string_agg(oid::text || ':' || xmin::text, ',' ORDER BY oid) FROM pg_catalog.pg_proc WHERE pronamespace = $1::regnamespace),
+	(SELECT string_agg(oid::text || ':' || xmin::text, ',' ORDER BY oid) FROM pg_catalog.pg_type WHERE typnamespace = $1::regnamespace),
+	(SELECT string_agg(seqrelid::text || ':' || xmin::text, ',' ORDER BY seqrelid) FROM pg_catalog.pg_sequence WHERE seqrelid IN (SELECT oid FROM rels)),
+	(SELECT string_agg(version::text || ':' || xmin::text, ',' ORDER BY version) FROM ` + pgx.Identifier{schema, migrations.VersionTable}.Sanitize() + `))`
+}
+
+// queryer is a connection or a transaction.
+type queryer interface {
+	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
 	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
 }
 
 // catalogOf is what catalogQuery and the migration record say of schema.
-func catalogOf(ctx context.Context, q querier, schema string) (string, error) {
+func catalogOf(ctx context.Context, q queryer, schema string) (string, error) {
 	var catalog, record string
 	if err := q.QueryRow(ctx, catalogQuery, schema).Scan(&catalog); err != nil {
 		return "", err
@@ -260,7 +434,7 @@ func (p *SchemaPool) close() {
 // catalogQuery describes, one line per object in a fixed order, what of a
 // schema ($1) a store can observe besides its rows: relations with their
 // options, columns, defaults, constraints, indexes, triggers, functions,
-// types and the sequences' positions (migrationQuery adds the migration
+// types and the sequences' positions (catalogOf adds the migration
 // record). Names of the schema itself are written without it, so two
 // schemas built alike describe alike.
 const catalogQuery = `

@@ -269,7 +269,9 @@ func BenchmarkRoundStore(b *testing.B) {
 		factory func(b *testing.B) storetest.Factory
 	}{
 		{"fresh", func(*testing.B) storetest.Factory { return pgtest.FactoryWith(postgres.Options{MaxConns: 4}) }},
-		{"pool", func(b *testing.B) storetest.Factory { return pgtest.NewSchemaPool(b, "").Factory(postgres.Options{MaxConns: 4}) }},
+		{"pool", func(b *testing.B) storetest.Factory {
+			return pgtest.NewSchemaPool(b, "").Factory(postgres.Options{MaxConns: 4})
+		}},
 	} {
 		b.Run(tc.name, func(b *testing.B) {
 			f := tc.factory(b)
