@@ -454,6 +454,9 @@ func verify(ctx context.Context, o verifyOptions) error {
 		if r.Note != "" {
 			fmt.Fprintf(out, "    note: %s\n", r.Note)
 		}
+		if r.OverrunMs > 0 {
+			fmt.Fprintf(out, "    over its budget of %.1fs by %.1fs\n", float64(r.BudgetMs)/1000, float64(r.OverrunMs)/1000)
+		}
 		if r.Replay != "" {
 			fmt.Fprintf(out, "    replay: %s\n", r.Replay)
 		}
