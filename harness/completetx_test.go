@@ -67,20 +67,28 @@ func (s txCompleting) Complete(ctx context.Context, req spec.CompleteRequest) (s
 	return run, nil
 }
 
-// txFactory is pgtest.Factory with every store's Complete carried by
-// CompleteTx (txCompleting), on a schema that also holds app_writes.
-func txFactory(t testing.TB, opts storetest.Options) storetest.Handle {
-	return txFactoryOf(false)(t, opts)
-}
+// appWrites is the application's table that txCompleting writes.
+const appWrites = `CREATE TABLE app_writes (tenant text, run_id text, generation bigint, PRIMARY KEY (tenant, run_id))`
 
-// txFactoryOf is txFactory, with the broken handler when outsideTx.
+// txFactoryOf is pgtest.Factory with every store's Complete carried by
+// CompleteTx (txCompleting), on a schema that also holds app_writes; with
+// the broken handler when outsideTx.
 func txFactoryOf(outsideTx bool) storetest.Factory {
-	return func(t testing.TB, opts storetest.Options) storetest.Handle {
+	return txWrapped(outsideTx, func(t testing.TB, opts storetest.Options) storetest.Handle {
 		h := pgtest.Factory(t, opts)
-		if err := h.Exec(context.Background(), `CREATE TABLE app_writes (tenant text, run_id text, generation bigint,
-		PRIMARY KEY (tenant, run_id))`); err != nil {
+		if err := h.Exec(context.Background(), appWrites); err != nil {
 			t.Fatalf("create app_writes: %v", err)
 		}
+		return h
+	})
+}
+
+// txWrapped is f, whose schemas hold app_writes, with every store's
+// Complete carried by CompleteTx (txCompleting), the broken handler when
+// outsideTx.
+func txWrapped(outsideTx bool, f storetest.Factory) storetest.Factory {
+	return func(t testing.TB, opts storetest.Options) storetest.Handle {
+		h := f(t, opts)
 		wrap := func(s spec.Store, o storetest.Options) spec.Store {
 			return txCompleting{Store: s.(*postgres.Store), hook: o.Hook, outsideTx: outsideTx}
 		}
@@ -93,10 +101,13 @@ func txFactoryOf(outsideTx bool) storetest.Factory {
 }
 
 // TestPropertyCompleteTxPostgres: the rapid property on the PostgreSQL
-// store whose completions go through CompleteTx.
+// store whose completions go through CompleteTx, each sequence's store on
+// a schema of a pool (app_writes included), reset between sequences.
 func TestPropertyCompleteTxPostgres(t *testing.T) {
 	pgtest.DSN(t)
-	RunProperty(t, "postgres-completetx", txFactory)
+	pool := pgtest.NewSchemaPool(t, appWrites)
+	RunProperty(t, "postgres-completetx", txWrapped(false, pool.Factory(postgres.Options{MaxConns: 4})))
+	t.Logf("schema pool: %+v", pool.Stats())
 }
 
 // TestLinearizableCompleteTxPostgres: concurrent histories whose

@@ -2,7 +2,9 @@ package harness
 
 import (
 	"flag"
+	"fmt"
 	"os"
+	"strconv"
 	"testing"
 	"time"
 
@@ -15,7 +17,9 @@ import (
 // RunProperty runs the model-vs-store property on the store f opens: one
 // rapid round (100 random sequences of 80 steps, unless -rapid.checks,
 // -rapid.steps or their RAPID_* twins say otherwise) in a plain go test, or
-// rounds until LEASEHOLD_BUDGET is spent under leasehold verify. A failure
+// under leasehold verify rounds of a tenth of those sequences until
+// LEASEHOLD_BUDGET is spent, and past it only while the run is vacuous, up
+// to a plain run's sequences. A failure
 // keeps its failfile under reports/failfiles and prints the seed and the
 // replay command (go test -run with the calling test's name); a run that
 // exercised no stale write, no refusal or no success fails as vacuous. It
@@ -47,32 +51,87 @@ func RunPropertyOn(t *testing.T, target Target) {
 		metrics.Report(t, metrics.Line{Check: "rapid", Store: store, Operations: int64(p.Counters.Operations), Violations: 1,
 			Seed: k.Seed, Replay: k.Command})
 	})
+	// Under a budget a round is a slice of a plain run's sequences, so that
+	// a small budget buys a few short rounds rather than one long one; the
+	// rounds go on past the budget only while the run is still vacuous,
+	// and never past a plain run's sequences (what the vacuity guard was
+	// set for).
+	full := rapidChecks()
+	slice := full
+	if budget > 0 && !seedPinned() {
+		slice = max(1, full/propertySlices)
+		defer setRapidChecks(full)
+		setRapidChecks(slice)
+	}
 	rounds := 0
 	for {
 		rapid.Check(t, p.Check(t))
 		rounds++
-		if budget == 0 || seedPinned() || time.Since(start)*time.Duration(rounds+1) > budget*time.Duration(rounds) {
+		if budget == 0 || seedPinned() || propertyDone(time.Since(start), budget, rounds, p.Counters.Checks, full, len(propertyVacuity(p.Counters)) > 0) {
 			break
 		}
 	}
-	t.Logf("%d rounds, %d sequences, %d operations (%d refused, %d stale-generation writes) in %s",
-		rounds, p.Counters.Checks, p.Counters.Operations, p.Counters.Refused, p.Counters.StaleWrite, time.Since(start).Round(time.Millisecond))
+	t.Logf("%d rounds of %d sequences, %d sequences, %d operations (%d refused, %d stale-generation writes) in %s",
+		rounds, slice, p.Counters.Checks, p.Counters.Operations, p.Counters.Refused, p.Counters.StaleWrite, time.Since(start).Round(time.Millisecond))
 	t.Logf("outcomes: %v", p.Counters.Outcomes)
-	if p.Counters.StaleWrite == 0 || p.Counters.Refused == 0 || p.Counters.Operations == p.Counters.Refused {
-		t.Fatalf("vacuous run: %+v (want stale-generation writes, refusals and successes)", p.Counters)
+	for _, problem := range propertyVacuity(p.Counters) {
+		t.Fatalf("vacuous run: %s", problem)
 	}
-	if batches := p.Counters.Outcomes["complete_batch ok"]; batches > 0 && (p.Counters.Outcomes["complete_batch member ok"] == 0 ||
-		p.Counters.Outcomes["complete_batch member lost_lease"] == 0) {
-		t.Fatalf("vacuous run: %d batch completions, but none completed a member and refused another: %v", batches, p.Counters.Outcomes)
+	metrics.Report(t, metrics.Line{Check: "rapid", Store: store, Operations: int64(p.Counters.Operations), Sequences: int64(p.Counters.Checks),
+		Rounds: int64(rounds)})
+}
+
+// propertyDone says whether a budgeted property run stops after rounds
+// rounds that took elapsed and checked sequences sequences: when another
+// round of the same average length would end past budget, unless the run
+// is still vacuous and has not yet checked full sequences (a plain run's).
+func propertyDone(elapsed, budget time.Duration, rounds, sequences, full int, vacuous bool) bool {
+	spent := elapsed*time.Duration(rounds+1) > budget*time.Duration(rounds)
+	return spent && (!vacuous || sequences >= full)
+}
+
+// propertySlices is how many rounds a plain run's sequences make under a
+// budget.
+const propertySlices = 10
+
+// propertyVacuity returns why a property run proved nothing, if it did
+// not: it exercised no stale write, no refusal or no success, or an
+// operation kind only without the outcomes that make it worth checking.
+// A pinned seed (a replay) is held to the first three only.
+func propertyVacuity(c Counters) []string {
+	var out []string
+	if c.StaleWrite == 0 || c.Refused == 0 || c.Operations == c.Refused {
+		out = append(out, fmt.Sprintf("%+v (want stale-generation writes, refusals and successes)", c))
 	}
-	if o := p.Counters.Outcomes; o["create_runs ok"] > 0 && !seedPinned() && (o["create_runs member created"] == 0 ||
+	o := c.Outcomes
+	if batches := o["complete_batch ok"]; batches > 0 && (o["complete_batch member ok"] == 0 || o["complete_batch member lost_lease"] == 0) {
+		out = append(out, fmt.Sprintf("%d batch completions, but none completed a member and refused another: %v", batches, o))
+	}
+	if o["create_runs ok"] > 0 && !seedPinned() && (o["create_runs member created"] == 0 ||
 		o["create_runs member replayed"] == 0 || o["create_runs member idempotency_conflict"] == 0) {
-		t.Fatalf("vacuous run: %d bulk admissions, but none created, replayed and conflicted members: %v", o["create_runs ok"], o)
+		out = append(out, fmt.Sprintf("%d bulk admissions, but none created, replayed and conflicted members: %v", o["create_runs ok"], o))
 	}
-	if o := p.Counters.Outcomes; !seedPinned() && (o["outbox written"] == 0 || o["outbox none written"] == 0 || o["claim_outbox ok"] == 0 || o["mark_delivered ok"] == 0) {
-		t.Fatalf("vacuous run: the outbox needs requests with messages written and refused, claims that took messages and marks that marked some: %v", o)
+	if !seedPinned() && (o["outbox written"] == 0 || o["outbox none written"] == 0 || o["claim_outbox ok"] == 0 || o["mark_delivered ok"] == 0) {
+		out = append(out, fmt.Sprintf("the outbox needs requests with messages written and refused, claims that took messages and marks that marked some: %v", o))
 	}
-	metrics.Report(t, metrics.Line{Check: "rapid", Store: store, Operations: int64(p.Counters.Operations)})
+	return out
+}
+
+// rapidChecks is rapid's sequences per Check: -rapid.checks, else
+// RAPID_CHECKS, else rapid's default.
+func rapidChecks() int {
+	if fl := flag.Lookup("rapid.checks"); fl != nil {
+		if n, err := strconv.Atoi(fl.Value.String()); err == nil && n > 0 {
+			return n
+		}
+	}
+	return 100
+}
+
+func setRapidChecks(n int) {
+	if flag.Lookup("rapid.checks") != nil {
+		flag.Set("rapid.checks", strconv.Itoa(n))
+	}
 }
 
 // longerSequences sets rapid's sequences to 80 steps unless the caller

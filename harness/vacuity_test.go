@@ -3,6 +3,7 @@ package harness
 import (
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/leasehold/leasehold/spec"
 	"github.com/leasehold/leasehold/worker"
@@ -91,6 +92,74 @@ func wantProblems(t *testing.T, name string, got, want []string) {
 	for i, w := range want {
 		if !strings.Contains(got[i], w) {
 			t.Errorf("%s: problem %d is %q, want it to mention %q", name, i, got[i], w)
+		}
+	}
+}
+
+// TestPropertyVacuity: a property run is vacuous, and says why, without
+// stale writes, refusals or successes, or with batch completions, bulk
+// admissions or outbox requests that lack the outcomes worth checking.
+func TestPropertyVacuity(t *testing.T) {
+	healthy := func() Counters {
+		return Counters{Operations: 10, Refused: 3, StaleWrite: 2, Outcomes: map[string]int{
+			"complete_batch ok": 1, "complete_batch member ok": 1, "complete_batch member lost_lease": 1,
+			"create_runs ok": 1, "create_runs member created": 1, "create_runs member replayed": 1, "create_runs member idempotency_conflict": 1,
+			"outbox written": 1, "outbox none written": 1, "claim_outbox ok": 1, "mark_delivered ok": 1,
+		}}
+	}
+	for _, tc := range []struct {
+		name   string
+		change func(*Counters)
+		want   string // a substring of the one problem; "" for none
+	}{
+		{"everything happened", func(*Counters) {}, ""},
+		{"no stale write", func(c *Counters) { c.StaleWrite = 0 }, "want stale-generation writes"},
+		{"no refusal", func(c *Counters) { c.Refused = 0 }, "want stale-generation writes"},
+		{"only refusals", func(c *Counters) { c.Operations = c.Refused }, "want stale-generation writes"},
+		{"batches without a refused member", func(c *Counters) { delete(c.Outcomes, "complete_batch member lost_lease") }, "batch completions"},
+		{"no batch at all", func(c *Counters) {
+			delete(c.Outcomes, "complete_batch ok")
+			delete(c.Outcomes, "complete_batch member ok")
+			delete(c.Outcomes, "complete_batch member lost_lease")
+		}, ""},
+		{"bulk admissions without a replayed member", func(c *Counters) { delete(c.Outcomes, "create_runs member replayed") }, "bulk admissions"},
+		{"no outbox delivery", func(c *Counters) { delete(c.Outcomes, "mark_delivered ok") }, "the outbox needs"},
+	} {
+		c := healthy()
+		tc.change(&c)
+		got := propertyVacuity(c)
+		switch {
+		case tc.want == "" && len(got) > 0:
+			t.Errorf("%s: vacuous: %v", tc.name, got)
+		case tc.want != "" && (len(got) != 1 || !strings.Contains(got[0], tc.want)):
+			t.Errorf("%s: problems %q, want one about %q", tc.name, got, tc.want)
+		}
+	}
+}
+
+// TestPropertyDone: a budgeted property run stops when another round of
+// its average length would end past the budget, and not before; a vacuous
+// run goes on past the budget until it has checked a plain run's sequences.
+func TestPropertyDone(t *testing.T) {
+	for _, tc := range []struct {
+		name      string
+		elapsed   time.Duration
+		rounds    int
+		sequences int
+		vacuous   bool
+		want      bool
+	}{
+		{"another round fits", 3 * time.Second, 3, 30, false, false},
+		{"another round would just fit", 8 * time.Second, 4, 40, false, false},
+		{"another round would end past the budget", 9 * time.Second, 5, 50, false, true},
+		{"one round longer than the budget", 12 * time.Second, 1, 10, false, true},
+		{"vacuous: on past the budget", 12 * time.Second, 1, 10, true, false},
+		{"vacuous after a plain run's sequences", 40 * time.Second, 10, 100, true, true},
+		{"vacuous, within the budget", 1 * time.Second, 1, 10, true, false},
+	} {
+		if got := propertyDone(tc.elapsed, 10*time.Second, tc.rounds, tc.sequences, 100, tc.vacuous); got != tc.want {
+			t.Errorf("%s: propertyDone(%s of a 10s budget, %d rounds, %d of 100 sequences, vacuous %v) = %v, want %v",
+				tc.name, tc.elapsed, tc.rounds, tc.sequences, tc.vacuous, got, tc.want)
 		}
 	}
 }

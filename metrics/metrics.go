@@ -19,9 +19,13 @@ type Line struct {
 	Operations     int64  `json:"operations"`
 	Histories      int64  `json:"histories,omitempty"`
 	StatesExplored int64  `json:"states_explored,omitempty"`
-	Violations     int64  `json:"violations"`
-	Seed           string `json:"seed,omitempty"`
-	Replay         string `json:"replay,omitempty"`
+	// Sequences and Rounds are a property run's depth: the random
+	// operation sequences it checked, in how many rounds.
+	Sequences  int64  `json:"sequences,omitempty"`
+	Rounds     int64  `json:"rounds,omitempty"`
+	Violations int64  `json:"violations"`
+	Seed       string `json:"seed,omitempty"`
+	Replay     string `json:"replay,omitempty"`
 	// Faults are a fault test's figures (a server restart, a stopped
 	// process); nil for other checks.
 	Faults *Faults `json:"faults,omitempty"`

@@ -14,6 +14,7 @@ import (
 	"regexp"
 	"slices"
 	"sort"
+	"strconv"
 	"strings"
 	"time"
 
@@ -51,6 +52,9 @@ type check struct {
 	// Fuzz lists fuzz targets of Package to fuzz, one after another, for an
 	// equal part of the check's budget (go test runs one -fuzz at a time).
 	Fuzz []string
+	// Group, when set, is a second name --only selects the check by: the
+	// parts of one store's suite split between fixed work and exploring.
+	Group string
 }
 
 // postgresTests are the PostgreSQL store's own tests beside its conformance
@@ -84,6 +88,17 @@ var runtimeFaultTests = []string{
 // fault run. TestVerifyCoversStoreTests holds the list to the package's tests.
 var etcdTests = []string{"TestConformance", "TestProperty", "TestLinearizable", "TestScenarios", "TestRuntime", "TestLinearizableUnderFaults", "TestClusterClock", "TestRunClockFailover", "TestCreateRunsGuards", "TestCreateRunsTxnLimit"}
 
+// etcdExploring are the etcd tests that run rounds until their budget is
+// spent: the etcd check. The others of etcdTests do fixed work, and run
+// with the fixed-work checks (etcd-suite), so that their time is not taken
+// from the exploring checks' shares.
+var etcdExploring = []string{"TestProperty", "TestLinearizable", "TestRuntime", "TestLinearizableUnderFaults"}
+
+// etcdFixed is etcdTests but etcdExploring.
+func etcdFixed() []string {
+	return slices.DeleteFunc(slices.Clone(etcdTests), func(name string) bool { return slices.Contains(etcdExploring, name) })
+}
+
 var checks = []check{
 	{Name: "conformance", Store: "sqlite", Package: "./impl/sqlite", Tests: []string{"TestConformance", "TestClaimPlanUsesIndex", "TestStatementCacheOneConnection",
 		"TestMigrationDerivesQueuedEvents", "TestMigrationRefusesUnderivableQueuedEvents",
@@ -103,17 +118,19 @@ var checks = []check{
 	{Name: "mutants-scenarios", Store: "sqlite+postgres", Package: "./scenarios",
 		Tests: []string{"TestMutantsScenarios", "TestMutantsScenariosPostgres", "TestModelJudgesBrokenExpectations"},
 		Tags:  "leasehold_mutants", NeedsPG: true},
+	// The etcd store's fixed-work tests on a three-member cluster they
+	// start (members as child processes): conformance, scenarios, the
+	// cluster clock.
+	{Name: "etcd-suite", Group: "etcd", Store: "etcd", Package: "./impl/etcd", Tests: etcdFixed()},
 	// The exploring checks, in the order they run (after every fixed-work
 	// check): those with the longest single round first, so that the last
 	// ones, whose rounds are short (SQLite), take up what an earlier overrun
 	// leaves and the run lands near --budget.
 	//
-	// The etcd store's whole suite on a three-member cluster its tests
-	// start (members as child processes), with members SIGKILLed and
-	// restarted, the leader killed and connections cut during a
-	// linearizability run. Its property, linearizability (the fault run
-	// too) and runtime tests explore; the others leave their part unspent.
-	{Name: "etcd", Store: "etcd", Package: "./impl/etcd", Tests: etcdTests, Share: 0.04},
+	// The etcd store's exploring tests on its three-member cluster: the
+	// property, linearizability (with members SIGKILLed and restarted, the
+	// leader killed and connections cut in the fault run) and the runtime.
+	{Name: "etcd", Group: "etcd", Store: "etcd", Package: "./impl/etcd", Tests: etcdExploring, Share: 0.04},
 	{Name: "fuzz", Store: "any", Package: "./spec", Fuzz: []string{"FuzzCanonicalize", "FuzzNormalizeCreate", "FuzzLeaseChecks"}, Share: 0.06},
 	{Name: "rapid", Store: "postgres", Package: "./harness", Tests: []string{"TestPropertyPostgres", "TestPropertyCompleteTxPostgres"}, NeedsPG: true, Share: 0.14},
 	{Name: "linearizability", Store: "postgres", Package: "./harness", Tests: []string{"TestLinearizablePostgres", "TestLinearizableCompleteTxPostgres"}, NeedsPG: true, Share: 0.08},
@@ -160,14 +177,24 @@ type checkResult struct {
 	Operations     int64  `json:"operations"`
 	Histories      int64  `json:"histories"`
 	StatesExplored int64  `json:"states_explored"`
-	Seed           string `json:"seed,omitempty"`
-	Violations     int64  `json:"violations"`
-	DurationMs     int64  `json:"duration_ms"`
+	// Sequences and Rounds are the rapid checks' depth: the random
+	// operation sequences checked, in how many rounds. Execs is the fuzz
+	// check's: inputs its targets ran, by go test's last count.
+	Sequences  int64  `json:"sequences,omitempty"`
+	Rounds     int64  `json:"rounds,omitempty"`
+	Execs      int64  `json:"execs,omitempty"`
+	Seed       string `json:"seed,omitempty"`
+	Violations int64  `json:"violations"`
+	DurationMs int64  `json:"duration_ms"`
 	// BudgetMs is an exploring check's budget (its tests' together); 0 for
-	// a fixed-work check.
-	BudgetMs int64    `json:"budget_ms,omitempty"`
-	Failures []string `json:"failures,omitempty"`
-	Skipped  []string `json:"skipped,omitempty"`
+	// a fixed-work check. OverrunMs is how much longer than its budget an
+	// exploring check took, when it took longer than overrunTolerance
+	// allows: the work it does whatever its budget (a first round, start-up,
+	// compiling its tests), taken from the checks after it.
+	BudgetMs  int64    `json:"budget_ms,omitempty"`
+	OverrunMs int64    `json:"overrun_ms,omitempty"`
+	Failures  []string `json:"failures,omitempty"`
+	Skipped   []string `json:"skipped,omitempty"`
 	// NotApplicable are the tests that need a capability the store does
 	// not offer: neither passed nor failed, and not counted in Tests.
 	NotApplicable []string `json:"not_applicable,omitempty"`
@@ -206,8 +233,12 @@ type verifyReport struct {
 	PostgreSQL string   `json:"postgresql"`
 	// StoreCmd is the store command checked through the store protocol
 	// (verify --store-cmd), if any.
-	StoreCmd   string        `json:"store_cmd,omitempty"`
-	DurationMs int64         `json:"duration_ms"`
+	StoreCmd   string `json:"store_cmd,omitempty"`
+	DurationMs int64  `json:"duration_ms"`
+	// PrebuildMs is the time spent compiling the exploring checks' tests
+	// before their budgets were divided (prebuild): a fixed cost, taken
+	// from --budget before the exploring checks share it.
+	PrebuildMs int64         `json:"prebuild_ms,omitempty"`
 	Violations int64         `json:"violations"`
 	Checks     []checkResult `json:"checks"`
 }
@@ -309,7 +340,8 @@ func checksFor(stores []string) []check {
 func selectChecks(only []string, stores []string) []check {
 	var out []check
 	for _, c := range checksFor(stores) {
-		if len(only) > 0 && !slices.Contains(only, c.Name) && !slices.Contains(only, c.Name+"/"+c.Store) {
+		if len(only) > 0 && !slices.Contains(only, c.Name) && !slices.Contains(only, c.Name+"/"+c.Store) &&
+			(c.Group == "" || !slices.Contains(only, c.Group) && !slices.Contains(only, c.Group+"/"+c.Store)) {
 			continue
 		}
 		if c.Store == "any" || slices.ContainsFunc(stores, func(s string) bool { return strings.Contains(c.Store, s) }) {
@@ -363,8 +395,15 @@ func verify(ctx context.Context, o verifyOptions) error {
 	for _, c := range selected {
 		rest += c.Share
 	}
+	prebuilt := false
 	for i, c := range selected {
 		label := fmt.Sprintf("[%d/%d] %s/%s", i+1, len(selected), c.Name, c.Store)
+		if c.Share > 0 && !prebuilt {
+			prebuilt = true
+			took, n := prebuild(ctx, selected[i:], o)
+			rep.PrebuildMs = took.Milliseconds()
+			fmt.Fprintf(out, "compiled the exploring checks' tests (%d builds) in %.1fs, before dividing what is left of the budget\n", n, took.Seconds())
+		}
 		var perTest time.Duration // 0: fixed work
 		if c.Share > 0 {
 			perTest = testBudget(c, o.budget-time.Since(start), rest)
@@ -400,6 +439,7 @@ func verify(ctx context.Context, o verifyOptions) error {
 			}
 		}
 		r.BudgetMs = (perTest * time.Duration(budgetUnits(c))).Milliseconds()
+		r.OverrunMs = overrun(time.Duration(r.BudgetMs)*time.Millisecond, time.Duration(r.DurationMs)*time.Millisecond).Milliseconds()
 		rep.Checks = append(rep.Checks, r)
 		rep.Violations += r.Violations
 		fmt.Fprintf(out, "%s: %s — %d tests (%d passed), %d operations, %d histories, %d states, %d violations, %.1fs\n",
@@ -415,6 +455,9 @@ func verify(ctx context.Context, o verifyOptions) error {
 		}
 		if r.Note != "" {
 			fmt.Fprintf(out, "    note: %s\n", r.Note)
+		}
+		if r.OverrunMs > 0 {
+			fmt.Fprintf(out, "    over its budget of %.1fs by %.1fs\n", float64(r.BudgetMs)/1000, float64(r.OverrunMs)/1000)
 		}
 		if r.Replay != "" {
 			fmt.Fprintf(out, "    replay: %s\n", r.Replay)
@@ -470,6 +513,40 @@ func runOrder(cs []check) []check {
 		}
 	}
 	return out
+}
+
+// prebuild compiles the tests of the exploring checks in cs, each package
+// and build tags once, by running go test with no test (a fuzz target's
+// build with one input, instrumented as -fuzz builds it), and returns how
+// long that took and how many builds it ran. Compiling does not depend on
+// the budget: spent here, before the budget is divided, it is not taken
+// from the share of the first exploring check of each package. A build
+// that fails is left for its check to report.
+func prebuild(ctx context.Context, cs []check, o verifyOptions) (time.Duration, int) {
+	start := time.Now()
+	done := map[string]bool{}
+	for _, c := range cs {
+		if c.Share == 0 {
+			continue
+		}
+		args := []string{"test", "-count=1", "-run", "^$"}
+		key := c.Package + " " + c.Tags
+		if len(c.Fuzz) > 0 {
+			args = append(args, "-fuzz", "^"+c.Fuzz[0]+"$", "-fuzztime", "1x")
+			key += " fuzz"
+		}
+		if done[key] {
+			continue
+		}
+		done[key] = true
+		if c.Tags != "" {
+			args = append(args, "-tags", c.Tags)
+		}
+		cmd := exec.CommandContext(ctx, "go", append(args, c.Package)...)
+		cmd.Env = append(os.Environ(), "LEASEHOLD_BUDGET=", "LEASEHOLD_REPORTS="+absPath(o.reports))
+		cmd.Run()
+	}
+	return time.Since(start), len(done)
 }
 
 // budgetUnits is how many runs of an exploring check spend LEASEHOLD_BUDGET,
@@ -620,6 +697,8 @@ func runCheck(ctx context.Context, c check, perTest time.Duration, o verifyOptio
 	}
 	failedOutput := map[string][]string{}
 	started := map[string]bool{} // the tests that ran
+	var execs int64
+	defer func() { res.Execs += execs }()
 	pkgFailed := false
 	shownSubtests := 0
 	sc := bufio.NewScanner(stdout)
@@ -640,6 +719,8 @@ func runCheck(ctx context.Context, c check, perTest time.Duration, o verifyOptio
 				res.Operations += m.Operations
 				res.Histories += m.Histories
 				res.StatesExplored += m.StatesExplored
+				res.Sequences += m.Sequences
+				res.Rounds += m.Rounds
 				res.Violations += m.Violations
 				res.addFaults(m.Faults)
 				if m.Seed != "" {
@@ -648,6 +729,9 @@ func runCheck(ctx context.Context, c check, perTest time.Duration, o verifyOptio
 				if m.Replay != "" {
 					res.Replay = m.Replay
 				}
+			}
+			if n, ok := fuzzExecs(ev.Output); ok {
+				execs = n // go test prints a running count: the last is the total
 			}
 			if ev.Test != "" {
 				if lines := failedOutput[ev.Test]; len(lines) < 40 {
@@ -725,6 +809,35 @@ func runCheck(ctx context.Context, c check, perTest time.Duration, o verifyOptio
 	return res
 }
 
+var fuzzExecsLine = regexp.MustCompile(`^fuzz: elapsed: .*?, execs: ([0-9]+) `)
+
+// fuzzExecs reads the count of a go test -fuzz progress line ("fuzz:
+// elapsed: 3s, execs: 101215 (33735/sec), new interesting: ...").
+func fuzzExecs(line string) (int64, bool) {
+	m := fuzzExecsLine.FindStringSubmatch(strings.TrimSpace(line))
+	if m == nil {
+		return 0, false
+	}
+	n, err := strconv.ParseInt(m[1], 10, 64)
+	return n, err == nil
+}
+
+// overrunTolerance is how much longer than its budget an exploring check
+// may take before the report calls it an overrun: its last round may end a
+// little past the budget, and go test starts and compiles.
+func overrunTolerance(budget time.Duration) time.Duration {
+	return max(2*time.Second, budget/5)
+}
+
+// overrun is how much longer than its budget a check took, when past
+// overrunTolerance; 0 otherwise and for a fixed-work check (budget 0).
+func overrun(budget, took time.Duration) time.Duration {
+	if budget <= 0 || took-budget <= overrunTolerance(budget) {
+		return 0
+	}
+	return took - budget
+}
+
 // skipReason is the last line of a skipped test's output (its t.Skip text).
 func skipReason(lines []string) string {
 	for i := len(lines) - 1; i >= 0; i-- {
@@ -766,6 +879,7 @@ func (r *checkResult) merge(o checkResult) {
 	r.Passed += o.Passed
 	r.Violations += o.Violations
 	r.DurationMs += o.DurationMs
+	r.Execs += o.Execs
 	r.Failures = append(r.Failures, o.Failures...)
 	if o.Status == statusFail {
 		r.Status = statusFail
@@ -797,14 +911,20 @@ func writeVerifyReports(dir string, rep verifyReport) error {
 	if rep.StoreCmd != "" {
 		fmt.Fprintf(&b, "Store command: `%s`, through the store protocol (docs/PROTOCOL.md).\n\n", rep.StoreCmd)
 	}
-	b.WriteString("| check | store | status | tests (passed) | operations | histories | states explored | violations | budget (s) | seconds |\n|---|---|---|---:|---:|---:|---:|---:|---:|---:|\n")
+	if rep.PrebuildMs > 0 {
+		fmt.Fprintf(&b, "Compiling the exploring checks' tests before dividing the budget among them: %.1f s.\n\n", float64(rep.PrebuildMs)/1000)
+	}
+	b.WriteString("| check | store | status | tests (passed) | operations | histories | states explored | depth | violations | budget (s) | seconds |\n|---|---|---|---:|---:|---:|---:|---|---:|---:|---:|\n")
 	for _, c := range rep.Checks {
-		budget := "fixed"
+		budget, took := "fixed", fmt.Sprintf("%.1f", float64(c.DurationMs)/1000)
 		if c.BudgetMs > 0 {
 			budget = fmt.Sprintf("%.1f", float64(c.BudgetMs)/1000)
 		}
-		fmt.Fprintf(&b, "| %s | %s | %s | %d (%d) | %d | %d | %d | %d | %s | %.1f |\n", c.Name, c.Store, c.Status, c.Tests, c.Passed,
-			c.Operations, c.Histories, c.StatesExplored, c.Violations, budget, float64(c.DurationMs)/1000)
+		if c.OverrunMs > 0 {
+			took += fmt.Sprintf(" (**+%.1f over budget**)", float64(c.OverrunMs)/1000)
+		}
+		fmt.Fprintf(&b, "| %s | %s | %s | %d (%d) | %d | %d | %d | %s | %d | %s | %s |\n", c.Name, c.Store, c.Status, c.Tests, c.Passed,
+			c.Operations, c.Histories, c.StatesExplored, depth(c), c.Violations, budget, took)
 	}
 	var faults []string
 	for _, c := range rep.Checks {
@@ -831,6 +951,10 @@ func writeVerifyReports(dir string, rep verifyReport) error {
 		if c.Note != "" {
 			notes = append(notes, fmt.Sprintf("- %s/%s: %s", c.Name, c.Store, c.Note))
 		}
+		if c.OverrunMs > 0 {
+			notes = append(notes, fmt.Sprintf("- %s/%s: took %.1f s against a budget of %.1f s: %.1f s of work it does whatever its budget (its first round, start-up), taken from the checks after it",
+				c.Name, c.Store, float64(c.DurationMs)/1000, float64(c.BudgetMs)/1000, float64(c.OverrunMs)/1000))
+		}
 		if len(c.NotApplicable) > 0 {
 			notes = append(notes, fmt.Sprintf("- %s/%s: %d tests not applicable (a capability the store does not offer): %s",
 				c.Name, c.Store, len(c.NotApplicable), strings.Join(c.NotApplicable, ", ")))
@@ -840,8 +964,24 @@ func writeVerifyReports(dir string, rep verifyReport) error {
 		sort.Strings(notes)
 		b.WriteString("\n## Notes\n\n" + strings.Join(notes, "\n") + "\n")
 	}
-	b.WriteString("\nOperations are store calls compared with the model; histories are concurrent runs checked for linearizability; states are distinct model states explored exhaustively. Fixed-work checks run first; the exploring checks share what they leave of the budget. A skipped, incomplete or not-applicable check is not a pass.\n")
+	b.WriteString("\nOperations are store calls compared with the model; histories are concurrent runs checked for linearizability; states are distinct model states explored exhaustively; depth is what an exploring check explored: random sequences and rounds (rapid), histories and operations (linearizability, runtime), inputs executed (fuzz). Fixed-work checks run first; the exploring checks share what they leave of the budget. A skipped, incomplete or not-applicable check is not a pass.\n")
 	return os.WriteFile(filepath.Join(dir, "verify.md"), []byte(b.String()), 0o644)
+}
+
+// depth is what an exploring check explored, for verify.md; "" for a
+// fixed-work check.
+func depth(c checkResult) string {
+	var parts []string
+	if c.Sequences > 0 {
+		parts = append(parts, fmt.Sprintf("%d sequences in %d rounds", c.Sequences, c.Rounds))
+	}
+	if c.BudgetMs > 0 && c.Histories > 0 {
+		parts = append(parts, fmt.Sprintf("%d histories", c.Histories))
+	}
+	if c.Execs > 0 {
+		parts = append(parts, fmt.Sprintf("%d execs", c.Execs))
+	}
+	return strings.Join(parts, "; ")
 }
 
 func gitCommit() string {

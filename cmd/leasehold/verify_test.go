@@ -3,6 +3,9 @@ package main
 import (
 	"context"
 	"io"
+	"os"
+	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -39,7 +42,8 @@ func TestTestBudget(t *testing.T) {
 }
 
 // TestBudgetDivision walks verify's check lists as verify does, with the
-// fixed-work checks having spent a part of the budget and every exploring
+// fixed-work checks (and the prebuild after them) having spent a part of
+// the budget and every exploring
 // test spending exactly its budget: the exploring checks together spend what
 // the fixed-work ones left, each in proportion to its share, and every
 // fixed-work check runs before every exploring one.
@@ -50,6 +54,7 @@ func TestBudgetDivision(t *testing.T) {
 		budget, used time.Duration // used: by the fixed-work checks
 	}{
 		{"default", checks, 5 * time.Minute, 3 * time.Minute},
+		{"default, the prebuild taken first", checks, 5 * time.Minute, 3*time.Minute + 25*time.Second},
 		{"deeper", checks, 30 * time.Minute, 3 * time.Minute},
 		{"store command", storeCmdChecks, 2 * time.Minute, 20 * time.Second},
 	} {
@@ -108,6 +113,134 @@ func TestRunCheckFailsATestThatDoesNotRun(t *testing.T) {
 			0, verifyOptions{reports: t.TempDir(), out: &streams{out: io.Discard, err: io.Discard}})
 		if r.Status != tc.status || !strings.Contains(r.Note, tc.note) || (tc.status == statusFail && r.Violations == 0) {
 			t.Errorf("tests %v: status %s, %d violations, note %q; want %s with a note containing %q", tc.tests, r.Status, r.Violations, r.Note, tc.status, tc.note)
+		}
+	}
+}
+
+// TestOverrun: an exploring check that took longer than its budget by more
+// than the tolerance is reported with the whole excess; within the
+// tolerance, or a fixed-work check, is not an overrun.
+func TestOverrun(t *testing.T) {
+	for _, tc := range []struct {
+		name         string
+		budget, took time.Duration
+		want         time.Duration
+	}{
+		{"within its budget", 10 * time.Second, 9 * time.Second, 0},
+		{"the last round a little past", 10 * time.Second, 11500 * time.Millisecond, 0},
+		{"at the tolerance", 10 * time.Second, 12 * time.Second, 0},
+		{"past the tolerance", 10 * time.Second, 12100 * time.Millisecond, 2100 * time.Millisecond},
+		{"a large budget's tolerance is a fifth", 100 * time.Second, 119 * time.Second, 0},
+		{"past a fifth", 100 * time.Second, 121 * time.Second, 21 * time.Second},
+		{"a small budget far overrun (rapid on PostgreSQL, one full round)", 7600 * time.Millisecond, 104800 * time.Millisecond, 97200 * time.Millisecond},
+		{"fixed work has no budget to overrun", 0, 60 * time.Second, 0},
+	} {
+		if got := overrun(tc.budget, tc.took); got != tc.want {
+			t.Errorf("%s: overrun(budget %s, took %s) = %s, want %s", tc.name, tc.budget, tc.took, got, tc.want)
+		}
+	}
+}
+
+// TestFuzzExecs: the count of go test's fuzz progress lines is read; other
+// lines are not counts.
+func TestFuzzExecs(t *testing.T) {
+	for _, tc := range []struct {
+		line string
+		want int64
+		ok   bool
+	}{
+		{"fuzz: elapsed: 3s, execs: 101215 (33735/sec), new interesting: 2 (total: 10)\n", 101215, true},
+		{"fuzz: elapsed: 0s, execs: 0 (0/sec), new interesting: 0 (total: 12)", 0, true},
+		{"fuzz: elapsed: 0s, gathering baseline coverage: 0/12 completed\n", 0, false},
+		{"=== RUN   FuzzCanonicalize\n", 0, false},
+		{"    spec_test.go:12: execs: 5 \n", 0, false},
+	} {
+		got, ok := fuzzExecs(tc.line)
+		if got != tc.want || ok != tc.ok {
+			t.Errorf("fuzzExecs(%q) = %d, %v; want %d, %v", tc.line, got, ok, tc.want, tc.ok)
+		}
+	}
+}
+
+// TestEtcdSplit: the etcd store's tests are split between the fixed-work
+// etcd-suite and the exploring etcd check, every one in exactly one, and
+// --only etcd selects both.
+func TestEtcdSplit(t *testing.T) {
+	var fixed, exploring []string
+	for _, c := range checks {
+		if c.Package != "./impl/etcd" || c.Tags != "" {
+			continue
+		}
+		if c.Share == 0 {
+			fixed = append(fixed, c.Tests...)
+		} else {
+			exploring = append(exploring, c.Tests...)
+		}
+	}
+	for _, name := range etcdTests {
+		if slices.Contains(fixed, name) == slices.Contains(exploring, name) {
+			t.Errorf("%s: in the fixed-work etcd check %v, in the exploring one %v; want exactly one", name, slices.Contains(fixed, name), slices.Contains(exploring, name))
+		}
+	}
+	if got := append(slices.Clone(fixed), exploring...); len(got) != len(etcdTests) {
+		t.Errorf("the etcd checks run %v; want each of %v once", got, etcdTests)
+	}
+	for _, tc := range []struct {
+		only []string
+		want []string
+	}{
+		{[]string{"etcd"}, []string{"etcd-suite/etcd", "etcd/etcd"}},
+		{[]string{"etcd/etcd"}, []string{"etcd-suite/etcd", "etcd/etcd"}},
+		{[]string{"etcd-suite"}, []string{"etcd-suite/etcd"}},
+		{[]string{"mutants"}, []string{"mutants/sqlite"}},
+	} {
+		var got []string
+		for _, c := range selectChecks(tc.only, []string{"sqlite", "postgres", "etcd"}) {
+			got = append(got, c.Name+"/"+c.Store)
+		}
+		if !slices.Equal(got, tc.want) {
+			t.Errorf("--only %v selects %v, want %v", tc.only, got, tc.want)
+		}
+	}
+}
+
+// TestReportShowsDepthAndOverrun: verify.md shows each exploring check's
+// depth (sequences and rounds, histories, fuzz execs) and marks and
+// explains an overrun; verify.json carries the figures.
+func TestReportShowsDepthAndOverrun(t *testing.T) {
+	dir := t.TempDir()
+	rep := verifyReport{Verdict: "PASS", Budget: "5m0s", PrebuildMs: 12_300, Checks: []checkResult{
+		{Name: "conformance", Store: "sqlite", Status: statusPass, DurationMs: 7_000},
+		{Name: "rapid", Store: "postgres", Status: statusPass, Operations: 13_532, Sequences: 110, Rounds: 11, BudgetMs: 7_600, DurationMs: 104_800, OverrunMs: 97_200},
+		{Name: "linearizability", Store: "sqlite", Status: statusPass, Operations: 3_631, Histories: 2, BudgetMs: 4_000, DurationMs: 4_100},
+		{Name: "fuzz", Store: "any", Status: statusPass, Execs: 424_242, BudgetMs: 3_800, DurationMs: 4_000},
+	}}
+	if err := writeVerifyReports(dir, rep); err != nil {
+		t.Fatal(err)
+	}
+	md, err := os.ReadFile(filepath.Join(dir, "verify.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{
+		"| rapid | postgres | pass | 0 (0) | 13532 | 0 | 0 | 110 sequences in 11 rounds | 0 | 7.6 | 104.8 (**+97.2 over budget**) |",
+		"| linearizability | sqlite | pass | 0 (0) | 3631 | 2 | 0 | 2 histories | 0 | 4.0 | 4.1 |",
+		"| fuzz | any | pass | 0 (0) | 0 | 0 | 0 | 424242 execs | 0 | 3.8 | 4.0 |",
+		"| conformance | sqlite | pass | 0 (0) | 0 | 0 | 0 |  | 0 | fixed | 7.0 |",
+		"rapid/postgres: took 104.8 s against a budget of 7.6 s: 97.2 s",
+		"the exploring checks' tests before dividing the budget among them: 12.3 s",
+	} {
+		if !strings.Contains(string(md), want) {
+			t.Errorf("verify.md lacks %q:\n%s", want, md)
+		}
+	}
+	js, err := os.ReadFile(filepath.Join(dir, "verify.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{`"overrun_ms": 97200`, `"sequences": 110`, `"rounds": 11`, `"execs": 424242`, `"prebuild_ms": 12300`} {
+		if !strings.Contains(string(js), want) {
+			t.Errorf("verify.json lacks %s", want)
 		}
 	}
 }

@@ -306,27 +306,33 @@ func FactoryWith(base postgres.Options) storetest.Factory {
 	return func(t testing.TB, opts storetest.Options) storetest.Handle {
 		t.Helper()
 		dsn, schema := Schema(t)
-		open := func(t testing.TB, opts storetest.Options) *postgres.Store {
-			o := base
-			o.Config, o.Clock, o.Random, o.Hook, o.Schema = opts.Config, opts.Clock, opts.Random, opts.Hook, schema
-			s, err := postgres.Open(context.Background(), dsn, o)
-			if err != nil {
-				t.Fatalf("open postgres store in schema %s: %v", schema, err)
-			}
-			t.Cleanup(func() { s.Close() })
-			return s
+		return handle(t, dsn, schema, base, opts)
+	}
+}
+
+// handle opens the store of a Factory on schema and returns its Handle.
+func handle(t testing.TB, dsn, schema string, base postgres.Options, opts storetest.Options) storetest.Handle {
+	t.Helper()
+	open := func(t testing.TB, opts storetest.Options) *postgres.Store {
+		o := base
+		o.Config, o.Clock, o.Random, o.Hook, o.Schema = opts.Config, opts.Clock, opts.Random, opts.Hook, schema
+		s, err := postgres.Open(context.Background(), dsn, o)
+		if err != nil {
+			t.Fatalf("open postgres store in schema %s: %v", schema, err)
 		}
-		s := open(t, opts)
-		return storetest.Handle{
-			Store: s,
-			Exec: func(ctx context.Context, query string) error {
-				_, err := s.Pool().Exec(ctx, query)
-				return err
-			},
-			Reopen:   func(t testing.TB) spec.Store { return open(t, opts) },
-			OpenWith: func(t testing.TB, o storetest.Options) spec.Store { return open(t, o) },
-			Layout:   storetest.LayoutJobRow,
-			Caps:     storetest.Caps{Hooks: true, SQL: true, DatabaseClock: true},
-		}
+		t.Cleanup(func() { s.Close() })
+		return s
+	}
+	s := open(t, opts)
+	return storetest.Handle{
+		Store: s,
+		Exec: func(ctx context.Context, query string) error {
+			_, err := s.Pool().Exec(ctx, query)
+			return err
+		},
+		Reopen:   func(t testing.TB) spec.Store { return open(t, opts) },
+		OpenWith: func(t testing.TB, o storetest.Options) spec.Store { return open(t, o) },
+		Layout:   storetest.LayoutJobRow,
+		Caps:     storetest.Caps{Hooks: true, SQL: true, DatabaseClock: true},
 	}
 }
