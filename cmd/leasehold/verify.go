@@ -194,7 +194,10 @@ type checkResult struct {
 	BudgetMs  int64    `json:"budget_ms,omitempty"`
 	OverrunMs int64    `json:"overrun_ms,omitempty"`
 	Failures  []string `json:"failures,omitempty"`
-	Skipped   []string `json:"skipped,omitempty"`
+	// Retried lists the fuzz targets run a second time, and why: only for
+	// coordinatorRaceNote, never for a finding.
+	Retried []string `json:"retried,omitempty"`
+	Skipped []string `json:"skipped,omitempty"`
 	// NotApplicable are the tests that need a capability the store does
 	// not offer: neither passed nor failed, and not counted in Tests.
 	NotApplicable []string `json:"not_applicable,omitempty"`
@@ -202,6 +205,8 @@ type checkResult struct {
 	Note          string   `json:"note,omitempty"`
 	// Faults sums the fault tests' figures; MaxRecoveryMs is the largest.
 	Faults *metrics.Faults `json:"faults,omitempty"`
+
+	coordinatorRace bool // a fuzz run that failed as coordinatorRaceNote says
 }
 
 // addFaults folds a fault test's figures into the check's.
@@ -435,7 +440,14 @@ func verify(ctx context.Context, o verifyOptions) error {
 			for _, target := range c.Fuzz {
 				fc := c
 				fc.Tests, fc.Fuzz = nil, []string{target}
-				r.merge(runCheck(ctx, fc, perTest, o))
+				fr := runCheck(ctx, fc, perTest, o)
+				if fr.coordinatorRace {
+					// Go's own flake, not a finding: run the target once more.
+					fmt.Fprintf(out, "%s: %s: %s; running it again\n", label, target, coordinatorRaceNote)
+					r.Retried = append(r.Retried, target+": "+coordinatorRaceNote)
+					fr = runCheck(ctx, fc, perTest, o)
+				}
+				r.merge(fr)
 			}
 		}
 		r.BudgetMs = (perTest * time.Duration(budgetUnits(c))).Milliseconds()
@@ -697,6 +709,7 @@ func runCheck(ctx context.Context, c check, perTest time.Duration, o verifyOptio
 	}
 	failedOutput := map[string][]string{}
 	started := map[string]bool{} // the tests that ran
+	var race coordinatorRace
 	var execs int64
 	defer func() { res.Execs += execs }()
 	pkgFailed := false
@@ -733,6 +746,7 @@ func runCheck(ctx context.Context, c check, perTest time.Duration, o verifyOptio
 			if n, ok := fuzzExecs(ev.Output); ok {
 				execs = n // go test prints a running count: the last is the total
 			}
+			race.see(ev.Output)
 			if ev.Test != "" {
 				if lines := failedOutput[ev.Test]; len(lines) < 40 {
 					failedOutput[ev.Test] = append(lines, strings.TrimRight(ev.Output, "\n"))
@@ -772,6 +786,7 @@ func runCheck(ctx context.Context, c check, perTest time.Duration, o verifyOptio
 		}
 	}
 	waitErr := cmd.Wait()
+	res.coordinatorRace = len(c.Fuzz) == 1 && race.only(res.Failures, c.Fuzz[0])
 	switch {
 	case len(res.Failures) > 0 || pkgFailed || waitErr != nil:
 		res.Status = statusFail
@@ -807,6 +822,27 @@ func runCheck(ctx context.Context, c check, perTest time.Duration, o verifyOptio
 			strings.Join(missing, ", "), c.Package, res.Note))
 	}
 	return res
+}
+
+// coordinatorRaceNote explains a fuzz target that failed with nothing but
+// "context deadline exceeded" and wrote no failing input: a race in Go's
+// fuzzing coordinator at the end of -fuzztime (golang/go#75804, fixed in
+// Go 1.27), which a finding never looks like (go test writes the input
+// first).
+const coordinatorRaceNote = "go test -fuzz ended with \"context deadline exceeded\" and wrote no failing input: Go's fuzzing coordinator race at the end of -fuzztime (golang/go#75804), not a finding"
+
+// coordinatorRace follows a fuzz run's output for coordinatorRaceNote's
+// signature.
+type coordinatorRace struct{ deadline, inputWritten bool }
+
+func (c *coordinatorRace) see(line string) {
+	c.deadline = c.deadline || strings.TrimSpace(line) == "context deadline exceeded"
+	c.inputWritten = c.inputWritten || strings.Contains(line, "Failing input written to")
+}
+
+// only reports whether the run's one failure, target's, is the race.
+func (c coordinatorRace) only(failures []string, target string) bool {
+	return c.deadline && !c.inputWritten && slices.Equal(failures, []string{target})
 }
 
 var fuzzExecsLine = regexp.MustCompile(`^fuzz: elapsed: .*?, execs: ([0-9]+) `)
@@ -944,6 +980,9 @@ func writeVerifyReports(dir string, rep verifyReport) error {
 		}
 		for _, s := range c.Skipped {
 			notes = append(notes, fmt.Sprintf("- %s/%s: test skipped: %s", c.Name, c.Store, s))
+		}
+		for _, s := range c.Retried {
+			notes = append(notes, fmt.Sprintf("- %s/%s: run again: %s", c.Name, c.Store, s))
 		}
 		if c.Replay != "" {
 			notes = append(notes, fmt.Sprintf("- %s/%s: replay with `%s`", c.Name, c.Store, c.Replay))

@@ -244,3 +244,32 @@ func TestReportShowsDepthAndOverrun(t *testing.T) {
 		}
 	}
 }
+
+// TestCoordinatorRace: a fuzz run whose one failure is its target's, with
+// "context deadline exceeded" and no failing input written, is Go's
+// coordinator race (run again); anything else is a finding.
+func TestCoordinatorRace(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		lines    []string
+		failures []string
+		want     bool
+	}{
+		{"the race", []string{"fuzz: elapsed: 3s, execs: 40304 (0/sec)\n", "--- FAIL: FuzzA (3.20s)\n", "    context deadline exceeded\n"}, []string{"FuzzA"}, true},
+		{"a finding", []string{"    Failing input written to testdata/fuzz/FuzzA/1f2e\n", "    context deadline exceeded\n"}, []string{"FuzzA"}, false},
+		{"another failure", []string{"    fuzz_test.go:12: want 1, got 2\n"}, []string{"FuzzA"}, false},
+		{"a deadline in a message", []string{"    fuzz_test.go:12: call: context deadline exceeded\n"}, []string{"FuzzA"}, false},
+		{"another test failed too", []string{"    context deadline exceeded\n"}, []string{"FuzzA", "TestB"}, false},
+		{"no failure", []string{"    context deadline exceeded\n"}, nil, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var r coordinatorRace
+			for _, l := range tc.lines {
+				r.see(l)
+			}
+			if got := r.only(tc.failures, "FuzzA"); got != tc.want {
+				t.Errorf("coordinator race = %v, want %v", got, tc.want)
+			}
+		})
+	}
+}
