@@ -75,6 +75,23 @@ func oldJob(id, state string, availableAt int64, generation, attempts int, lastE
 		VALUES ('acme', '%s', 'work', '%s', %d, %d, %d, 3, %s)`, id, state, availableAt, generation, attempts, lastError)
 }
 
+// wantRun, wantEvent and wantJob are the records the migration tests'
+// rows of tenant acme read back as.
+func wantRun(id string, state spec.RunState, version, lastSeq int64, errorCode, result, fingerprint string, created int64, replayOf string, depth int) spec.Run {
+	return spec.Run{Tenant: "acme", ID: id, Operation: "work", State: state, Version: version, LastSeq: lastSeq, Payload: "{}",
+		Fingerprint: fingerprint, MaxAttempts: 3, ErrorCode: errorCode, Result: result, CreatedAt: created, DeadlineAt: 100000,
+		ReplayOf: replayOf, ReplayDepth: depth}
+}
+
+func wantEvent(id string, seq int64, kind spec.EventKind, at int64, payload string) spec.Event {
+	return spec.Event{Tenant: "acme", RunID: id, Seq: seq, Kind: kind, At: at, Payload: payload}
+}
+
+func wantJob(id string, state spec.JobState, availableAt, gen int64, attempts int, lastError string) spec.Job {
+	return spec.Job{Tenant: "acme", RunID: id, Operation: "work", State: state, AvailableAt: availableAt,
+		Generation: gen, Attempts: attempts, MaxAttempts: 3, LastErrorCode: lastError}
+}
+
 // TestMigrationDerivesQueuedEvents: migration 5 moves every run's run_queued
 // event onto its run row without changing what the store reads. Rows
 // written in the layout of migrations 1-4 (an admitted queued run, a
@@ -108,17 +125,9 @@ func TestMigrationDerivesQueuedEvents(t *testing.T) {
 	)
 
 	r := func(id string, state spec.RunState, version, lastSeq int64, errorCode, result string, created int64, replayOf string, depth int) spec.Run {
-		return spec.Run{Tenant: "acme", ID: id, Operation: "work", State: state, Version: version, LastSeq: lastSeq, Payload: "{}",
-			Fingerprint: "fp", MaxAttempts: 3, ErrorCode: errorCode, Result: result, CreatedAt: created, DeadlineAt: 100000,
-			ReplayOf: replayOf, ReplayDepth: depth}
+		return wantRun(id, state, version, lastSeq, errorCode, result, "fp", created, replayOf, depth)
 	}
-	ev := func(id string, seq int64, kind spec.EventKind, at int64, payload string) spec.Event {
-		return spec.Event{Tenant: "acme", RunID: id, Seq: seq, Kind: kind, At: at, Payload: payload}
-	}
-	j := func(id string, state spec.JobState, availableAt, gen int64, attempts int, lastError string) spec.Job {
-		return spec.Job{Tenant: "acme", RunID: id, Operation: "work", State: state, AvailableAt: availableAt,
-			Generation: gen, Attempts: attempts, MaxAttempts: 3, LastErrorCode: lastError}
-	}
+	ev, j := wantEvent, wantJob
 	want := spec.Snapshot{
 		Runs: []spec.Run{
 			r("c1", spec.RunCompleted, 3, 2, "", `{"ok":1}`, 20, "", 0), r("f1", spec.RunFailed, 3, 2, "boom", "", 40, "", 0),
@@ -424,18 +433,7 @@ func TestMigrationMovesIdempotencyRecords(t *testing.T) {
 		t.Fatalf("records at migration 5:\n got %+v\nwant %+v", beforeRecords, wantRecords)
 	}
 
-	r := func(id string, state spec.RunState, version, lastSeq int64, errorCode, result, fingerprint string, created int64, replayOf string, depth int) spec.Run {
-		return spec.Run{Tenant: "acme", ID: id, Operation: "work", State: state, Version: version, LastSeq: lastSeq, Payload: "{}",
-			Fingerprint: fingerprint, MaxAttempts: 3, ErrorCode: errorCode, Result: result, CreatedAt: created, DeadlineAt: 100000,
-			ReplayOf: replayOf, ReplayDepth: depth}
-	}
-	ev := func(id string, seq int64, kind spec.EventKind, at int64, payload string) spec.Event {
-		return spec.Event{Tenant: "acme", RunID: id, Seq: seq, Kind: kind, At: at, Payload: payload}
-	}
-	j := func(id string, state spec.JobState, availableAt, gen int64, attempts int, lastError string) spec.Job {
-		return spec.Job{Tenant: "acme", RunID: id, Operation: "work", State: state, AvailableAt: availableAt,
-			Generation: gen, Attempts: attempts, MaxAttempts: 3, LastErrorCode: lastError}
-	}
+	r, ev, j := wantRun, wantEvent, wantJob
 	want := spec.Snapshot{
 		Runs: []spec.Run{
 			r("c1", spec.RunCompleted, 3, 2, "", `{"ok":1}`, "fp", 20, "", 0), r("f1", spec.RunFailed, 3, 2, "boom", "", "fp", 40, "", 0),
