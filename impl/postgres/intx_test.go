@@ -366,16 +366,8 @@ func TestAnnouncementsInCommitOrder(t *testing.T) {
 		t.Fatal(err)
 	}
 	s.Close()
-	for i, w := range want {
-		select {
-		case n := <-got:
-			if n != w {
-				t.Fatalf("notification %d of %d: %+v, want %+v", i+1, len(want), n, w)
-			}
-		case <-ctx.Done():
-			t.Fatalf("received %d notifications of %d; missing %+v first", i, len(want), w)
-		}
-	}
+	deadline, _ := ctx.Deadline()
+	expectNotes(t, got, time.Until(deadline), want...)
 }
 
 // intxOpen opens a store on schema, closed at the test's end.
