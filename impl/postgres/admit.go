@@ -22,11 +22,52 @@ func (s *Store) CreateRun(ctx context.Context, req spec.CreateRunRequest) (spec.
 	if err := s.precheck(func(now int64) error { _, err := s.cfg.NormalizeCreate(req, now); return err }); err != nil {
 		return spec.CreateRunResult{}, err
 	}
+	if s.admissions != nil {
+		out, err := s.admissions.Do(ctx, req)
+		if err != nil {
+			return spec.CreateRunResult{}, err
+		}
+		return out.Result, out.Err
+	}
+	return s.createRun(ctx, req)
+}
+
+// createRun is CreateRun in a transaction of its own.
+func (s *Store) createRun(ctx context.Context, req spec.CreateRunRequest) (spec.CreateRunResult, error) {
 	outs, err := s.admitAll(ctx, spec.OpCreateRun, []spec.CreateRunRequest{req}, false)
 	if err != nil {
 		return spec.CreateRunResult{}, err
 	}
 	return outs[0].Result, nil
+}
+
+// admitGroup admits a group of concurrent CreateRun calls
+// (Options.CoalesceCreateRun): alone, as CreateRun; together, as one bulk
+// admission whose members are decided in order, as CreateRun calls one
+// after another would be. The bulk admission aborts, writing nothing, when
+// a concurrent admission under another key takes a member's run id
+// (runIDRace); each member is then admitted on its own, so that the one
+// whose run id was taken gets CreateRun's already_exists, not its
+// neighbours' abort.
+func (s *Store) admitGroup(ctx context.Context, reqs []spec.CreateRunRequest) ([]spec.CreateOutcome, error) {
+	if len(reqs) > 1 {
+		outs, err := s.admitAll(ctx, spec.OpCreateRun, reqs, true)
+		if !runIDRace(err) {
+			return outs, err
+		}
+	}
+	outs := make([]spec.CreateOutcome, len(reqs))
+	for i, req := range reqs {
+		outs[i].Result, outs[i].Err = s.createRun(ctx, req)
+	}
+	return outs, nil
+}
+
+// abandonedAdmission is the error of a coalesced CreateRun whose context
+// ended while its shared transaction ran.
+func abandonedAdmission(ctxErr error) error {
+	return &spec.Error{Code: spec.CodeUnknownOutcome,
+		Message: "the caller's context ended while the admission's shared transaction ran; it may have committed: read the run back, or retry with the same idempotency key", Err: ctxErr}
 }
 
 // CreateRuns implements spec.BatchCreator: admit with every member, in one
@@ -463,4 +504,14 @@ func (s *Store) writeAdmissions(t *txn, w *admissionWrite, bulk bool, now int64,
 	}
 	t.marked, t.xid = true, xid
 	return br.Close()
+}
+
+// CoalesceStats says how many CreateRun calls went through coalescing
+// (Options.CoalesceCreateRun) and in how many transactions they were
+// admitted; both are zero without it.
+func (s *Store) CoalesceStats() (calls, transactions int64) {
+	if s.admissions == nil {
+		return 0, 0
+	}
+	return s.admissions.Stats()
 }

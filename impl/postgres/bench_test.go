@@ -13,11 +13,11 @@ import (
 
 // benchStore opens a store on a fresh schema with the database clock (as
 // production runs it) and notifications as given.
-func benchStore(b *testing.B, notify bool) *postgres.Store {
+func benchStore(b *testing.B, notify bool, coalesce int) *postgres.Store {
 	b.Helper()
 	dsn, schema := pgtest.Schema(b)
 	s, err := postgres.Open(context.Background(), dsn, postgres.Options{Config: spec.DefaultConfig(), Schema: schema,
-		MaxConns: 8, DisableNotify: !notify})
+		MaxConns: 8, DisableNotify: !notify, CoalesceCreateRun: coalesce})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -37,12 +37,15 @@ func admission(prefix string, i int64) spec.CreateRunRequest {
 // caller and from eight, with and without notifications, and reports runs/s.
 func BenchmarkCreateRun(b *testing.B) {
 	for _, c := range []struct {
-		name    string
-		callers int
-		notify  bool
-	}{{"callers=1", 1, false}, {"callers=8", 8, false}, {"callers=8/notify", 8, true}} {
+		name     string
+		callers  int
+		notify   bool
+		coalesce int
+	}{{"callers=1", 1, false, 0}, {"callers=8", 8, false, 0}, {"callers=8/notify", 8, true, 0},
+		{"callers=8/notify/coalesce=1", 8, true, 1}, {"callers=8/notify/coalesce=2", 8, true, 2}, {"callers=8/notify/coalesce=4", 8, true, 4},
+		{"callers=100/notify", 100, true, 0}, {"callers=100/notify/coalesce=2", 100, true, 2}, {"callers=100/notify/coalesce=4", 100, true, 4}} {
 		b.Run(c.name, func(b *testing.B) {
-			s := benchStore(b, c.notify)
+			s := benchStore(b, c.notify, c.coalesce)
 			var n atomic.Int64
 			b.SetParallelism(max(1, c.callers/max(1, testingProcs())))
 			b.ResetTimer()
@@ -55,6 +58,9 @@ func BenchmarkCreateRun(b *testing.B) {
 				}
 			})
 			b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "runs/s")
+			if calls, txns := s.CoalesceStats(); txns > 0 {
+				b.ReportMetric(float64(calls)/float64(txns), "calls/txn")
+			}
 		})
 	}
 }
@@ -64,7 +70,7 @@ func BenchmarkCreateRun(b *testing.B) {
 func BenchmarkCreateRuns(b *testing.B) {
 	for _, size := range []int{100, 1000} {
 		b.Run(fmt.Sprintf("batch=%d", size), func(b *testing.B) {
-			bc, ok := any(benchStore(b, false)).(spec.BatchCreator)
+			bc, ok := any(benchStore(b, false, 0)).(spec.BatchCreator)
 			if !ok {
 				b.Skip("the store does not implement spec.BatchCreator")
 			}

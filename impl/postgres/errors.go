@@ -221,3 +221,15 @@ func (s *Store) resolveCommit(ctx context.Context, xid string) (status string, e
 	}
 	return *st, nil
 }
+
+// runIDRace reports whether err is a bulk admission's abort, before its
+// commit, on a run id a concurrent admission under another key took after
+// the batch read it free: the unique violation of a run's or a job's key,
+// or the deadlock of two batches that each took a run id of the other's.
+func runIDRace(err error) bool {
+	var pe *pgconn.PgError
+	if !errors.As(err, &pe) {
+		return false
+	}
+	return pe.Code == "40P01" || pe.Code == "23505" && (pe.ConstraintName == "runs_pkey" || pe.ConstraintName == "jobs_pkey")
+}

@@ -86,6 +86,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/leasehold/leasehold/clock"
+	"github.com/leasehold/leasehold/internal/coalesce"
 	"github.com/leasehold/leasehold/migrations"
 	"github.com/leasehold/leasehold/spec"
 )
@@ -161,6 +162,18 @@ type Options struct {
 	// run_cancelled at its next renewal, so a drop costs a delay, never a
 	// job. Default DefaultNotifyQueue.
 	NotifyQueue int
+	// CoalesceCreateRun, when above zero, merges concurrent CreateRun calls
+	// on this Store into shared admission transactions (group commit), at
+	// most this many at a time: a call that finds them all busy waits for
+	// the next, which takes every call waiting (up to spec.MaxBatch) as one
+	// bulk admission. Each call's result is exactly CreateRun's — its run
+	// and job are written in the one transaction that holds its lock and
+	// its clock reading — and a call that finds a slot free runs at once,
+	// alone; nothing waits for a batch to fill. A call whose context ends
+	// after its transaction started returns CodeUnknownOutcome. Hooks see
+	// the shared transaction as one spec.OpCreateRun. Zero, the default:
+	// every call is a transaction of its own.
+	CoalesceCreateRun int
 }
 
 // Store is the PostgreSQL implementation of spec.Store. It is safe for
@@ -177,6 +190,9 @@ type Store struct {
 	resolveTimeout time.Duration
 	announcer      *announcer // nil: DisableNotify
 	backends       *backends  // the pool's sessions (LockWaits)
+	// admissions merges concurrent CreateRun calls (nil: each its own
+	// transaction; Options.CoalesceCreateRun).
+	admissions *coalesce.Group[spec.CreateRunRequest, spec.CreateOutcome]
 }
 
 var _ spec.Store = (*Store)(nil)
@@ -253,6 +269,9 @@ func Open(ctx context.Context, dsn string, opts Options) (*Store, error) {
 	}
 	if !opts.DisableNotify {
 		s.announcer = newAnnouncer(pool.Config().ConnConfig, s.Channel(), opts.NotifyQueue, s.log)
+	}
+	if opts.CoalesceCreateRun > 0 {
+		s.admissions = coalesce.New(s.admitGroup, spec.MaxBatch, opts.CoalesceCreateRun, abandonedAdmission)
 	}
 	return s, nil
 }
