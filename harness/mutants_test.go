@@ -156,3 +156,18 @@ func TestMutantsRuntime(t *testing.T) {
 		})
 	}
 }
+
+// TestMutantsCoalescedAdmissions proves that TestCoalescedAdmissionsLinearizable
+// judges the bulk admissions coalesced CreateRun calls become: with
+// bulk_ignores_fingerprint, which breaks a bulk admission's members and not
+// CreateRun alone, its check must fail.
+func TestMutantsCoalescedAdmissions(t *testing.T) {
+	restore := mutant.Set(mutant.BulkIgnoresFingerprint)
+	defer restore()
+	seed, _ := FirstSeed(t)
+	failure := coalescedAdmissions(t, seed)
+	if failure == "" {
+		t.Fatalf("mutant %s survived the coalesced admissions' check (seed %d)", mutant.BulkIgnoresFingerprint, seed)
+	}
+	t.Logf("mutant %s caught (seed %d): %s", mutant.BulkIgnoresFingerprint, seed, firstLines(failure, 2))
+}

@@ -71,6 +71,7 @@ var postgresTests = []string{
 	"TestMigrateConcurrentlyAndAgain", "TestMigrateRefusesAnEditedMigration", "TestSchemasAreIsolated", "TestOpenRejectsBadOptions",
 	"TestMigrationMovesRunStateToJobRows", "TestMigrationDerivesQueuedEvents", "TestMigrationMovesIdempotencyRecords", "TestPlansAtDepth", "TestBatchPlansAfterGrowth", "TestBulkAdmissionPlans", "TestSweepStaleSchemas",
 	"TestServerNotReady", "TestOpenWaitsForServer", "TestPurgeRunsWaitsForAReplay", "TestPurgeRunsWaitsForAnAdmission",
+	"TestCoalescedRunIDRace", "TestCoalescedCallAbandoned",
 }
 
 // runtimeFaultTests are the worker runtime's fault tests: a worker killed,
@@ -103,7 +104,12 @@ var checks = []check{
 	{Name: "conformance", Store: "sqlite", Package: "./impl/sqlite", Tests: []string{"TestConformance", "TestClaimPlanUsesIndex", "TestStatementCacheOneConnection",
 		"TestMigrationDerivesQueuedEvents", "TestMigrationRefusesUnderivableQueuedEvents",
 		"TestMigrationMovesIdempotencyRecords", "TestMigrationRefusesUnderivableIdempotencyRecords"}},
-	{Name: "conformance", Store: "postgres", Package: "./impl/postgres", Tests: []string{"TestConformance"}, NeedsPG: true},
+	{Name: "conformance", Store: "postgres", Package: "./impl/postgres", Tests: []string{"TestConformance", "TestConformanceCoalesced"}, NeedsPG: true},
+	// Concurrent CreateRun calls that one store merges into shared bulk
+	// admissions (postgres.Options.CoalesceCreateRun), judged by porcupine;
+	// the mutant proves the check reaches the bulk path.
+	{Name: "coalesced-admissions", Store: "postgres", Package: "./harness", Tests: []string{"TestCoalescedAdmissionsLinearizable"}, NeedsPG: true},
+	{Name: "mutants-coalesced", Store: "postgres", Package: "./harness", Tests: []string{"TestMutantsCoalescedAdmissions"}, Tags: "leasehold_mutants", NeedsPG: true},
 	{Name: "postgres-store", Store: "postgres", Package: "./impl/postgres", Tests: postgresTests, NeedsPG: true},
 	{Name: "explore", Store: "any", Package: "./model", Tests: []string{"TestExplore", "TestExploreCatchesBrokenVariants"}},
 	{Name: "scenarios", Store: "sqlite", Package: "./scenarios", Tests: []string{"TestScenariosSQLite"}},

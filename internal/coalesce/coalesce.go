@@ -63,10 +63,10 @@ func (g *Group[Req, Res]) Do(ctx context.Context, req Req) (Res, error) {
 	if err := ctx.Err(); err != nil {
 		return zero, err
 	}
-	g.calls.Add(1)
 	c := &call[Req, Res]{ctx: ctx, req: req, done: make(chan struct{})}
 	g.mu.Lock()
 	g.queue = append(g.queue, c)
+	g.calls.Add(1) // counted once queued, for tests that wait for it
 	start := g.inFlight < g.slots
 	if start {
 		g.inFlight++
@@ -97,7 +97,7 @@ func (g *Group[Req, Res]) Do(ctx context.Context, req Req) (Res, error) {
 	}
 }
 
-// Stats says how many calls Do took and how many batches ran them.
+// Stats says how many calls Do queued and how many batches ran them.
 func (g *Group[Req, Res]) Stats() (calls, batches int64) {
 	return g.calls.Load(), g.batches.Load()
 }

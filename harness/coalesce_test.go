@@ -1,0 +1,132 @@
+package harness
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/anishathalye/porcupine"
+
+	"github.com/leasehold/leasehold/clock"
+	"github.com/leasehold/leasehold/impl/postgres"
+	"github.com/leasehold/leasehold/impl/postgres/pgtest"
+	"github.com/leasehold/leasehold/impl/storetest"
+	"github.com/leasehold/leasehold/model"
+	"github.com/leasehold/leasehold/spec"
+)
+
+// TestCoalescedAdmissionsLinearizable: concurrent CreateRun calls on ONE
+// PostgreSQL store that merges them into shared bulk admissions
+// (postgres.Options.CoalesceCreateRun), judged against the model by
+// porcupine. The linearizability workload gives every client a store of its
+// own, so it never puts two calls in one batch; this does, with keys,
+// fingerprints and run ids drawn from small pools (replays, conflicts and
+// run ids taken under other keys within one batch and across concurrent
+// ones), in phases between which every record expires (the next phase's
+// admissions delete them).
+func TestCoalescedAdmissionsLinearizable(t *testing.T) {
+	first, pinned := FirstSeed(t)
+	rounds := 5
+	if pinned {
+		rounds = 1
+	}
+	for seed := first; seed < first+uint64(rounds); seed++ {
+		if failure := coalescedAdmissions(t, seed); failure != "" {
+			t.Fatalf("seed %d: %s\nreplay: %s", seed, failure, TestCommand(map[string]string{"LEASEHOLD_SEED": strconv.FormatUint(seed, 10)}, "", t.Name()))
+		}
+	}
+}
+
+// coalescedAdmissions runs the check of TestCoalescedAdmissionsLinearizable
+// with seed and returns what it found wrong ("" for nothing).
+func coalescedAdmissions(t *testing.T, seed uint64) string {
+	const (
+		callers, perPhase, phases, keys = 8, 16, 4, 8
+		start                     = int64(1_000)
+	)
+	cfg := TestConfig()
+	clk := clock.NewManual(start)
+	h := pgtest.FactoryWith(postgres.Options{MaxConns: 8, CoalesceCreateRun: 2})(t, storetest.Options{Config: cfg, Clock: clk})
+	store := h.Store.(*postgres.Store)
+	rec := NewRecorder(NewProvider())
+	ctx := context.Background()
+
+	var mu sync.Mutex
+	counts := map[string]int{}
+	var unexpected []string
+	for phase := range phases {
+		now := start + int64(phase)*(cfg.IdempotencyRetentionMs+50)
+		clk.Set(now)
+		var wg sync.WaitGroup
+		for c := range callers {
+			rnd := rand.New(rand.NewPCG(seed, uint64(phase*callers+c)))
+			wg.Go(func() {
+				for range perPhase {
+					req := spec.CreateRunRequest{
+						Tenant:         fmt.Sprintf("t%d", rnd.IntN(2)),
+						Operation:      "work",
+						IdempotencyKey: fmt.Sprintf("k%d", rnd.IntN(keys)),
+						RunID:          fmt.Sprintf("p%d-r%d", phase, rnd.IntN(keys+2)),
+						Payload:        []byte(fmt.Sprintf(`{"v":%d}`, rnd.IntN(2))),
+					}
+					op := model.Op{Now: now, Req: req}
+					call := rec.Tick()
+					res, err := Execute(ctx, store, op)
+					e := Entry{Client: c, Actor: fmt.Sprintf("caller-%d", c), Op: op, Out: Observed{Result: res}, Call: call, Return: rec.Tick()}
+					mu.Lock()
+					switch {
+					case err != nil:
+						unexpected = append(unexpected, err.Error())
+					case res.Err != nil:
+						counts[string(res.Err.Code)]++
+					case res.Value.(spec.CreateRunResult).Replayed:
+						counts["replayed"]++
+					default:
+						counts["created"]++
+					}
+					mu.Unlock()
+					rec.Add(e)
+				}
+			})
+		}
+		wg.Wait()
+	}
+	if len(unexpected) > 0 {
+		return fmt.Sprintf("untyped errors: %v", unexpected)
+	}
+	calls, txns := store.CoalesceStats()
+	t.Logf("seed %d: %d calls in %d transactions; outcomes %v", seed, calls, txns, counts)
+	for _, c := range []string{"created", "replayed", string(spec.CodeIdempotencyConflict), string(spec.CodeAlreadyExists)} {
+		if counts[c] == 0 {
+			return fmt.Sprintf("vacuous: no call ended %s (outcomes %v)", c, counts)
+		}
+	}
+	if want := int64(callers * perPhase * phases); calls != want || float64(calls) < 1.5*float64(txns) {
+		return fmt.Sprintf("vacuous: %d calls in %d transactions, want %d calls, at least 1.5 per transaction", calls, txns, want)
+	}
+	for code := range counts {
+		if code != "created" && code != "replayed" && code != string(spec.CodeIdempotencyConflict) && code != string(spec.CodeAlreadyExists) {
+			return fmt.Sprintf("a call ended %s (outcomes %v)", code, counts)
+		}
+	}
+	// The final scan, as the linearizability workload's: the rows judged
+	// with the history, per tenant.
+	snap, err := readSnapshot(ctx, store)
+	if err != nil {
+		return fmt.Sprintf("final snapshot: %v", err)
+	}
+	call, ret := rec.Tick(), rec.Tick()
+	for i, tenant := range []string{"t0", "t1"} {
+		rec.Add(Entry{Client: callers + i, Actor: "final-scan", Op: model.Op{Req: spec.SnapshotRequest{Tenant: tenant}},
+			Out: Observed{Result: model.Result{Value: snap.Of(tenant)}}, Call: call, Return: ret})
+	}
+	v := Judge(model.Model{Config: cfg}, rec.History(), Judgement{Partition: true, Timeout: time.Minute})
+	if v.Linearizable != porcupine.Ok || len(v.Accounting) > 0 {
+		return fmt.Sprintf("the coalesced admissions are not linearizable against the model (%s; accounting %v)", v.Linearizable, v.Accounting)
+	}
+	return ""
+}

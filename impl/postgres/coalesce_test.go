@@ -1,0 +1,177 @@
+package postgres_test
+
+import (
+	"context"
+	"errors"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/leasehold/leasehold/clock"
+	"github.com/leasehold/leasehold/impl/postgres"
+	"github.com/leasehold/leasehold/impl/postgres/pgtest"
+	"github.com/leasehold/leasehold/impl/storetest"
+	"github.com/leasehold/leasehold/leaseholdtest"
+	"github.com/leasehold/leasehold/spec"
+)
+
+// TestConformanceCoalesced runs the conformance suite on a store that
+// coalesces concurrent CreateRun calls (Options.CoalesceCreateRun): each
+// call's result, hooks, clock reading and errors must be CreateRun's.
+func TestConformanceCoalesced(t *testing.T) {
+	pgtest.DSN(t)
+	leaseholdtest.Conformance(t, leaseholdtest.Store{Name: "postgres-coalesced",
+		Factory: pgtest.FactoryWith(postgres.Options{MaxConns: 4, CoalesceCreateRun: 2})})
+}
+
+// TestCoalescedRunIDRace: a coalesced bulk admission whose member's run id
+// a concurrent admission under another key took after the batch read it
+// free aborts on the run's key; each member is then admitted alone, so that
+// only that member is refused (already_exists) and its neighbour is
+// created. Without the fallback both would be unavailable.
+//
+// The schedule, with two slots: A (run r1, key ka) and C are held before
+// their commits by the hook; B1 (run r1, key kb) and B2 wait for a slot;
+// C commits, B1 and B2 become one batch, which reads r1 free (A has not
+// committed) and waits for A's row; A commits; the batch fails on runs_pkey.
+func TestCoalescedRunIDRace(t *testing.T) {
+	var hooked atomic.Int32
+	gates := [2]chan struct{}{make(chan struct{}), make(chan struct{})}
+	held := make(chan int32, 2)
+	hook := func(ctx context.Context, op spec.Op, point spec.HookPoint) error {
+		if op != spec.OpCreateRun || point != spec.BeforeCommit {
+			return nil
+		}
+		n := hooked.Add(1) - 1
+		if n >= 2 {
+			return nil
+		}
+		held <- n
+		select {
+		case <-gates[n]:
+			return nil
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	h := pgtest.FactoryWith(postgres.Options{MaxConns: 4, CoalesceCreateRun: 2})(t,
+		storetest.Options{Config: spec.DefaultConfig(), Clock: clock.NewManual(1_000), Hook: hook})
+	s := h.Store.(*postgres.Store)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+
+	type outcome struct {
+		res spec.CreateRunResult
+		err error
+	}
+	admit := func(key, runID string) <-chan outcome {
+		ch := make(chan outcome, 1)
+		go func() {
+			res, err := s.CreateRun(ctx, spec.CreateRunRequest{Tenant: "acme", Operation: "work", IdempotencyKey: key, RunID: runID, Payload: []byte(`{"key":"` + key + `"}`)})
+			ch <- outcome{res, err}
+		}()
+		return ch
+	}
+	waitFor := func(what string, cond func() bool) {
+		t.Helper()
+		for !cond() {
+			if ctx.Err() != nil {
+				t.Fatalf("gave up waiting for %s", what)
+			}
+			time.Sleep(2 * time.Millisecond)
+		}
+	}
+	calls := func() int64 { c, _ := s.CoalesceStats(); return c }
+
+	a := admit("ka", "r1")
+	if n := <-held; n != 0 {
+		t.Fatalf("hook call %d first, want 0", n)
+	}
+	c := admit("kc", "rc")
+	<-held
+	b1, b2 := admit("kb", "r1"), admit("kb2", "rb2")
+	waitFor("B1 and B2 to queue", func() bool { return calls() == 4 })
+	close(gates[1]) // C commits; B1 and B2 become one batch
+	if o := <-c; o.err != nil {
+		t.Fatalf("C: %v", o.err)
+	}
+	waitFor("the batch of B1 and B2 to wait for A's run row", func() bool {
+		n, err := s.LockWaits(ctx)
+		return err == nil && n > 0
+	})
+	close(gates[0]) // A commits; the batch fails on r1
+
+	oa := <-a
+	if oa.err != nil || oa.res.Run.ID != "r1" || oa.res.Replayed {
+		t.Fatalf("A: (%+v, %v), want run r1 created", oa.res, oa.err)
+	}
+	if o := <-b1; spec.CodeOf(o.err) != spec.CodeAlreadyExists {
+		t.Fatalf("B1 (run r1 under another key): %v, want %s", o.err, spec.CodeAlreadyExists)
+	}
+	if o := <-b2; o.err != nil || o.res.Run.ID != "rb2" || o.res.Replayed {
+		t.Fatalf("B2: (%+v, %v), want run rb2 created: the neighbour of a refused member is admitted", o.res, o.err)
+	}
+	if calls, txns := s.CoalesceStats(); calls != 4 || txns != 3 {
+		t.Fatalf("CoalesceStats() = (%d, %d), want 4 calls in 3 shared transactions (A, C, B1+B2)", calls, txns)
+	}
+	run, err := s.GetRun(ctx, "acme", "r1")
+	if err != nil || run.Fingerprint != oa.res.Run.Fingerprint {
+		t.Fatalf("run r1: (%+v, %v), want A's (fingerprint %s)", run, err, oa.res.Run.Fingerprint)
+	}
+}
+
+// TestCoalescedCallAbandoned: a coalesced call whose context ends while its
+// shared transaction runs returns unknown_outcome (the transaction may
+// commit), and the transaction goes on for the call still waiting on it.
+func TestCoalescedCallAbandoned(t *testing.T) {
+	// The first transaction holds the only slot; the second is held while
+	// one of its callers gives up.
+	gates := [2]chan struct{}{make(chan struct{}), make(chan struct{})}
+	held := make(chan struct{}, 2)
+	var hooked atomic.Int32
+	hook := func(ctx context.Context, op spec.Op, point spec.HookPoint) error {
+		if op != spec.OpCreateRun || point != spec.BeforeCommit {
+			return nil
+		}
+		n := hooked.Add(1) - 1
+		if n < 2 {
+			held <- struct{}{}
+			<-gates[n]
+		}
+		return nil
+	}
+	h := pgtest.FactoryWith(postgres.Options{MaxConns: 4, CoalesceCreateRun: 1})(t,
+		storetest.Options{Config: spec.DefaultConfig(), Clock: clock.NewManual(1_000), Hook: hook})
+	s := h.Store.(*postgres.Store)
+	bg := context.Background()
+	req := func(id string) spec.CreateRunRequest {
+		return spec.CreateRunRequest{Tenant: "acme", Operation: "work", IdempotencyKey: id, RunID: id, Payload: []byte(`{}`)}
+	}
+	errs := make(chan error, 3)
+	go func() { _, err := s.CreateRun(bg, req("r0")); errs <- err }()
+	<-held
+	ctx, cancel := context.WithCancel(bg)
+	abandoned := make(chan error, 1)
+	go func() { _, err := s.CreateRun(ctx, req("r1")); abandoned <- err }()
+	go func() { _, err := s.CreateRun(bg, req("r2")); errs <- err }()
+	for calls := int64(0); calls < 3; calls, _ = s.CoalesceStats() {
+		time.Sleep(2 * time.Millisecond)
+	}
+	close(gates[0]) // r1 and r2 become one transaction, held at its hook...
+	<-held
+	cancel() // ...while r1's caller gives up
+	if err := <-abandoned; spec.CodeOf(err) != spec.CodeUnknownOutcome || !errors.Is(err, context.Canceled) {
+		t.Fatalf("the abandoned call returned %v, want %s wrapping context.Canceled", err, spec.CodeUnknownOutcome)
+	}
+	close(gates[1])
+	for range 2 {
+		if err := <-errs; err != nil {
+			t.Fatalf("a call that waited: %v", err)
+		}
+	}
+	for _, id := range []string{"r0", "r1", "r2"} {
+		if _, err := s.GetRun(bg, "acme", id); err != nil {
+			t.Fatalf("run %s: %v (the shared transaction must commit for the caller still waiting)", id, err)
+		}
+	}
+}
