@@ -46,7 +46,7 @@ func TestCoalescedAdmissionsLinearizable(t *testing.T) {
 func coalescedAdmissions(t *testing.T, seed uint64) string {
 	const (
 		callers, perPhase, phases, keys = 8, 16, 4, 8
-		start                     = int64(1_000)
+		start                           = int64(1_000)
 	)
 	cfg := TestConfig()
 	clk := clock.NewManual(start)
