@@ -84,6 +84,9 @@ type Options struct {
 	// Conns (C) is the connection pool size of every PostgreSQL client
 	// (leasehold's store, River's pool, the ceiling loop).
 	Conns int
+	// Coalesce is postgres.Options.CoalesceCreateRun of the coalesced
+	// admission run (the most shared admission transactions at a time).
+	Coalesce int
 	// ClaimBatch is the most jobs one batch claim asks for (River's producer
 	// fetches up to MaxWorkers minus the jobs in flight; so does ours, capped
 	// here).
@@ -160,6 +163,7 @@ func (o Options) Defaults() Options {
 	}
 	set(&o.Workers, 100, 100)
 	set(&o.Conns, 16, 16)
+	set(&o.Coalesce, 2, 2)
 	set(&o.ClaimBatch, 100, 100)
 	set(&o.Producers, 1, 1)
 	set(&o.CompleteBatch, 1000, 1000)
@@ -253,7 +257,7 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 		Mode:      map[bool]string{true: "quick", false: "full"}[o.Quick] + partial(o),
 		StartedAt: start.UTC().Format(time.RFC3339),
 		Settings: Settings{N: o.N, InsertN: o.InsertN, SQLiteN: o.SQLiteN, BulkBatch: o.BulkBatch, Rounds: o.Rounds,
-			LatencySeconds: o.LatencySeconds, Workers: o.Workers, Conns: o.Conns, ClaimBatch: o.ClaimBatch,
+			LatencySeconds: o.LatencySeconds, Workers: o.Workers, Conns: o.Conns, Coalesce: o.Coalesce, ClaimBatch: o.ClaimBatch,
 			Producers: o.Producers, CompleteBatch: o.CompleteBatch, Completers: o.Completers, Depths: o.Depths, DepthSamples: o.DepthSamples,
 			LeaseMs: leaseMs},
 		LoadBefore: loadAverage(),
@@ -383,11 +387,17 @@ func runPostgres(ctx context.Context, o Options, r *Report, logf func(string, ..
 			r.Drains = append(r.Drains, d)
 		}
 		for _, bulk := range []bool{false, true} {
-			in, err := insertLeaseholdPG(ctx, pg, lhDSN, o, bulk, round, logf)
-			if err != nil {
-				return fmt.Errorf("leasehold insert: %w", err)
+			methods := []string{methodOne, methodCoalesced}
+			if bulk {
+				methods = []string{methodBulk}
 			}
-			r.Inserts = append(r.Inserts, in)
+			for _, m := range methods {
+				in, err := insertLeaseholdPG(ctx, pg, lhDSN, o, m, round, logf)
+				if err != nil {
+					return fmt.Errorf("leasehold insert: %w", err)
+				}
+				r.Inserts = append(r.Inserts, in)
+			}
 			if peer != nil {
 				in, err := peer.insert(ctx, pg, o, bulk, round, logf)
 				if err != nil {

@@ -51,6 +51,7 @@ func NewCommandLine(defaultReports string) *CommandLine {
 	fs.Float64Var(&o.LatencySeconds, "latency-seconds", 0, "seconds of steady arrivals per latency round (default: quick 2, full 5)")
 	fs.IntVar(&o.Workers, "workers", 0, "W: handler goroutines (leasehold workers, River MaxWorkers) (default 100)")
 	fs.IntVar(&o.Conns, "conns", 0, "C: connections per client (default 16)")
+	fs.IntVar(&o.Coalesce, "coalesce", 0, "postgres.Options.CoalesceCreateRun of the coalesced admission run (default 2)")
 	fs.IntVar(&o.ClaimBatch, "claim-batch", 0, "most jobs per batch claim (default 100)")
 	fs.IntVar(&o.Producers, "producers", 0, "goroutines making batch claims (default 1, River's one producer per queue)")
 	fs.IntVar(&o.CompleteBatch, "complete-batch", 0, "most completions per CompleteBatch (default 1000)")

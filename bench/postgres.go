@@ -16,11 +16,16 @@ import (
 // benchmark database, with the database clock (what production runs) and a
 // pool of o.Conns connections.
 func openPG(ctx context.Context, dsn, schema string, o Options) (*postgres.Store, error) {
+	return openPGWith(ctx, dsn, schema, o, 0)
+}
+
+// openPGWith is openPG with postgres.Options.CoalesceCreateRun = coalesce.
+func openPGWith(ctx context.Context, dsn, schema string, o Options, coalesce int) (*postgres.Store, error) {
 	if err := dropSchema(ctx, dsn, schema); err != nil {
 		return nil, err
 	}
 	return postgres.Open(ctx, dsn, postgres.Options{Config: config(), Schema: schema, MaxConns: int32(o.Conns),
-		MinConns: int32(o.Conns), ApplicationName: "leasehold-bench"})
+		MinConns: int32(o.Conns), ApplicationName: "leasehold-bench", CoalesceCreateRun: coalesce})
 }
 
 func dropSchema(ctx context.Context, dsn, schema string) error {
@@ -113,16 +118,18 @@ func expireLeases(ctx context.Context, pool *pgxpool.Pool, k int) error {
 	return err
 }
 
-// insertLeaseholdPG measures one round of admission on a fresh schema:
-// o.InsertN CreateRun calls from W goroutines (bulk false), or o.InsertN
-// runs through spec.BatchCreator.CreateRuns in batches of o.BulkBatch from
-// one goroutine (bulk true; not measured when the store lacks it).
-func insertLeaseholdPG(ctx context.Context, pg *server, dsn string, o Options, bulk bool, round int, logf func(string, ...any)) (InsertResult, error) {
-	res := InsertResult{System: "leasehold", Store: "postgres", Method: methodOne, Jobs: o.InsertN, Round: round}
-	if bulk {
-		res.Method = methodBulk
+// insertLeaseholdPG measures one round of admission by method on a fresh
+// schema: o.InsertN CreateRun calls from W goroutines (methodOne; with
+// concurrent calls coalesced, methodCoalesced), or o.InsertN runs through
+// spec.BatchCreator.CreateRuns in batches of o.BulkBatch from one goroutine
+// (methodBulk; not measured when the store lacks it).
+func insertLeaseholdPG(ctx context.Context, pg *server, dsn string, o Options, method string, round int, logf func(string, ...any)) (InsertResult, error) {
+	res := InsertResult{System: "leasehold", Store: "postgres", Method: method, Jobs: o.InsertN, Round: round}
+	bulk, coalesce := method == methodBulk, 0
+	if method == methodCoalesced {
+		coalesce = o.Coalesce
 	}
-	s, err := openPG(ctx, dsn, "bench_insert", o)
+	s, err := openPGWith(ctx, dsn, "bench_insert", o, coalesce)
 	if err != nil {
 		return res, err
 	}
@@ -149,8 +156,9 @@ func insertLeaseholdPG(ctx context.Context, pg *server, dsn string, o Options, b
 // Admission methods, as the report names them (the ratios find them by
 // these names).
 const (
-	methodOne  = "one per call"
-	methodBulk = "bulk"
+	methodOne       = "one per call"
+	methodCoalesced = "one per call, coalesced"
+	methodBulk      = "bulk"
 )
 
 // drainLeaseholdPG bulk-loads N jobs into a fresh schema and drains them

@@ -74,6 +74,7 @@ type Settings struct {
 	LatencySeconds float64 `json:"latency_seconds"`
 	Workers        int     `json:"workers"`
 	Conns          int     `json:"conns"`
+	Coalesce       int     `json:"coalesce"`
 	ClaimBatch     int     `json:"claim_batch"`
 	Producers      int     `json:"producers"`
 	CompleteBatch  int     `json:"complete_batch"`
@@ -309,6 +310,9 @@ func (r *Report) computeRatios() {
 		lhBest, r.drainRates(r.PeerName, "postgres", "peer"), "higher", 1.5, peerNote)
 	rounds("leasehold CreateRun / "+peer+" Insert (PostgreSQL, one per call)", "jobs/s / jobs/s, round by round",
 		r.insertRates("leasehold", "postgres", methodOne), r.insertRates(r.PeerName, "postgres", methodOne), "higher", 1.0, peerNote)
+	rounds("leasehold CreateRun, concurrent calls coalesced / "+peer+" Insert (PostgreSQL, one per call)",
+		fmt.Sprintf("jobs/s / jobs/s, round by round; leasehold with postgres.Options.CoalesceCreateRun = %d", r.Settings.Coalesce),
+		r.insertRates("leasehold", "postgres", methodCoalesced), r.insertRates(r.PeerName, "postgres", methodOne), "higher", 1.0, peerNote)
 	rounds("leasehold CreateRuns / "+peer+" InsertMany (PostgreSQL, bulk, per job)", fmt.Sprintf("jobs/s / jobs/s, batches of %d, round by round", r.Settings.BulkBatch),
 		r.insertRates("leasehold", "postgres", methodBulk), r.insertRates(r.PeerName, "postgres", methodBulk), "higher", 1.0,
 		cmpNote(r.insertNote("leasehold", "postgres", methodBulk), peerNote))
@@ -629,6 +633,8 @@ func methodText(in InsertResult) string {
 	switch {
 	case in.Method == methodOne && lh:
 		return "CreateRun, one run per call, W goroutines"
+	case in.Method == methodCoalesced:
+		return "CreateRun, one run per call, W goroutines, concurrent calls coalesced (Options.CoalesceCreateRun)"
 	case in.Method == methodOne:
 		return "Insert, one job per call, W goroutines"
 	case in.Method == methodBulk && lh:
