@@ -63,6 +63,13 @@ func (s *Store) admitGroup(ctx context.Context, reqs []spec.CreateRunRequest) ([
 	return outs, nil
 }
 
+// coalescedBatch is the most CreateRun calls one shared transaction takes:
+// each holds an advisory lock until the commit, and PostgreSQL's shared
+// lock table is small (max_locks_per_transaction, 64 by default, times
+// max_connections), so a coalescing store holds at most
+// Options.CoalesceCreateRun × coalescedBatch of them.
+const coalescedBatch = 128
+
 // abandonedAdmission is the error of a coalesced CreateRun whose context
 // ended while its shared transaction ran.
 func abandonedAdmission(ctxErr error) error {

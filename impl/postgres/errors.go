@@ -52,6 +52,10 @@ func unavailableReason(ctx context.Context, err error) string {
 			return "idle-in-transaction timeout"
 		case len(pe.Code) == 5 && pe.Code[:2] == "08":
 			return "connection failure reported by the server"
+		case pe.Code == "53200":
+			// Most often the shared lock table: a bulk admission holds one
+			// advisory lock per idempotency scope until it commits.
+			return "the server is out of shared memory (53200), most likely its lock table: every bulk admission (CreateRuns, coalesced CreateRun) holds one lock per member until it commits; send smaller or fewer concurrent batches, or raise max_locks_per_transaction"
 		case len(pe.Code) == 5 && pe.Code[:2] == "53":
 			return "the server is out of resources (" + pe.Code + ")"
 		case len(pe.Code) == 5 && pe.Code[:3] == "57P":

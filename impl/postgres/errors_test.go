@@ -67,6 +67,7 @@ func TestTypedBeforeCommit(t *testing.T) {
 		{"lock timeout", context.Background(), &pgconn.PgError{Severity: "ERROR", Code: "55P03"}, "lock_timeout"},
 		{"statement timeout", context.Background(), &pgconn.PgError{Severity: "ERROR", Code: "57014"}, "statement cancelled"},
 		{"connection failure", context.Background(), &pgconn.PgError{Severity: "FATAL", Code: "08006"}, "connection failure"},
+		{"lock table full", context.Background(), &pgconn.PgError{Severity: "ERROR", Code: "53200"}, "max_locks_per_transaction"},
 		{"too many connections", context.Background(), &pgconn.PgError{Severity: "FATAL", Code: "53300"}, "out of resources"},
 		{"terminated", context.Background(), &pgconn.PgError{Severity: "FATAL", Code: "57P01"}, "terminated"},
 		{"unique violation", context.Background(), &pgconn.PgError{Severity: "ERROR", Code: "23505", ConstraintName: "runs_pkey"}, "concurrent write"},

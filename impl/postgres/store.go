@@ -165,8 +165,8 @@ type Options struct {
 	// CoalesceCreateRun, when above zero, merges concurrent CreateRun calls
 	// on this Store into shared admission transactions (group commit), at
 	// most this many at a time: a call that finds them all busy waits for
-	// the next, which takes every call waiting (up to spec.MaxBatch) as one
-	// bulk admission. Each call's result is exactly CreateRun's — its run
+	// the next, which takes every call waiting (up to 128) as one bulk
+	// admission. Each call's result is exactly CreateRun's — its run
 	// and job are written in the one transaction that holds its lock and
 	// its clock reading — and a call that finds a slot free runs at once,
 	// alone; nothing waits for a batch to fill. A call whose context ends
@@ -271,7 +271,7 @@ func Open(ctx context.Context, dsn string, opts Options) (*Store, error) {
 		s.announcer = newAnnouncer(pool.Config().ConnConfig, s.Channel(), opts.NotifyQueue, s.log)
 	}
 	if opts.CoalesceCreateRun > 0 {
-		s.admissions = coalesce.New(s.admitGroup, spec.MaxBatch, opts.CoalesceCreateRun, abandonedAdmission)
+		s.admissions = coalesce.New(s.admitGroup, coalescedBatch, opts.CoalesceCreateRun, abandonedAdmission)
 	}
 	return s, nil
 }
