@@ -62,4 +62,8 @@
 // registry: the store serializes admissions of one key (its unique
 // idempotency record), so the second request waits inside CreateRun and
 // gets the replay, never a second run.
+//
+// Each request is one CreateRun. On PostgreSQL, open the store with
+// postgres.Options.CoalesceCreateRun so that concurrent requests share
+// admission transactions; every response is still that request's own.
 package httpadmit
