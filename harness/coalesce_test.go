@@ -34,16 +34,24 @@ func TestCoalescedAdmissionsLinearizable(t *testing.T) {
 	if pinned {
 		rounds = 1
 	}
+	var retried int64
 	for seed := first; seed < first+uint64(rounds); seed++ {
-		if failure := coalescedAdmissions(t, seed); failure != "" {
+		failure, r := coalescedAdmissions(t, seed)
+		if failure != "" {
 			t.Fatalf("seed %d: %s\nreplay: %s", seed, failure, TestCommand(map[string]string{"LEASEHOLD_SEED": strconv.FormatUint(seed, 10)}, "", t.Name()))
 		}
+		retried += r
+	}
+	if retried == 0 && !pinned {
+		t.Fatalf("vacuous: no admission of %d rounds raced a concurrent one and ran again under the locks", rounds)
 	}
 }
 
 // coalescedAdmissions runs the check of TestCoalescedAdmissionsLinearizable
-// with seed and returns what it found wrong ("" for nothing).
-func coalescedAdmissions(t *testing.T, seed uint64) string {
+// with seed and returns what it found wrong ("" for nothing) and how many
+// admission attempts raced and ran again.
+func coalescedAdmissions(t *testing.T, seed uint64) (failure string, retried int64) {
+	failf := func(format string, a ...any) (string, int64) { return fmt.Sprintf(format, a...), 0 }
 	const (
 		callers, perPhase, phases, keys = 8, 16, 4, 8
 		start                           = int64(1_000)
@@ -96,28 +104,29 @@ func coalescedAdmissions(t *testing.T, seed uint64) string {
 		wg.Wait()
 	}
 	if len(unexpected) > 0 {
-		return fmt.Sprintf("untyped errors: %v", unexpected)
+		return failf("untyped errors: %v", unexpected)
 	}
-	calls, txns := store.CoalesceStats()
-	t.Logf("seed %d: %d calls in %d transactions; outcomes %v", seed, calls, txns, counts)
+	st := store.AdmissionStats()
+	calls, txns := st.Coalesced, st.SharedTransactions
+	t.Logf("seed %d: %d calls in %d transactions, %d attempts run again; outcomes %v", seed, calls, txns, st.Retried, counts)
 	for _, c := range []string{"created", "replayed", string(spec.CodeIdempotencyConflict), string(spec.CodeAlreadyExists)} {
 		if counts[c] == 0 {
-			return fmt.Sprintf("vacuous: no call ended %s (outcomes %v)", c, counts)
+			return failf("vacuous: no call ended %s (outcomes %v)", c, counts)
 		}
 	}
 	if want := int64(callers * perPhase * phases); calls != want || float64(calls) < 1.5*float64(txns) {
-		return fmt.Sprintf("vacuous: %d calls in %d transactions, want %d calls, at least 1.5 per transaction", calls, txns, want)
+		return failf("vacuous: %d calls in %d transactions, want %d calls, at least 1.5 per transaction", calls, txns, want)
 	}
 	for code := range counts {
 		if code != "created" && code != "replayed" && code != string(spec.CodeIdempotencyConflict) && code != string(spec.CodeAlreadyExists) {
-			return fmt.Sprintf("a call ended %s (outcomes %v)", code, counts)
+			return failf("a call ended %s (outcomes %v)", code, counts)
 		}
 	}
 	// The final scan, as the linearizability workload's: the rows judged
 	// with the history, per tenant.
 	snap, err := readSnapshot(ctx, store)
 	if err != nil {
-		return fmt.Sprintf("final snapshot: %v", err)
+		return failf("final snapshot: %v", err)
 	}
 	call, ret := rec.Tick(), rec.Tick()
 	for i, tenant := range []string{"t0", "t1"} {
@@ -126,7 +135,7 @@ func coalescedAdmissions(t *testing.T, seed uint64) string {
 	}
 	v := Judge(model.Model{Config: cfg}, rec.History(), Judgement{Partition: true, Timeout: time.Minute})
 	if v.Linearizable != porcupine.Ok || len(v.Accounting) > 0 {
-		return fmt.Sprintf("the coalesced admissions are not linearizable against the model (%s; accounting %v)", v.Linearizable, v.Accounting)
+		return failf("the coalesced admissions are not linearizable against the model (%s; accounting %v)", v.Linearizable, v.Accounting)
 	}
-	return ""
+	return "", st.Retried
 }

@@ -165,7 +165,7 @@ func TestMutantsCoalescedAdmissions(t *testing.T) {
 	restore := mutant.Set(mutant.BulkIgnoresFingerprint)
 	defer restore()
 	seed, _ := FirstSeed(t)
-	failure := coalescedAdmissions(t, seed)
+	failure, _ := coalescedAdmissions(t, seed)
 	if failure == "" {
 		t.Fatalf("mutant %s survived the coalesced admissions' check (seed %d)", mutant.BulkIgnoresFingerprint, seed)
 	}

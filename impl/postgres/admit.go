@@ -44,15 +44,14 @@ func (s *Store) createRun(ctx context.Context, req spec.CreateRunRequest) (spec.
 // admitGroup admits a group of concurrent CreateRun calls
 // (Options.CoalesceCreateRun): alone, as CreateRun; together, as one bulk
 // admission whose members are decided in order, as CreateRun calls one
-// after another would be. The bulk admission aborts, writing nothing, when
-// a concurrent admission under another key takes a member's run id
-// (runIDRace); each member is then admitted on its own, so that the one
-// whose run id was taken gets CreateRun's already_exists, not its
-// neighbours' abort.
+// after another would be. A bulk admission that still raced concurrent
+// ones at its last attempt (admitAll) wrote nothing; each member is then
+// admitted on its own, so that each gets its own CreateRun outcome, not
+// its neighbours' abort.
 func (s *Store) admitGroup(ctx context.Context, reqs []spec.CreateRunRequest) ([]spec.CreateOutcome, error) {
 	if len(reqs) > 1 {
 		outs, err := s.admitAll(ctx, spec.OpCreateRun, reqs, true)
-		if !runIDRace(err) {
+		if !raced(err) {
 			return outs, err
 		}
 	}
@@ -63,11 +62,11 @@ func (s *Store) admitGroup(ctx context.Context, reqs []spec.CreateRunRequest) ([
 	return outs, nil
 }
 
-// coalescedBatch is the most CreateRun calls one shared transaction takes:
-// each holds an advisory lock until the commit, and PostgreSQL's shared
-// lock table is small (max_locks_per_transaction, 64 by default, times
-// max_connections), so a coalescing store holds at most
-// Options.CoalesceCreateRun × coalescedBatch of them.
+// coalescedBatch is the most CreateRun calls one shared transaction takes.
+// A shared transaction that raced a concurrent admission runs again
+// holding an advisory lock per call until its commit (admitAll), and
+// PostgreSQL's shared lock table is small (max_locks_per_transaction, 64
+// by default, times max_connections).
 const coalescedBatch = 128
 
 // abandonedAdmission is the error of a coalesced CreateRun whose context
@@ -93,20 +92,39 @@ func (s *Store) CreateRuns(ctx context.Context, reqs []spec.CreateRunRequest) ([
 // admitAll runs admit as operation op, its first round trip carrying the
 // transaction's BEGIN (writePipelined). With one member (bulk false) the
 // member's refusal is the operation's error, and rolls it back.
+//
+// A bulk admission first runs without the admission locks (one per scope,
+// held to the commit, would fill PostgreSQL's shared lock table under a
+// few concurrent batches of a thousand); a concurrent admission of one of
+// its scopes or run ids then shows as a write that finds the row gone or
+// the key taken (raced), the transaction rolls back having written
+// nothing, and the admission runs again under the locks. CreateRun always
+// holds its lock, and runs again when such an unlocked batch raced it.
+// Every attempt reads the clock after what it decides from; after
+// maxAdmissionAttempts the last attempt's error (unavailable) is returned.
 func (s *Store) admitAll(ctx context.Context, op spec.Op, reqs []spec.CreateRunRequest, bulk bool) (outcomes []spec.CreateOutcome, err error) {
-	p := s.planAdmission(reqs, bulk)
-	err = s.writePipelined(ctx, op, p.queueReads, func(t *txn, br pgx.BatchResults) error {
-		outcomes, err = s.admit(t, br, p, reqs)
-		if err == nil && !bulk {
-			err = outcomes[0].Err
+	for attempt := 1; ; attempt++ {
+		p := s.planAdmission(reqs, bulk, !bulk || attempt > 1)
+		err = s.writePipelined(ctx, op, p.queueReads, func(t *txn, br pgx.BatchResults) error {
+			outcomes, err = s.admit(t, br, p, reqs)
+			if err == nil && !bulk {
+				err = outcomes[0].Err
+			}
+			return err
+		})
+		if err == nil {
+			return outcomes, nil
 		}
-		return err
-	})
-	if err != nil {
-		return nil, err
+		if !raced(err) || attempt == maxAdmissionAttempts || ctx.Err() != nil {
+			return nil, err
+		}
+		s.retried.Add(1)
 	}
-	return outcomes, nil
 }
+
+// maxAdmissionAttempts bounds the attempts of one admission that raced
+// concurrent ones (admitAll).
+const maxAdmissionAttempts = 3
 
 // scopeKey is an idempotency scope.
 type scopeKey struct{ tenant, operation, key string }
@@ -128,7 +146,9 @@ type admitted struct {
 //     order), then the clock, then the records of those scopes with their
 //     runs (and, for a bulk admission, which proposed run ids are taken).
 //     The server runs a batch's statements in order, so the clock is read
-//     after every lock is held, as every admission reads it.
+//     after every lock is held, as every admission reads it. Unlocked (a
+//     bulk admission's first attempt, see admitAll): the records and run
+//     ids, then the clock.
 //  2. Each member is decided in Go, in order, exactly as CreateRun decides
 //     it, from what was read and from the members before it: invalid, a
 //     replay or a conflict of a live record, already_exists, or created
@@ -218,13 +238,19 @@ func (s *Store) admit(t *txn, br pgx.BatchResults, p *admissionPlan, reqs []spec
 }
 
 // replayedRuns reads the runs of the members (at index) that replay a
-// record of the database: getRun for one, selectRunsOf for more.
+// record of the database: getRun for one, selectRunsOf for more. A run
+// missing is errRaced: without the admission locks (admitAll), a purge of
+// runs may have deleted it after the record was read live (at an earlier
+// time than the purge's, when the record expired).
 func (t *txn) replayedRuns(index []int, runs []jobKey, outcomes []spec.CreateOutcome) error {
 	switch len(index) {
 	case 0:
 		return nil
 	case 1:
 		run, err := getRun(t.ctx, t, runs[0].tenant, runs[0].runID)
+		if spec.CodeOf(err) == spec.CodeNotFound {
+			return fmt.Errorf("%w: run %s/%s of a live idempotency record is missing", errRaced, runs[0].tenant, runs[0].runID)
+		}
 		outcomes[index[0]].Result.Run = run
 		return err
 	}
@@ -247,7 +273,7 @@ func (t *txn) replayedRuns(index []int, runs []jobKey, outcomes []spec.CreateOut
 	for n, i := range index {
 		r, ok := byKey[runs[n]]
 		if !ok {
-			return fmt.Errorf("postgres: run %s/%s of a live idempotency record is missing", runs[n].tenant, runs[n].runID)
+			return fmt.Errorf("%w: run %s/%s of a live idempotency record is missing", errRaced, runs[n].tenant, runs[n].runID)
 		}
 		outcomes[i].Result.Run = r
 	}
@@ -269,7 +295,9 @@ func sqlText(names ...string) bool {
 // members that reach SQL, the scopes whose locks it takes, in order, and
 // the scopes and run ids it looks up.
 type admissionPlan struct {
-	bulk, dbClock                     bool
+	// locked: the admission locks are taken first (CreateRun always; a
+	// bulk admission on its second attempt, see admitAll).
+	bulk, locked, dbClock             bool
 	reach                             []bool
 	scopes                            []string
 	tenants, operations, keys, runIDs []string
@@ -278,8 +306,8 @@ type admissionPlan struct {
 // planAdmission plans the admission of reqs. Only members whose names are
 // text PostgreSQL accepts reach SQL; the others are refused by
 // NormalizeCreate, whatever the time.
-func (s *Store) planAdmission(reqs []spec.CreateRunRequest, bulk bool) *admissionPlan {
-	p := &admissionPlan{bulk: bulk, dbClock: s.clock == nil, reach: make([]bool, len(reqs))}
+func (s *Store) planAdmission(reqs []spec.CreateRunRequest, bulk, locked bool) *admissionPlan {
+	p := &admissionPlan{bulk: bulk, locked: locked, dbClock: s.clock == nil, reach: make([]bool, len(reqs))}
 	for i, r := range reqs {
 		if !sqlText(r.Tenant, r.Operation, r.IdempotencyKey, r.RunID) {
 			continue
@@ -295,15 +323,16 @@ func (s *Store) planAdmission(reqs []spec.CreateRunRequest, bulk bool) *admissio
 }
 
 // queueReads queues admit's first round trip after the BEGIN: the locks,
-// the clock, the lookups.
+// the clock, the lookups; unlocked (a bulk admission's first attempt), the
+// lookups, then the clock.
 func (p *admissionPlan) queueReads(b *pgx.Batch) {
 	switch {
-	case p.bulk:
+	case p.bulk && p.locked:
 		b.Queue(lockAdmissions, args{"scopes": p.scopes})
-	case len(p.scopes) == 1:
+	case !p.bulk && len(p.scopes) == 1:
 		b.Queue(lockAdmission, args{"scope": p.scopes[0]})
 	}
-	if p.dbClock {
+	if p.dbClock && p.locked {
 		b.Queue(clockQuery)
 	}
 	switch {
@@ -312,6 +341,9 @@ func (p *admissionPlan) queueReads(b *pgx.Batch) {
 		b.Queue(selectTakenRuns, args{"tenants": p.tenants, "run_ids": p.runIDs})
 	case len(p.scopes) == 1:
 		b.Queue(selectIdempotency, args{"tenant": p.tenants[0], "operation": p.operations[0], "key": p.keys[0]})
+	}
+	if p.dbClock && !p.locked {
+		b.Queue(clockQuery)
 	}
 }
 
@@ -322,17 +354,23 @@ func (t *txn) readAdmissions(br pgx.BatchResults, p *admissionPlan, records map[
 	defer br.Close()
 	bulk, scopes := p.bulk, p.scopes
 	tenants, operations, keys := p.tenants, p.operations, p.keys
-	if bulk || len(scopes) == 1 {
+	if p.locked && (bulk || len(scopes) == 1) {
 		if _, err := br.Exec(); err != nil {
 			return 0, err
 		}
 	}
 	var now int64
-	if p.dbClock {
+	readClock := func() error {
 		if err := br.QueryRow().Scan(&now); err != nil {
-			return 0, err
+			return err
 		}
 		t.now, t.timed = now, true
+		return nil
+	}
+	if p.dbClock && p.locked {
+		if err := readClock(); err != nil {
+			return 0, err
+		}
 	}
 	if !bulk && len(scopes) == 0 {
 		// A CreateRun whose names SQL cannot hold: refused at any time.
@@ -341,7 +379,7 @@ func (t *txn) readAdmissions(br pgx.BatchResults, p *admissionPlan, records map[
 		}
 		return t.clock()
 	}
-	if !p.dbClock {
+	if !p.dbClock && p.locked {
 		// After the locks (their results came back, so they are held).
 		var err error
 		if now, err = t.clock(); err != nil {
@@ -382,6 +420,18 @@ func (t *txn) readAdmissions(br pgx.BatchResults, p *admissionPlan, records map[
 			taken[k] = true
 		}
 		if err := rows.Err(); err != nil {
+			return 0, err
+		}
+	}
+	if !p.locked {
+		// After the reads the admission decides from.
+		var err error
+		if p.dbClock {
+			err = readClock()
+		} else {
+			now, err = t.clock()
+		}
+		if err != nil {
 			return 0, err
 		}
 	}
@@ -465,7 +515,10 @@ func (s *Store) writeAdmissions(t *txn, w *admissionWrite, bulk bool, now int64,
 			return err
 		}
 		if tag.RowsAffected() != int64(len(w.expired)) {
-			return fmt.Errorf("postgres: deleted %d expired idempotency records of %d, under their admission locks", tag.RowsAffected(), len(w.expired))
+			// A concurrent admission or purge that did not wait for this
+			// one's locks (an unlocked bulk admission's, see admitAll)
+			// deleted one first.
+			return fmt.Errorf("%w: deleted %d expired idempotency records of %d", errRaced, tag.RowsAffected(), len(w.expired))
 		}
 	}
 	if bulk {
@@ -513,12 +566,22 @@ func (s *Store) writeAdmissions(t *txn, w *admissionWrite, bulk bool, now int64,
 	return br.Close()
 }
 
-// CoalesceStats says how many CreateRun calls went through coalescing
-// (Options.CoalesceCreateRun) and in how many transactions they were
-// admitted; both are zero without it.
-func (s *Store) CoalesceStats() (calls, transactions int64) {
-	if s.admissions == nil {
-		return 0, 0
+// AdmissionStats counts what this Store's admissions did.
+type AdmissionStats struct {
+	// Coalesced is the CreateRun calls that went through coalescing
+	// (Options.CoalesceCreateRun), SharedTransactions the transactions
+	// that admitted them; both zero without it.
+	Coalesced, SharedTransactions int64
+	// Retried is the admission attempts that raced a concurrent admission,
+	// rolled back and ran again under the admission locks (see admitAll).
+	Retried int64
+}
+
+// AdmissionStats returns the Store's admission counters.
+func (s *Store) AdmissionStats() AdmissionStats {
+	st := AdmissionStats{Retried: s.retried.Load()}
+	if s.admissions != nil {
+		st.Coalesced, st.SharedTransactions = s.admissions.Stats()
 	}
-	return s.admissions.Stats()
+	return st
 }

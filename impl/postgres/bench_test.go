@@ -58,8 +58,8 @@ func BenchmarkCreateRun(b *testing.B) {
 				}
 			})
 			b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "runs/s")
-			if calls, txns := s.CoalesceStats(); txns > 0 {
-				b.ReportMetric(float64(calls)/float64(txns), "calls/txn")
+			if st := s.AdmissionStats(); st.SharedTransactions > 0 {
+				b.ReportMetric(float64(st.Coalesced)/float64(st.SharedTransactions), "calls/txn")
 			}
 		})
 	}

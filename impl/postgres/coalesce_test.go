@@ -26,14 +26,15 @@ func TestConformanceCoalesced(t *testing.T) {
 
 // TestCoalescedRunIDRace: a coalesced bulk admission whose member's run id
 // a concurrent admission under another key took after the batch read it
-// free aborts on the run's key; each member is then admitted alone, so that
-// only that member is refused (already_exists) and its neighbour is
-// created. Without the fallback both would be unavailable.
+// free aborts on the run's key, writing nothing, and runs again under the
+// admission locks, where it reads the run id taken: only that member is
+// refused (already_exists) and its neighbour is created, in one retry.
 //
 // The schedule, with two slots: A (run r1, key ka) and C are held before
 // their commits by the hook; B1 (run r1, key kb) and B2 wait for a slot;
 // C commits, B1 and B2 become one batch, which reads r1 free (A has not
-// committed) and waits for A's row; A commits; the batch fails on runs_pkey.
+// committed) and waits for A's row; A commits; the batch fails on runs_pkey
+// and runs again.
 func TestCoalescedRunIDRace(t *testing.T) {
 	var hooked atomic.Int32
 	gates := [2]chan struct{}{make(chan struct{}), make(chan struct{})}
@@ -81,7 +82,7 @@ func TestCoalescedRunIDRace(t *testing.T) {
 			time.Sleep(2 * time.Millisecond)
 		}
 	}
-	calls := func() int64 { c, _ := s.CoalesceStats(); return c }
+	calls := func() int64 { return s.AdmissionStats().Coalesced }
 
 	a := admit("ka", "r1")
 	if n := <-held; n != 0 {
@@ -111,8 +112,8 @@ func TestCoalescedRunIDRace(t *testing.T) {
 	if o := <-b2; o.err != nil || o.res.Run.ID != "rb2" || o.res.Replayed {
 		t.Fatalf("B2: (%+v, %v), want run rb2 created: the neighbour of a refused member is admitted", o.res, o.err)
 	}
-	if calls, txns := s.CoalesceStats(); calls != 4 || txns != 3 {
-		t.Fatalf("CoalesceStats() = (%d, %d), want 4 calls in 3 shared transactions (A, C, B1+B2)", calls, txns)
+	if st := s.AdmissionStats(); st.Coalesced != 4 || st.SharedTransactions != 3 || st.Retried != 1 {
+		t.Fatalf("AdmissionStats() = %+v, want 4 calls in 3 shared transactions (A, C, B1+B2), B1+B2 run again once under the locks", st)
 	}
 	run, err := s.GetRun(ctx, "acme", "r1")
 	if err != nil || run.Fingerprint != oa.res.Run.Fingerprint {
@@ -154,7 +155,7 @@ func TestCoalescedCallAbandoned(t *testing.T) {
 	abandoned := make(chan error, 1)
 	go func() { _, err := s.CreateRun(ctx, req("r1")); abandoned <- err }()
 	go func() { _, err := s.CreateRun(bg, req("r2")); errs <- err }()
-	for calls := int64(0); calls < 3; calls, _ = s.CoalesceStats() {
+	for s.AdmissionStats().Coalesced < 3 {
 		time.Sleep(2 * time.Millisecond)
 	}
 	close(gates[0]) // r1 and r2 become one transaction, held at its hook...

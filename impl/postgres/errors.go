@@ -53,9 +53,10 @@ func unavailableReason(ctx context.Context, err error) string {
 		case len(pe.Code) == 5 && pe.Code[:2] == "08":
 			return "connection failure reported by the server"
 		case pe.Code == "53200":
-			// Most often the shared lock table: a bulk admission holds one
-			// advisory lock per idempotency scope until it commits.
-			return "the server is out of shared memory (53200), most likely its lock table: every bulk admission (CreateRuns, coalesced CreateRun) holds one lock per member until it commits; send smaller or fewer concurrent batches, or raise max_locks_per_transaction"
+			// Most often the shared lock table: a bulk admission that raced
+			// a concurrent one runs again holding one advisory lock per
+			// idempotency scope until it commits (admitAll).
+			return "the server is out of shared memory (53200), most likely its lock table: a bulk admission that raced concurrent ones of its keys runs again holding one lock per member until it commits; send smaller or fewer concurrent batches of overlapping keys, or raise max_locks_per_transaction"
 		case len(pe.Code) == 5 && pe.Code[:2] == "53":
 			return "the server is out of resources (" + pe.Code + ")"
 		case len(pe.Code) == 5 && pe.Code[:3] == "57P":
@@ -226,14 +227,29 @@ func (s *Store) resolveCommit(ctx context.Context, xid string) (status string, e
 	return *st, nil
 }
 
-// runIDRace reports whether err is a bulk admission's abort, before its
-// commit, on a run id a concurrent admission under another key took after
-// the batch read it free: the unique violation of a run's or a job's key,
-// or the deadlock of two batches that each took a run id of the other's.
-func runIDRace(err error) bool {
+// errRaced marks an admission that found a row it decided from gone by the
+// time it wrote (see raced).
+var errRaced = errors.New("postgres: a concurrent admission changed what this one read")
+
+// raced reports whether err is an admission's abort, before its commit
+// (nothing written), on a concurrent admission of one of its scopes or run
+// ids that did not wait for its admission locks (admitAll): an expired
+// record already deleted (errRaced), the unique violation of a run's key,
+// a scope's record or a job's key, or the deadlock of two batches that each
+// took a key of the other's.
+func raced(err error) bool {
+	if errors.Is(err, errRaced) {
+		return true
+	}
 	var pe *pgconn.PgError
 	if !errors.As(err, &pe) {
 		return false
 	}
-	return pe.Code == "40P01" || pe.Code == "23505" && (pe.ConstraintName == "runs_pkey" || pe.ConstraintName == "jobs_pkey")
+	switch {
+	case pe.Code == "40P01":
+		return true
+	case pe.Code == "23505":
+		return pe.ConstraintName == "runs_pkey" || pe.ConstraintName == "runs_idempotency" || pe.ConstraintName == "jobs_pkey"
+	}
+	return false
 }

@@ -558,10 +558,11 @@ const (
 	// insertAdmission is CreateRun's write, one statement: insertRun's run,
 	// with its idempotency record (migration 0008) and its run_queued event,
 	// and its job (none when the run id is taken: zero rows is
-	// already_exists, as for insertRun). It returns the run. The record
-	// cannot conflict while the admission lock is held; were that reasoning
-	// wrong, the scope's unique index would refuse the statement (a
-	// conflict, not a run id taken: ON CONFLICT names the run's key only).
+	// already_exists, as for insertRun). It returns the run. Under the
+	// admission lock the record can conflict only with one an unlocked bulk
+	// admission wrote (admitAll): the scope's unique index refuses the
+	// statement (raced: ON CONFLICT names the run's key only), and CreateRun
+	// runs again.
 	insertAdmission = `WITH r AS (
 		INSERT INTO runs (tenant, run_id, operation, payload, fingerprint, max_attempts, created_at, deadline_at,
 			replay_of, replay_depth, idempotency_key, idempotency_expires_at)
@@ -579,11 +580,11 @@ const (
 
 	// insertAdmissions is a bulk admission's write: every created member's
 	// run (with its idempotency record) and job, each table in one
-	// multi-row insert from the same arrays (the members were decided under
-	// their admission locks, so no record can conflict). A run id taken
-	// meanwhile by a concurrent admission under another key is a unique
-	// violation: the whole batch rolls back (unavailable, nothing written).
-	// It returns how many rows it wrote to each table.
+	// multi-row insert from the same arrays. A record or run id that a
+	// concurrent admission wrote after the batch read it free is a unique
+	// violation (raced): the whole batch rolls back, nothing written, and
+	// runs again under the admission locks (admitAll), which find it. It
+	// returns how many rows it wrote to each table.
 	insertAdmissions = `WITH m AS (
 		SELECT * FROM unnest(@tenants::text[], @run_ids::text[], @operations::text[], @payloads::text[],
 			@fingerprints::text[], @max_attempts::int[], @deadlines::bigint[], @available::bigint[], @keys::text[],

@@ -23,8 +23,12 @@
 //   - CreateRun takes a transaction-scoped advisory lock on its idempotency
 //     scope (tenant, operation, key) before it reads the clock, so concurrent
 //     admissions of one key run one after the other: the second sees the
-//     first's record and returns the replay or idempotency_conflict, never a
-//     unique violation.
+//     first's record and returns the replay or idempotency_conflict. A bulk
+//     admission first runs without those locks (a thousand of them, held to
+//     the commit, would fill the server's lock table) and reads the clock
+//     after its reads; a write that then finds a row gone or a key taken
+//     rolls it back, and it runs again under the locks (admitAll). A
+//     CreateRun whose record such a batch wrote first runs again too.
 //   - Lock order is job row, then run row, in every transaction (claim, the
 //     terminal writes and cancel all touch both), so these operations cannot
 //     deadlock one another. Attempt and effect rows are only written by the
@@ -80,6 +84,7 @@ import (
 	"math/rand/v2"
 	"regexp"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -193,6 +198,7 @@ type Store struct {
 	// admissions merges concurrent CreateRun calls (nil: each its own
 	// transaction; Options.CoalesceCreateRun).
 	admissions *coalesce.Group[spec.CreateRunRequest, spec.CreateOutcome]
+	retried    atomic.Int64 // admission attempts run again (AdmissionStats)
 }
 
 var _ spec.Store = (*Store)(nil)
