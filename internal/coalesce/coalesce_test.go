@@ -98,6 +98,20 @@ func waitQueued[Req, Res any](t *testing.T, g *Group[Req, Res], n int) {
 	}
 }
 
+// queueBehind starts call 0, waits until its batch runs (held by r's
+// gate), then starts call i with ctxs[i-1] and waits until it is queued; it
+// returns where each call's result arrives, call 0's first.
+func queueBehind(t *testing.T, g *Group[int, string], r *recorder, ctxs ...context.Context) []<-chan result {
+	t.Helper()
+	out := []<-chan result{start(context.Background(), g, 0)}
+	<-r.started
+	for i, ctx := range ctxs {
+		out = append(out, start(ctx, g, i+1))
+		waitQueued(t, g, i+1) // in call order
+	}
+	return out
+}
+
 func expect(t *testing.T, ch <-chan result, want string) {
 	t.Helper()
 	select {
@@ -139,13 +153,8 @@ func TestWaitingCallsShareTheNextBatch(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			r := newRecorder(true)
 			g := New(r.run, c.maxBatch, 1, abandon)
-			ctx := context.Background()
-			results := []<-chan result{start(ctx, g, 0)}
-			<-r.started
-			for i := 1; i <= 5; i++ {
-				results = append(results, start(ctx, g, i))
-				waitQueued(t, g, i) // in call order
-			}
+			bg := context.Background()
+			results := queueBehind(t, g, r, bg, bg, bg, bg, bg)
 			for range c.want {
 				r.release()
 			}
@@ -213,14 +222,10 @@ func TestCallCancelledWhileWaitingIsDropped(t *testing.T) {
 func TestCallCancelledWhileItsBatchRuns(t *testing.T) {
 	r := newRecorder(true)
 	g := New(r.run, 10, 1, abandon)
-	first := start(context.Background(), g, 0)
-	<-r.started
 	ctxA, cancelA := context.WithCancel(context.Background())
 	ctxB, cancelB := context.WithCancel(context.Background())
-	a := start(ctxA, g, 1)
-	waitQueued(t, g, 1)
-	b := start(ctxB, g, 2)
-	waitQueued(t, g, 2)
+	calls := queueBehind(t, g, r, ctxA, ctxB)
+	first, a, b := calls[0], calls[1], calls[2]
 	r.release() // the first batch ends; {1, 2} starts
 	expect(t, first, "r0")
 	if n := <-r.started; n != 2 {
@@ -267,17 +272,12 @@ func TestBatchErrorReachesEveryCall(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			r := newRecorder(true)
 			g := New(r.run, 10, 1, abandon)
-			ctx := context.Background()
-			first := start(ctx, g, 0)
-			<-r.started
-			a := start(ctx, g, 1)
-			waitQueued(t, g, 1)
-			b := start(ctx, g, 2)
-			waitQueued(t, g, 2)
+			bg := context.Background()
+			calls := queueBehind(t, g, r, bg, bg)
 			c.set(r)
 			r.release()
 			r.release()
-			for i, ch := range []<-chan result{first, a, b} {
+			for i, ch := range calls {
 				if res := <-ch; i > 0 && !c.want(res.err) {
 					t.Fatalf("call %d returned (%q, %v), want %s", i, res.res, res.err, c.name)
 				}
