@@ -25,7 +25,9 @@ func (s *Store) CreateRun(ctx context.Context, req spec.CreateRunRequest) (spec.
 	if s.admissions != nil {
 		out, err := s.admissions.Do(ctx, req)
 		if err != nil {
-			return spec.CreateRunResult{}, err
+			// The batch's error (typed), or the caller's context ended
+			// before its call joined one: nothing was written for it.
+			return spec.CreateRunResult{}, typed(ctx, err)
 		}
 		return out.Result, out.Err
 	}

@@ -3,6 +3,7 @@ package postgres_test
 import (
 	"context"
 	"errors"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -14,6 +15,16 @@ import (
 	"github.com/leasehold/leasehold/leaseholdtest"
 	"github.com/leasehold/leasehold/spec"
 )
+
+// newGates returns two hook barriers, shut, and open, which opens one
+// (again: a no-op).
+func newGates() (gates [2]chan struct{}, open func(i int)) {
+	var once [2]sync.Once
+	for i := range gates {
+		gates[i] = make(chan struct{})
+	}
+	return gates, func(i int) { once[i].Do(func() { close(gates[i]) }) }
+}
 
 // TestConformanceCoalesced runs the conformance suite on a store that
 // coalesces concurrent CreateRun calls (Options.CoalesceCreateRun): each
@@ -37,7 +48,7 @@ func TestConformanceCoalesced(t *testing.T) {
 // and runs again.
 func TestCoalescedRunIDRace(t *testing.T) {
 	var hooked atomic.Int32
-	gates := [2]chan struct{}{make(chan struct{}), make(chan struct{})}
+	gates, open := newGates()
 	held := make(chan int32, 2)
 	hook := func(ctx context.Context, op spec.Op, point spec.HookPoint) error {
 		if op != spec.OpCreateRun || point != spec.BeforeCommit {
@@ -58,6 +69,7 @@ func TestCoalescedRunIDRace(t *testing.T) {
 	h := pgtest.FactoryWith(postgres.Options{MaxConns: 4, CoalesceCreateRun: 2})(t,
 		storetest.Options{Config: spec.DefaultConfig(), Clock: clock.NewManual(1_000), Hook: hook})
 	s := h.Store.(*postgres.Store)
+	t.Cleanup(func() { open(0); open(1) }) // before the store closes: a failed test leaves no call held
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 
@@ -92,7 +104,7 @@ func TestCoalescedRunIDRace(t *testing.T) {
 	<-held
 	b1, b2 := admit("kb", "r1"), admit("kb2", "rb2")
 	waitFor("B1 and B2 to queue", func() bool { return calls() == 4 })
-	close(gates[1]) // C commits; B1 and B2 become one batch
+	open(1) // C commits; B1 and B2 become one batch
 	if o := <-c; o.err != nil {
 		t.Fatalf("C: %v", o.err)
 	}
@@ -100,7 +112,7 @@ func TestCoalescedRunIDRace(t *testing.T) {
 		n, err := s.LockWaits(ctx)
 		return err == nil && n > 0
 	})
-	close(gates[0]) // A commits; the batch fails on r1
+	open(0) // A commits; the batch fails on r1
 
 	oa := <-a
 	if oa.err != nil || oa.res.Run.ID != "r1" || oa.res.Replayed {
@@ -121,13 +133,15 @@ func TestCoalescedRunIDRace(t *testing.T) {
 	}
 }
 
-// TestCoalescedCallAbandoned: a coalesced call whose context ends while its
-// shared transaction runs returns unknown_outcome (the transaction may
-// commit), and the transaction goes on for the call still waiting on it.
+// TestCoalescedCallAbandoned: a coalesced call whose context ends while it
+// waits for a slot returns unavailable and joins no transaction; one whose
+// context ends while its shared transaction runs returns unknown_outcome
+// (the transaction may commit), and the transaction goes on for the call
+// still waiting on it.
 func TestCoalescedCallAbandoned(t *testing.T) {
 	// The first transaction holds the only slot; the second is held while
 	// one of its callers gives up.
-	gates := [2]chan struct{}{make(chan struct{}), make(chan struct{})}
+	gates, open := newGates()
 	held := make(chan struct{}, 2)
 	var hooked atomic.Int32
 	hook := func(ctx context.Context, op spec.Op, point spec.HookPoint) error {
@@ -144,6 +158,7 @@ func TestCoalescedCallAbandoned(t *testing.T) {
 	h := pgtest.FactoryWith(postgres.Options{MaxConns: 4, CoalesceCreateRun: 1})(t,
 		storetest.Options{Config: spec.DefaultConfig(), Clock: clock.NewManual(1_000), Hook: hook})
 	s := h.Store.(*postgres.Store)
+	t.Cleanup(func() { open(0); open(1) }) // before the store closes: a failed test leaves no call held
 	bg := context.Background()
 	req := func(id string) spec.CreateRunRequest {
 		return spec.CreateRunRequest{Tenant: "acme", Operation: "work", IdempotencyKey: id, RunID: id, Payload: []byte(`{}`)}
@@ -155,16 +170,24 @@ func TestCoalescedCallAbandoned(t *testing.T) {
 	abandoned := make(chan error, 1)
 	go func() { _, err := s.CreateRun(ctx, req("r1")); abandoned <- err }()
 	go func() { _, err := s.CreateRun(bg, req("r2")); errs <- err }()
-	for s.AdmissionStats().Coalesced < 3 {
+	waiting, stopWaiting := context.WithCancel(bg)
+	dropped := make(chan error, 1)
+	go func() { _, err := s.CreateRun(waiting, req("r3")); dropped <- err }()
+	for s.AdmissionStats().Coalesced < 4 {
 		time.Sleep(2 * time.Millisecond)
 	}
-	close(gates[0]) // r1 and r2 become one transaction, held at its hook...
+	stopWaiting() // r3's caller gives up while it waits for the slot
+	var typedErr *spec.Error
+	if err := <-dropped; !errors.As(err, &typedErr) || typedErr.Code != spec.CodeUnavailable || !errors.Is(err, context.Canceled) {
+		t.Fatalf("a call whose context ended while it waited returned %v (%T), want a *spec.Error %s wrapping context.Canceled", err, err, spec.CodeUnavailable)
+	}
+	open(0) // r1 and r2 become one transaction, held at its hook...
 	<-held
 	cancel() // ...while r1's caller gives up
 	if err := <-abandoned; spec.CodeOf(err) != spec.CodeUnknownOutcome || !errors.Is(err, context.Canceled) {
 		t.Fatalf("the abandoned call returned %v, want %s wrapping context.Canceled", err, spec.CodeUnknownOutcome)
 	}
-	close(gates[1])
+	open(1)
 	for range 2 {
 		if err := <-errs; err != nil {
 			t.Fatalf("a call that waited: %v", err)
@@ -174,5 +197,8 @@ func TestCoalescedCallAbandoned(t *testing.T) {
 		if _, err := s.GetRun(bg, "acme", id); err != nil {
 			t.Fatalf("run %s: %v (the shared transaction must commit for the caller still waiting)", id, err)
 		}
+	}
+	if _, err := s.GetRun(bg, "acme", "r3"); spec.CodeOf(err) != spec.CodeNotFound {
+		t.Fatalf("run r3 of the call dropped before its transaction: %v, want %s", err, spec.CodeNotFound)
 	}
 }
