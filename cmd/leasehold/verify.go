@@ -71,7 +71,7 @@ var postgresTests = []string{
 	"TestMigrateConcurrentlyAndAgain", "TestMigrateRefusesAnEditedMigration", "TestSchemasAreIsolated", "TestOpenRejectsBadOptions",
 	"TestMigrationMovesRunStateToJobRows", "TestMigrationDerivesQueuedEvents", "TestMigrationMovesIdempotencyRecords", "TestPlansAtDepth", "TestBatchPlansAfterGrowth", "TestBulkAdmissionPlans", "TestSweepStaleSchemas",
 	"TestServerNotReady", "TestOpenWaitsForServer", "TestPurgeRunsWaitsForAReplay", "TestPurgeRunsWaitsForAnAdmission",
-	"TestCoalescedRunIDRace", "TestCoalescedCallAbandoned", "TestBulkAdmissionsOutgrowTheLockTable",
+	"TestCoalescedRunIDRace", "TestCoalescedCallAbandoned", "TestBulkAdmissionsOutgrowTheLockTable", "TestCreateRunRacesAnUnlockedBulkAdmission",
 }
 
 // runtimeFaultTests are the worker runtime's fault tests: a worker killed,

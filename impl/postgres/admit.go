@@ -540,6 +540,18 @@ func (s *Store) writeAdmissions(t *txn, w *admissionWrite, bulk bool, now int64,
 		run, err := scanRun(br.QueryRow())
 		if errors.Is(err, pgx.ErrNoRows) {
 			n := w.norm[0]
+			// The run id is taken. By an unlocked bulk admission of this
+			// very scope (admitAll) that committed after the record was
+			// read? Then this is a replay or a conflict: run again.
+			if err := br.Close(); err != nil {
+				return err
+			}
+			switch err := t.QueryRow(t.ctx, selectIdempotency, args{"tenant": n.Tenant, "operation": n.Operation, "key": n.Key}).Scan(new(string), new(string), new(int64)); {
+			case err == nil:
+				return fmt.Errorf("%w: the record of run %s's scope appeared with its run id", errRaced, n.RunID)
+			case !errors.Is(err, pgx.ErrNoRows):
+				return err
+			}
 			return spec.Errorf(spec.CodeAlreadyExists, "run %s already exists for tenant %s; propose a new run id", n.RunID, n.Tenant)
 		}
 		if err != nil {

@@ -202,3 +202,60 @@ func TestCoalescedCallAbandoned(t *testing.T) {
 		t.Fatalf("run r3 of the call dropped before its transaction: %v, want %s", err, spec.CodeNotFound)
 	}
 }
+
+// TestCreateRunRacesAnUnlockedBulkAdmission: a bulk admission runs without
+// the admission locks, so a CreateRun of one of its members' scopes and run
+// id can read no record, then find the run id taken when the batch
+// commits. That CreateRun is the batch member's replay, not already_exists:
+// it runs again and reads the record. The batch is held before its commit
+// while the CreateRun waits for its run row.
+func TestCreateRunRacesAnUnlockedBulkAdmission(t *testing.T) {
+	gates, open := newGates()
+	held := make(chan struct{}, 1)
+	hook := func(ctx context.Context, op spec.Op, point spec.HookPoint) error {
+		if op == spec.OpCreateRuns && point == spec.BeforeCommit {
+			held <- struct{}{}
+			<-gates[0]
+		}
+		return nil
+	}
+	h := pgtest.FactoryWith(postgres.Options{MaxConns: 4})(t,
+		storetest.Options{Config: spec.DefaultConfig(), Clock: clock.NewManual(1_000), Hook: hook})
+	s := h.Store.(*postgres.Store)
+	t.Cleanup(func() { open(0) })
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	req := func(key, runID string) spec.CreateRunRequest {
+		return spec.CreateRunRequest{Tenant: "acme", Operation: "work", IdempotencyKey: key, RunID: runID, Payload: []byte(`{}`)}
+	}
+	bulk := make(chan error, 1)
+	go func() {
+		_, err := s.CreateRuns(ctx, []spec.CreateRunRequest{req("k", "r1"), req("k2", "r2")})
+		bulk <- err
+	}()
+	<-held
+	single := make(chan error, 1)
+	var res spec.CreateRunResult
+	go func() {
+		var err error
+		res, err = s.CreateRun(ctx, req("k", "r1"))
+		single <- err
+	}()
+	for n := 0; n == 0; {
+		if ctx.Err() != nil {
+			t.Fatal("gave up waiting for CreateRun to wait for the batch's run row")
+		}
+		n, _ = s.LockWaits(ctx)
+		time.Sleep(2 * time.Millisecond)
+	}
+	open(0)
+	if err := <-bulk; err != nil {
+		t.Fatalf("CreateRuns: %v", err)
+	}
+	if err := <-single; err != nil || !res.Replayed || res.Run.ID != "r1" {
+		t.Fatalf("CreateRun of the batch member's scope and run id: (%+v, %v), want the replay of run r1", res, err)
+	}
+	if st := s.AdmissionStats(); st.Retried != 1 {
+		t.Fatalf("AdmissionStats() = %+v, want the CreateRun run again once", st)
+	}
+}
