@@ -181,6 +181,7 @@ func (s *Store) admit(t *txn, br pgx.BatchResults, p *admissionPlan, reqs []spec
 	}
 
 	var w admissionWrite
+	var takenScopes []scopeKey // of the members refused already_exists
 	for i, req := range reqs {
 		n, err := s.cfg.NormalizeCreate(req, now)
 		if err == nil && !reach[i] {
@@ -215,11 +216,15 @@ func (s *Store) admit(t *txn, br pgx.BatchResults, p *admissionPlan, reqs []spec
 		k := jobKey{n.Tenant, n.RunID}
 		if taken[k] {
 			outcomes[i].Err = spec.Errorf(spec.CodeAlreadyExists, "run %s already exists for tenant %s; propose a new run id", n.RunID, n.Tenant)
+			takenScopes = append(takenScopes, scope)
 			continue
 		}
 		taken[k] = true
 		records[scope] = admitted{fingerprint: n.Fingerprint, expiresAt: n.ExpiresAt, member: i}
 		w.add(i, n, now, found)
+	}
+	if err := t.recordsAppeared(takenScopes, now); err != nil {
+		return nil, err
 	}
 	if err := t.replayedRuns(w.stored, w.storedRuns, outcomes); err != nil {
 		return nil, err
@@ -237,6 +242,40 @@ func (s *Store) admit(t *txn, br pgx.BatchResults, p *admissionPlan, reqs []spec
 		outcomes[r[0]].Result.Run = outcomes[r[1]].Result.Run
 	}
 	return outcomes, nil
+}
+
+// recordsAppeared reads the records of scopes again, the scopes of bulk
+// members refused already_exists because their run ids were taken, and
+// returns errRaced when one is live now: the records and the run ids were
+// read by two statements, and an admission of one of those scopes that
+// does not wait for this one's locks (an unlocked bulk admission, see
+// admitAll) may have committed the run id with its record in between. That
+// member replays it or conflicts with it, which the next attempt reads.
+func (t *txn) recordsAppeared(scopes []scopeKey, now int64) error {
+	if len(scopes) == 0 {
+		return nil
+	}
+	ts, os, ks := make([]string, len(scopes)), make([]string, len(scopes)), make([]string, len(scopes))
+	for i, sc := range scopes {
+		ts[i], os[i], ks[i] = sc.tenant, sc.operation, sc.key
+	}
+	rows, err := t.Query(t.ctx, selectAdmissionRecords, args{"tenants": ts, "operations": os, "keys": ks})
+	if err != nil {
+		return err
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var sc scopeKey
+		var fingerprint, runID string
+		var expiresAt int64
+		if err := rows.Scan(&sc.tenant, &sc.operation, &sc.key, &fingerprint, &runID, &expiresAt); err != nil {
+			return err
+		}
+		if expiresAt > now {
+			return fmt.Errorf("%w: a live record of %s/%s appeared beside a taken run id", errRaced, sc.tenant, sc.operation)
+		}
+	}
+	return rows.Err()
 }
 
 // replayedRuns reads the runs of the members (at index) that replay a
