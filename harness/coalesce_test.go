@@ -16,6 +16,7 @@ import (
 	"github.com/leasehold/leasehold/impl/postgres"
 	"github.com/leasehold/leasehold/impl/postgres/pgtest"
 	"github.com/leasehold/leasehold/impl/storetest"
+	"github.com/leasehold/leasehold/metrics"
 	"github.com/leasehold/leasehold/model"
 	"github.com/leasehold/leasehold/spec"
 )
@@ -46,7 +47,15 @@ func TestCoalescedAdmissionsLinearizable(t *testing.T) {
 	if retried == 0 && !pinned {
 		t.Fatalf("vacuous: no admission of %d rounds raced a concurrent one and ran again under the locks", rounds)
 	}
+	metrics.Report(t, metrics.Line{Check: "coalesced-admissions", Store: "postgres", Operations: int64(rounds * coalescedCalls), Histories: int64(rounds)})
 }
+
+// The coalesced admissions' check: callers on one store, calls of each in a
+// phase, phases, and calls in all.
+const (
+	coalescedCallers, coalescedPerPhase, coalescedPhases = 8, 16, 4
+	coalescedCalls                                       = coalescedCallers * coalescedPerPhase * coalescedPhases
+)
 
 // coalescedAdmissions runs the check of TestCoalescedAdmissionsLinearizable
 // with seed and returns what it found wrong ("" for nothing) and how many
@@ -54,7 +63,7 @@ func TestCoalescedAdmissionsLinearizable(t *testing.T) {
 func coalescedAdmissions(t *testing.T, seed uint64) (failure string, retried int64) {
 	failf := func(format string, a ...any) (string, int64) { return fmt.Sprintf(format, a...), 0 }
 	const (
-		callers, perPhase, phases, keys = 8, 16, 4, 8
+		callers, perPhase, phases, keys = coalescedCallers, coalescedPerPhase, coalescedPhases, 8
 		start                           = int64(1_000)
 	)
 	cfg := TestConfig()
