@@ -182,9 +182,16 @@ func testOutboxRefusedWritesWriteNone(t *testing.T, f Factory) {
 		checkCode(t, "Complete with messages by "+tc.name, err, tc.code)
 	}
 	e.unchanged("refused completions with messages", before)
+	// An admission with messages whose run id is taken under another key is
+	// already_exists and writes none of them.
+	taken := req("acme", "r1")
+	taken.IdempotencyKey, taken.Outbox = "another-key", msgs("taken", 1)
+	_, err := e.s.CreateRun(e.ctx, taken)
+	checkCode(t, "CreateRun with messages of a taken run id", err, spec.CodeAlreadyExists)
+	e.unchanged("an admission with messages refused already_exists", before)
 	// A completion rolled back after its writes (a fault before the commit) writes none.
 	e.hook.arm(spec.OpComplete, spec.BeforeCommit)
-	_, err := e.s.Complete(e.ctx, spec.CompleteRequest{Lease: current.Ref(), Outbox: msgs("rolled", 1)})
+	_, err = e.s.Complete(e.ctx, spec.CompleteRequest{Lease: current.Ref(), Outbox: msgs("rolled", 1)})
 	e.hook.disarm()
 	checkCode(t, "Complete rolled back", err, spec.CodeUnavailable)
 	e.unchanged("a rolled-back completion with messages", before)
