@@ -244,6 +244,16 @@ func (s *Store) admit(t *txn, br pgx.BatchResults, p *admissionPlan, reqs []spec
 	return outcomes, nil
 }
 
+// scopeArgs is scopes as the bulk statements' parallel arrays (tenants,
+// operations, keys).
+func scopeArgs(scopes []scopeKey) args {
+	ts, os, ks := make([]string, len(scopes)), make([]string, len(scopes)), make([]string, len(scopes))
+	for i, sc := range scopes {
+		ts[i], os[i], ks[i] = sc.tenant, sc.operation, sc.key
+	}
+	return args{"tenants": ts, "operations": os, "keys": ks}
+}
+
 // recordsAppeared reads the records of scopes again, the scopes of bulk
 // members refused already_exists because their run ids were taken, and
 // returns errRaced when one is live now: the records and the run ids were
@@ -255,11 +265,7 @@ func (t *txn) recordsAppeared(scopes []scopeKey, now int64) error {
 	if len(scopes) == 0 {
 		return nil
 	}
-	ts, os, ks := make([]string, len(scopes)), make([]string, len(scopes)), make([]string, len(scopes))
-	for i, sc := range scopes {
-		ts[i], os[i], ks[i] = sc.tenant, sc.operation, sc.key
-	}
-	rows, err := t.Query(t.ctx, selectAdmissionRecords, args{"tenants": ts, "operations": os, "keys": ks})
+	rows, err := t.Query(t.ctx, selectAdmissionRecords, scopeArgs(scopes))
 	if err != nil {
 		return err
 	}
@@ -514,11 +520,7 @@ func (s *Store) writeAdmissions(t *txn, w *admissionWrite, bulk bool, now int64,
 	var b pgx.Batch
 	if len(w.expired) > 0 {
 		if bulk {
-			ts, os, ks := make([]string, len(w.expired)), make([]string, len(w.expired)), make([]string, len(w.expired))
-			for i, e := range w.expired {
-				ts[i], os[i], ks[i] = e.tenant, e.operation, e.key
-			}
-			b.Queue(deleteExpiredRecords, args{"tenants": ts, "operations": os, "keys": ks, "now": now})
+			b.Queue(deleteExpiredRecords, scopeArgs(w.expired).with(args{"now": now}))
 		} else {
 			e := w.expired[0]
 			b.Queue(deleteIdempotency, args{"tenant": e.tenant, "operation": e.operation, "key": e.key, "now": now})
