@@ -3,6 +3,7 @@ package harness
 import (
 	"context"
 	"fmt"
+	"slices"
 	"testing"
 	"time"
 
@@ -294,7 +295,85 @@ func (m *machine) actions() map[string]func(*rapid.T) {
 		a[name] = action
 	}
 	a["zzzzz_retry"] = a["retry"] // "zzz_retry" was the last name
+	for name, action := range m.roundActions() {
+		a[name] = action
+	}
+	a["zzzzzzz_retry"] = a["retry"] // "zzzzz_retry" was the last name
 	return a
+}
+
+// roundActions are a worker's, a relay's and a retrying client's whole
+// rounds, added after zzzzz_retry: each is a few operations, the later on
+// what the earlier returned, so that a batch completion that completes one
+// member and refuses another, an outbox claim that takes messages, a mark
+// that marks them and a bulk admission that replays members are common in
+// every run, not left to the luck of a short one (etcd's 30 sequences).
+func (m *machine) roundActions() map[string]func(*rapid.T) {
+	return map[string]func(*rapid.T){
+		// A worker claims and completes what it got in one batch, beside a
+		// zombie: the previous generation of one of its runs (a paused
+		// worker's late completion), which must be refused.
+		"zzzzzz_work_batch": func(t *rapid.T) {
+			if !spec.OperationOf(spec.CompleteBatchRequest{}).Supports(m.store) {
+				t.Skip("the store does not implement spec.BatchCompleter")
+			}
+			got := m.do(t, model.Op{Req: spec.ClaimRequest{Tenant: m.tenant(t), Worker: rapid.SampledFrom(workers).Draw(t, "worker"),
+				LeaseMs: 60, Limit: rapid.IntRange(1, 3).Draw(t, "limit")}})
+			leases, _ := got.Value.([]spec.Lease)
+			if len(leases) == 0 {
+				return
+			}
+			var reqs []spec.CompleteRequest
+			for _, l := range leases {
+				reqs = append(reqs, spec.CompleteRequest{Lease: l.Ref(), Result: []byte(`{"ok":true}`)})
+			}
+			zombie := rapid.SampledFrom(leases).Draw(t, "zombie_of").Ref()
+			zombie.Generation--
+			zombie.Owner = rapid.SampledFrom(workers).Draw(t, "zombie_owner")
+			at := rapid.IntRange(0, len(reqs)).Draw(t, "zombie_at")
+			reqs = slices.Insert(reqs, at, spec.CompleteRequest{Lease: zombie})
+			m.do(t, model.Op{Req: spec.CompleteBatchRequest{Requests: reqs}})
+		},
+		// A client admits a run with messages; a relay claims messages of
+		// every tenant and marks what it took delivered.
+		"zzzzzz_relay": func(t *rapid.T) {
+			tenant := rapid.SampledFrom(tenants).Draw(t, "tenant")
+			m.do(t, model.Op{Req: spec.CreateRunRequest{Tenant: tenant, Operation: "work",
+				IdempotencyKey: rapid.SampledFrom(keys).Draw(t, "key"), RunID: m.newRunID(t, tenant),
+				Payload: []byte(rapid.SampledFrom(payloads).Draw(t, "payload")), Outbox: messages(t)}})
+			got := m.do(t, model.Op{Req: spec.ClaimOutboxRequest{Relay: "relay1", LeaseMs: 25, Limit: 3}})
+			msgs, _ := got.Value.([]spec.OutboxMessage)
+			if len(msgs) == 0 {
+				return
+			}
+			var keys []spec.OutboxKey
+			for _, msg := range msgs {
+				keys = append(keys, msg.Key())
+			}
+			m.do(t, model.Op{Req: spec.MarkDeliveredRequest{Messages: keys}})
+		},
+		// A client that did not hear back sends its bulk admission again,
+		// each member with another proposed run id: what the first created,
+		// the second replays.
+		"zzzzzz_create_runs_twice": func(t *rapid.T) {
+			if !spec.OperationOf(spec.CreateRunsRequest{}).Supports(m.store) {
+				t.Skip("the store does not implement spec.BatchCreator")
+			}
+			var reqs []spec.CreateRunRequest
+			for range rapid.IntRange(1, 3).Draw(t, "members") {
+				tenant := rapid.SampledFrom(tenants).Draw(t, "tenant")
+				reqs = append(reqs, spec.CreateRunRequest{Tenant: tenant, Operation: "work",
+					IdempotencyKey: rapid.SampledFrom(keys).Draw(t, "key"), RunID: m.newRunID(t, tenant),
+					Payload: []byte(rapid.SampledFrom(payloads).Draw(t, "payload"))})
+			}
+			m.do(t, model.Op{Req: spec.CreateRunsRequest{Requests: reqs}})
+			again := slices.Clone(reqs)
+			for i := range again {
+				again[i].RunID = m.newRunID(t, again[i].Tenant)
+			}
+			m.do(t, model.Op{Req: spec.CreateRunsRequest{Requests: again}})
+		},
+	}
 }
 
 // bulkActions are bulk admission's actions, added after zzz_retry (as the
@@ -337,20 +416,22 @@ func (m *machine) bulkActions() map[string]func(*rapid.T) {
 	}
 }
 
+// messages draws one or two outbox messages, now and then an invalid one.
+func messages(t *rapid.T) []spec.Message {
+	var out []spec.Message
+	for range rapid.IntRange(1, 2).Draw(t, "messages") {
+		out = append(out, spec.Message{
+			Subject: invalid(t, "subject", []string{"orders.created", "orders.done"}, "orders.*", ""),
+			Payload: []byte(invalid(t, "message_payload", []string{`{"n":1}`, `{ "n" : 1.0 }`, `[1,2]`}, `{"a":1,"a":2}`)),
+		})
+	}
+	return out
+}
+
 // outboxActions are the outbox's actions, added after z_retry: their names
 // sort after it and before zzz_retry, the last again, and their draws
 // happen only inside them, so that every kept failfile replays as before.
 func (m *machine) outboxActions() map[string]func(*rapid.T) {
-	messages := func(t *rapid.T) []spec.Message {
-		var out []spec.Message
-		for range rapid.IntRange(1, 2).Draw(t, "messages") {
-			out = append(out, spec.Message{
-				Subject: invalid(t, "subject", []string{"orders.created", "orders.done"}, "orders.*", ""),
-				Payload: []byte(invalid(t, "message_payload", []string{`{"n":1}`, `{ "n" : 1.0 }`, `[1,2]`}, `{"a":1,"a":2}`)),
-			})
-		}
-		return out
-	}
 	return map[string]func(*rapid.T){
 		"zz_create_outbox": func(t *rapid.T) {
 			// Half the time a retry of the last one (another proposed run id),
@@ -564,9 +645,9 @@ func (m *machine) recordRequest(t *rapid.T, states []spec.EffectState) spec.Reco
 		ProviderRef: rapid.SampledFrom([]string{"", "ch_1"}).Draw(t, "provider_ref")}
 }
 
-// do runs op on the store and on the model and fails on any difference in
-// the result (value, or error code and state).
-func (m *machine) do(t *rapid.T, op model.Op) {
+// do runs op on the store and on the model, fails on any difference in
+// the result (value, or error code and state), and returns the store's.
+func (m *machine) do(t *rapid.T, op model.Op) model.Result {
 	op.Now = m.clk.Now()
 	m.rnd.Set(op.Jitter)
 	m.steps++
@@ -598,7 +679,7 @@ func (m *machine) do(t *rapid.T, op model.Op) {
 	m.state = next
 	if got.Err != nil {
 		m.property.Counters.Refused++
-		return
+		return got
 	}
 	switch v := got.Value.(type) {
 	case []spec.Lease:
@@ -616,6 +697,7 @@ func (m *machine) do(t *rapid.T, op model.Op) {
 			}
 		}
 	}
+	return got
 }
 
 // carriesMessages reports a request that asks for outbox messages.

@@ -22,7 +22,8 @@ import (
 // to a plain run's sequences. A failure
 // keeps its failfile under reports/failfiles and prints the seed and the
 // replay command (go test -run with the calling test's name); a run that
-// exercised no stale write, no refusal or no success fails as vacuous. It
+// exercised no stale write, no refusal or no success fails as vacuous (no
+// failfile: it prints the command that runs the test again). It
 // reports its figures on a metrics line. Any store that passes storetest can
 // be checked this way; store names the store in reports.
 func RunProperty(t *testing.T, store string, f storetest.Factory) {
@@ -44,7 +45,11 @@ func RunPropertyOn(t *testing.T, target Target) {
 		k, err := KeepFailfile(t.Name(), start, Kept{Test: t.Name(), Store: store, Expect: "pass", Env: target.Env, Tags: target.Tags,
 			Transient: target.Transient})
 		if err != nil {
-			t.Logf("could not keep the failfile: %v", err)
+			// A vacuous run fails with no failfile: vacuity is judged over
+			// all its sequences, so the replay is the whole test again.
+			again := TestCommand(target.Env, target.Tags, t.Name())
+			t.Logf("no failfile to keep (%v); run it again: %s", err, again)
+			metrics.Report(t, metrics.Line{Check: "rapid", Store: store, Operations: int64(p.Counters.Operations), Violations: 1, Replay: again})
 			return
 		}
 		t.Logf("seed %s; failfile kept at %s\nreplay: %s\n   or: make replay FILE=%s", k.Seed, k.File, k.Command, k.File)

@@ -718,6 +718,8 @@ func runCheck(ctx context.Context, c check, perTest time.Duration, o verifyOptio
 	var race coordinatorRace
 	var execs int64
 	defer func() { res.Execs += execs }()
+	var replay replayPick
+	defer func() { res.Seed, res.Replay = replay.seed, replay.replay }()
 	pkgFailed := false
 	shownSubtests := 0
 	sc := bufio.NewScanner(stdout)
@@ -742,12 +744,7 @@ func runCheck(ctx context.Context, c check, perTest time.Duration, o verifyOptio
 				res.Rounds += m.Rounds
 				res.Violations += m.Violations
 				res.addFaults(m.Faults)
-				if m.Seed != "" {
-					res.Seed = m.Seed
-				}
-				if m.Replay != "" {
-					res.Replay = m.Replay
-				}
+				replay.see(m)
 			}
 			if n, ok := fuzzExecs(ev.Output); ok {
 				execs = n // go test prints a running count: the last is the total
@@ -836,6 +833,22 @@ func runCheck(ctx context.Context, c check, perTest time.Duration, o verifyOptio
 // Go 1.27), which a finding never looks like (go test writes the input
 // first).
 const coordinatorRaceNote = "go test -fuzz ended with \"context deadline exceeded\" and wrote no failing input: Go's fuzzing coordinator race at the end of -fuzztime (golang/go#75804), not a finding"
+
+// replayPick keeps the seed and replay command a check reports from its
+// tests' metrics lines: the last failing test's, else the last one's.
+type replayPick struct {
+	seed, replay string
+	failing      bool // seed and replay are a failing test's
+}
+
+// see takes m's seed and replay unless a failing test's are kept and m's
+// test did not fail.
+func (p *replayPick) see(m metrics.Line) {
+	if m.Seed == "" && m.Replay == "" || p.failing && m.Violations == 0 {
+		return
+	}
+	p.seed, p.replay, p.failing = m.Seed, m.Replay, m.Violations > 0
+}
 
 // coordinatorRace follows a fuzz run's output for coordinatorRaceNote's
 // signature.

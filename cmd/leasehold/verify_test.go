@@ -9,6 +9,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/leasehold/leasehold/metrics"
 )
 
 // TestTestBudget: an exploring check gets its share of what is left among
@@ -271,5 +273,36 @@ func TestCoordinatorRace(t *testing.T) {
 				t.Errorf("coordinator race = %v, want %v", got, tc.want)
 			}
 		})
+	}
+}
+
+// TestReplayPick: a check reports the last failing test's seed and replay,
+// whatever passing test's line came after it, else the last test's.
+func TestReplayPick(t *testing.T) {
+	pass := func(seed string) metrics.Line { return metrics.Line{Seed: seed, Replay: "go test -run " + seed} }
+	failing := func(seed string) metrics.Line { l := pass(seed); l.Violations = 1; return l }
+	for _, tc := range []struct {
+		name  string
+		lines []metrics.Line
+		want  string
+	}{
+		{"the last of passing tests", []metrics.Line{pass("a"), pass("b")}, "b"},
+		{"a failure before a pass", []metrics.Line{failing("a"), pass("b")}, "a"},
+		{"a pass before a failure", []metrics.Line{pass("a"), failing("b")}, "b"},
+		{"the last of two failures", []metrics.Line{failing("a"), failing("b"), pass("c")}, "b"},
+		{"a line without a replay keeps the last", []metrics.Line{pass("a"), {Operations: 3}}, "a"},
+		{"none", nil, ""},
+	} {
+		var p replayPick
+		for _, l := range tc.lines {
+			p.see(l)
+		}
+		wantReplay := ""
+		if tc.want != "" {
+			wantReplay = "go test -run " + tc.want
+		}
+		if p.seed != tc.want || p.replay != wantReplay {
+			t.Errorf("%s: seed %q, replay %q; want seed %q, replay %q", tc.name, p.seed, p.replay, tc.want, wantReplay)
+		}
 	}
 }
