@@ -70,8 +70,8 @@ var postgresTests = []string{
 	"TestAnnouncerOwnConnection", "TestAnnouncerReconnects", "TestAnnouncerBacksOff", "TestNotifyQueueBound", "TestCloseGivesUpInTime",
 	"TestMigrateConcurrentlyAndAgain", "TestMigrateRefusesAnEditedMigration", "TestSchemasAreIsolated", "TestOpenRejectsBadOptions",
 	"TestMigrationMovesRunStateToJobRows", "TestMigrationDerivesQueuedEvents", "TestMigrationMovesIdempotencyRecords", "TestPlansAtDepth", "TestBatchPlansAfterGrowth", "TestBulkAdmissionPlans", "TestSweepStaleSchemas",
-	"TestServerNotReady", "TestOpenWaitsForServer", "TestPurgeRunsWaitsForAReplay", "TestPurgeRunsWaitsForAnAdmission",
-	"TestCoalescedRunIDRace", "TestCoalescedCallAbandoned", "TestBulkAdmissionsOutgrowTheLockTable", "TestCreateRunRacesAnUnlockedBulkAdmission",
+	"TestServerNotReady", "TestOpenWaitsForServer", "TestPurgeRunsWaitsForAReplay", "TestPurgeRunsTakesNoAdmissionLock",
+	"TestCoalescedRunIDRace", "TestCoalescedCallAbandoned", "TestBulkAdmissionsOutgrowTheLockTable", "TestPurgeRunsOutgrowsNoLockTable", "TestCreateRunRacesAnUnlockedBulkAdmission",
 }
 
 // runtimeFaultTests are the worker runtime's fault tests: a worker killed,

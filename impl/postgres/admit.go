@@ -145,12 +145,15 @@ type admitted struct {
 // members in order) inside t, in two pipelined round trips:
 //
 //  1. The admission locks of every member's scope (sorted: one global
-//     order), then the clock, then the records of those scopes with their
-//     runs (and, for a bulk admission, which proposed run ids are taken).
-//     The server runs a batch's statements in order, so the clock is read
-//     after every lock is held, as every admission reads it. Unlocked (a
-//     bulk admission's first attempt, see admitAll): the records and run
-//     ids, then the clock.
+//     order; none on a bulk admission's first attempt, see admitAll), then
+//     the records of those scopes with their runs (and, for a bulk
+//     admission, which proposed run ids are taken), then the clock. The
+//     server runs a batch's statements in order, so the clock is read
+//     after every lock is held and after what the admission decides from:
+//     a record it finds gone was deleted before its time (by a purge,
+//     which takes none of these locks), and one it finds live and then
+//     sees expire at its time is deleted by a guarded statement that
+//     reports a concurrent deletion (errRaced).
 //  2. Each member is decided in Go, in order, exactly as CreateRun decides
 //     it, from what was read and from the members before it: invalid, a
 //     replay or a conflict of a live record, already_exists, or created
@@ -286,9 +289,9 @@ func (t *txn) recordsAppeared(scopes []scopeKey, now int64) error {
 
 // replayedRuns reads the runs of the members (at index) that replay a
 // record of the database: getRun for one, selectRunsOf for more. A run
-// missing is errRaced: without the admission locks (admitAll), a purge of
-// runs may have deleted it after the record was read live (at an earlier
-// time than the purge's, when the record expired).
+// missing is errRaced: a purge of runs, which takes no admission lock
+// (lockPurged), may have deleted it after the record was read live (at an
+// earlier time than the purge's, when the record expired).
 func (t *txn) replayedRuns(index []int, runs []jobKey, outcomes []spec.CreateOutcome) error {
 	switch len(index) {
 	case 0:
@@ -369,18 +372,14 @@ func (s *Store) planAdmission(reqs []spec.CreateRunRequest, bulk, locked bool) *
 	return p
 }
 
-// queueReads queues admit's first round trip after the BEGIN: the locks,
-// the clock, the lookups; unlocked (a bulk admission's first attempt), the
-// lookups, then the clock.
+// queueReads queues admit's first round trip after the BEGIN: the locks
+// (but on a bulk admission's first attempt), the lookups, then the clock.
 func (p *admissionPlan) queueReads(b *pgx.Batch) {
 	switch {
 	case p.bulk && p.locked:
 		b.Queue(lockAdmissions, args{"scopes": p.scopes})
 	case !p.bulk && len(p.scopes) == 1:
 		b.Queue(lockAdmission, args{"scope": p.scopes[0]})
-	}
-	if p.dbClock && p.locked {
-		b.Queue(clockQuery)
 	}
 	switch {
 	case p.bulk:
@@ -389,7 +388,7 @@ func (p *admissionPlan) queueReads(b *pgx.Batch) {
 	case len(p.scopes) == 1:
 		b.Queue(selectIdempotency, args{"tenant": p.tenants[0], "operation": p.operations[0], "key": p.keys[0]})
 	}
-	if p.dbClock && !p.locked {
+	if p.dbClock {
 		b.Queue(clockQuery)
 	}
 }
@@ -414,24 +413,18 @@ func (t *txn) readAdmissions(br pgx.BatchResults, p *admissionPlan, records map[
 		t.now, t.timed = now, true
 		return nil
 	}
-	if p.dbClock && p.locked {
-		if err := readClock(); err != nil {
-			return 0, err
-		}
-	}
 	if !bulk && len(scopes) == 0 {
 		// A CreateRun whose names SQL cannot hold: refused at any time.
+		if p.dbClock {
+			if err := readClock(); err != nil {
+				return 0, err
+			}
+			return now, br.Close()
+		}
 		if err := br.Close(); err != nil {
 			return 0, err
 		}
 		return t.clock()
-	}
-	if !p.dbClock && p.locked {
-		// After the locks (their results came back, so they are held).
-		var err error
-		if now, err = t.clock(); err != nil {
-			return 0, err
-		}
 	}
 	rows, err := br.Query()
 	if err != nil {
@@ -470,17 +463,14 @@ func (t *txn) readAdmissions(br pgx.BatchResults, p *admissionPlan, records map[
 			return 0, err
 		}
 	}
-	if !p.locked {
-		// After the reads the admission decides from.
-		var err error
-		if p.dbClock {
-			err = readClock()
-		} else {
-			now, err = t.clock()
-		}
-		if err != nil {
-			return 0, err
-		}
+	// After the reads the admission decides from (and after the locks).
+	if p.dbClock {
+		err = readClock()
+	} else {
+		now, err = t.clock()
+	}
+	if err != nil {
+		return 0, err
 	}
 	return now, br.Close()
 }
@@ -627,8 +617,9 @@ type AdmissionStats struct {
 	// (Options.CoalesceCreateRun), SharedTransactions the transactions
 	// that admitted them; both zero without it.
 	Coalesced, SharedTransactions int64
-	// Retried is the admission attempts that raced a concurrent admission,
-	// rolled back and ran again under the admission locks (see admitAll).
+	// Retried is the admission attempts that raced a concurrent admission
+	// or purge of runs, rolled back and ran again under the admission
+	// locks (see admitAll).
 	Retried int64
 }
 

@@ -695,80 +695,100 @@ func TestPurgeRunsWaitsForAReplay(t *testing.T) {
 	}
 }
 
-// TestPurgeRunsWaitsForAnAdmission: an admission whose own clock finds a
-// run's idempotency record live is a replay: it reads the record, then the
-// run, in two statements. A purge whose clock finds the record expired
-// deletes the run with it. The purge must wait for the admission's lock of
-// the key, or the run could be deleted between the admission's two
-// statements and the retried request get not_found instead of its run. Here
-// the admission is held at BeforeCommit, holding that lock: the purge waits
-// for it, and then deletes the run.
-func TestPurgeRunsWaitsForAnAdmission(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
-	dsn, schema := pgtest.Schema(t)
-	cfg := spec.DefaultConfig()
-	cfg.RunRetentionMs, cfg.IdempotencyRetentionMs = 10_000, 5_000
-	setup := openOn(t, dsn, schema, postgres.Options{Config: cfg, Clock: clock.NewManual(t0)})
-	create := spec.CreateRunRequest{Tenant: "acme", Operation: "work", IdempotencyKey: "order-1", RunID: "r1", Payload: []byte(`{}`)}
-	if _, err := setup.CreateRun(ctx, create); err != nil { // the record lives until t0+5000
-		t.Fatal(err)
-	}
-	if _, err := setup.Cancel(ctx, spec.CancelRequest{Tenant: "acme", RunID: "r1"}); err != nil { // retired at t0+10,000
-		t.Fatal(err)
-	}
-	arrived, resume := make(chan struct{}), make(chan struct{})
-	admitter := openOn(t, dsn, schema, postgres.Options{Config: cfg, Clock: clock.NewManual(t0 + 1000),
-		Hook: onceAt(spec.OpCreateRun, spec.BeforeCommit, func(context.Context) error {
-			close(arrived)
-			<-resume
-			return nil
-		})})
-	var release sync.Once
-	resumeAdmission := func() { release.Do(func() { close(resume) }) }
-	t.Cleanup(resumeAdmission) // before the store closes, even when the test fails
-	app := "lh-purge-admit-" + schema[len(schema)-8:]
-	janitor := openOn(t, dsn, schema, postgres.Options{Config: cfg, Clock: clock.NewManual(t0 + 20_000), ApplicationName: app})
+// TestPurgeRunsTakesNoAdmissionLock: a purge of runs takes no admission
+// lock (one per purged record would fill PostgreSQL's lock table), so it
+// never waits for an admission of a purged run's key; an admission reads
+// its clock after the records it decides from, and one that raced a purge
+// runs again. r1's record lives until t0+5000 and r1 is retired at
+// t0+10,000; the janitor's clock is at t0+20,000. A retried request of
+// r1's key (proposing r1-retry):
+//
+//   - held before its commit, having read r1's record live at its own time
+//     and r1: the purge does not wait for it, and the request still gets r1
+//     replayed (it read r1 before the purge deleted it: it comes first);
+//   - held at its clock read, after it read r1's record (still there) and
+//     before it reads r1: the purge deletes r1 meanwhile. With the
+//     admission's clock at the janitor's time, the record it read has
+//     expired and its deletion finds it gone; with the admission's clock
+//     behind (t0+1000, the record live), r1 is gone when it reads it.
+//     Either way the admission runs again (Retried 1) and finds no record:
+//     r1-retry is created.
+func TestPurgeRunsTakesNoAdmissionLock(t *testing.T) {
+	for _, tc := range []struct {
+		name       string
+		admitClock int64
+		atClock    bool // hold the admission at its clock read, else before its commit
+		replayed   bool
+		wantRun    string
+		retried    int64
+	}{
+		{"held before its commit", t0 + 1000, false, true, "r1", 0},
+		{"held at its clock read, the clock at the janitor's", t0 + 20_000, true, false, "r1-retry", 1},
+		{"held at its clock read, the clock behind", t0 + 1000, true, false, "r1-retry", 1},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+			defer cancel()
+			dsn, schema := pgtest.Schema(t)
+			cfg := spec.DefaultConfig()
+			cfg.RunRetentionMs, cfg.IdempotencyRetentionMs = 10_000, 5_000
+			setup := openOn(t, dsn, schema, postgres.Options{Config: cfg, Clock: clock.NewManual(t0)})
+			create := spec.CreateRunRequest{Tenant: "acme", Operation: "work", IdempotencyKey: "order-1", RunID: "r1", Payload: []byte(`{}`)}
+			if _, err := setup.CreateRun(ctx, create); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := setup.Cancel(ctx, spec.CancelRequest{Tenant: "acme", RunID: "r1"}); err != nil {
+				t.Fatal(err)
+			}
+			arrived, resume := make(chan struct{}), make(chan struct{})
+			var release sync.Once
+			resumeAdmission := func() { release.Do(func() { close(resume) }) }
+			hold := func() { close(arrived); <-resume }
+			o := postgres.Options{Config: cfg, Clock: clock.NewManual(tc.admitClock)}
+			if tc.atClock {
+				o.Clock = &heldClock{Clock: o.Clock, hold: hold}
+			} else {
+				o.Hook = onceAt(spec.OpCreateRun, spec.BeforeCommit, func(context.Context) error { hold(); return nil })
+			}
+			admitter := openOn(t, dsn, schema, o)
+			janitor := openOn(t, dsn, schema, postgres.Options{Config: cfg, Clock: clock.NewManual(t0 + 20_000), RuntimeParams: noWait})
+			t.Cleanup(resumeAdmission) // before the stores close, even when the test fails
 
-	type admitted struct {
-		res spec.CreateRunResult
-		err error
+			type admitted struct {
+				res spec.CreateRunResult
+				err error
+			}
+			admitDone := make(chan admitted, 1)
+			retry := create
+			retry.RunID = "r1-retry"
+			go func() {
+				res, err := admitter.CreateRun(ctx, retry)
+				admitDone <- admitted{res, err}
+			}()
+			<-arrived
+			if ids, err := janitor.PurgeRuns(ctx, spec.PurgeRunsRequest{Tenant: "acme", Limit: 10}); err != nil || !slices.Equal(ids, []string{"r1"}) {
+				t.Fatalf("purge while the admission is held: %v, %v; want [r1] at once", ids, err)
+			}
+			resumeAdmission()
+			a := <-admitDone
+			if a.err != nil || a.res.Replayed != tc.replayed || a.res.Run.ID != tc.wantRun {
+				t.Fatalf("the retried request: %+v, %v; want run %s, replayed %v", a.res, a.err, tc.wantRun, tc.replayed)
+			}
+			if got := admitter.AdmissionStats().Retried; got != tc.retried {
+				t.Errorf("the admission ran again %d times; want %d", got, tc.retried)
+			}
+		})
 	}
-	admitDone := make(chan admitted, 1)
-	retry := create
-	retry.RunID = "r1-retry"
-	go func() {
-		res, err := admitter.CreateRun(ctx, retry)
-		admitDone <- admitted{res, err}
-	}()
-	<-arrived
-	type purged struct {
-		ids []string
-		err error
-	}
-	purgeDone := make(chan purged, 1)
-	go func() {
-		ids, err := janitor.PurgeRuns(ctx, spec.PurgeRunsRequest{Tenant: "acme", Limit: 10})
-		purgeDone <- purged{ids, err}
-	}()
-	// Barrier: the purge waits for the admission's lock of the key.
-	watcher := pgtest.Conn(t, dsn, schema)
-	for waiting := 0; waiting == 0; {
-		select {
-		case p := <-purgeDone:
-			t.Fatalf("the purge returned %v, %v while an admission that found the run's record live held its key: it must wait", p.ids, p.err)
-		default:
-		}
-		if err := watcher.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity
-			WHERE application_name = $1 AND wait_event_type = 'Lock'`, app).Scan(&waiting); err != nil {
-			t.Fatalf("waiting for the purge to block on the admission: %v", err)
-		}
-	}
-	resumeAdmission()
-	if a := <-admitDone; a.err != nil || !a.res.Replayed || a.res.Run.ID != "r1" {
-		t.Fatalf("the retried request: %+v, %v; want r1 replayed", a.res, a.err)
-	}
-	if p := <-purgeDone; p.err != nil || !slices.Equal(p.ids, []string{"r1"}) {
-		t.Fatalf("purge after the admission: %v, %v; want [r1]", p.ids, p.err)
-	}
+}
+
+// heldClock is a clock whose first reading waits in hold.
+type heldClock struct {
+	clock.Clock
+	once sync.Once
+	hold func()
+}
+
+func (c *heldClock) Now() int64 {
+	c.once.Do(c.hold)
+	return c.Clock.Now()
 }

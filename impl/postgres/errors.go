@@ -229,12 +229,13 @@ func (s *Store) resolveCommit(ctx context.Context, xid string) (status string, e
 
 // errRaced marks an admission that found a row it decided from gone by the
 // time it wrote (see raced).
-var errRaced = errors.New("postgres: a concurrent admission changed what this one read")
+var errRaced = errors.New("postgres: a concurrent admission or purge changed what this one read")
 
 // raced reports whether err is an admission's abort, before its commit
 // (nothing written), on a concurrent admission of one of its scopes or run
-// ids that did not wait for its admission locks (admitAll): an expired
-// record already deleted (errRaced), the unique violation of a run's key,
+// ids that did not wait for its admission locks (admitAll), or a purge of
+// runs (which takes none): an expired record already deleted or a replayed
+// run gone (errRaced), the unique violation of a run's key,
 // a scope's record or a job's key, or the deadlock of two batches that each
 // took a key of the other's.
 func raced(err error) bool {

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"slices"
 	"sort"
 
 	"github.com/jackc/pgx/v5"
@@ -492,8 +491,8 @@ func (s *Store) PurgeIdempotency(ctx context.Context, req spec.PurgeRequest) (de
 const purgeRounds = 4
 
 // PurgeRuns implements spec.Store. It reads the clock, picks the retired
-// lineages (retiredLineages), locks their job rows and the admission locks
-// of their records, and picks again: when the second pick holds no run
+// lineages (retiredLineages), locks their job rows (lockPurged), and picks
+// again: when the second pick holds no run
 // the locks do not cover, nothing can change what it picked before the
 // commit, and it deletes them. A pick changed by a concurrent write (a
 // replay of a leaf, a run finishing, another purge) is locked too and the
@@ -566,33 +565,14 @@ func (s *Store) PurgeRuns(ctx context.Context, req spec.PurgeRunsRequest) (delet
 	return deleted, nil
 }
 
-// lockPurged takes the job row locks of runIDs, then the admission locks of
-// the records that name them, in one order (lockPurged, selectPurgedKeys).
+// lockPurged takes the job row locks of runIDs. It takes no admission
+// lock: an admission reads the clock after the records it decides from
+// (admit), so one that finds a purged run's record gone runs at a time the
+// record had expired by, and one that found it live and then finds its run
+// gone runs again (errRaced).
 func (t *txn) lockPurged(tenant string, runIDs []string) error {
-	a := args{"tenant": tenant, "run_ids": runIDs}
-	if _, err := t.exec(lockPurged, a); err != nil {
-		return err
-	}
-	rows, err := t.Query(t.ctx, selectPurgedKeys, a)
-	if err != nil {
-		return err
-	}
-	scopes, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (string, error) {
-		var op, key string
-		err := row.Scan(&op, &key)
-		return t.s.admissionScope(tenant, op, key), err
-	})
-	if err != nil {
-		return err
-	}
-	// The order every bulk admission takes them in (admit): no deadlock.
-	slices.Sort(scopes)
-	for _, scope := range scopes {
-		if _, err := t.exec(lockAdmission, args{"scope": scope}); err != nil {
-			return err
-		}
-	}
-	return nil
+	_, err := t.exec(lockPurged, args{"tenant": tenant, "run_ids": runIDs})
+	return err
 }
 
 // retiredLineages is the SQLite store's retiredLineages on this schema: up

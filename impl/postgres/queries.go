@@ -433,13 +433,6 @@ const (
 	// held nothing can replay, purge or otherwise write them.
 	lockPurged = `SELECT run_id FROM jobs WHERE tenant = @tenant AND run_id = ANY (@run_ids)
 		ORDER BY run_id FOR UPDATE`
-	// selectPurgedKeys lists the idempotency scopes of the records that name
-	// the picked runs, whose admission locks the purge then takes: an
-	// admission that read such a record (live at its own time) must finish
-	// before the run it would return is deleted.
-	selectPurgedKeys = `SELECT operation, idempotency_key FROM runs
-		WHERE tenant = @tenant AND run_id = ANY (@run_ids) AND idempotency_key IS NOT NULL
-		ORDER BY operation, idempotency_key`
 	// The rows of the purged runs, children first; the runs in one
 	// statement, so each replay_of link among them is checked at its end.
 	// A run's idempotency record goes with its runs row, never a live one

@@ -21,14 +21,16 @@
 //     admission holds instead of skipping it, so that its count is exact
 //     (see purgeIdempotency).
 //   - CreateRun takes a transaction-scoped advisory lock on its idempotency
-//     scope (tenant, operation, key) before it reads the clock, so concurrent
-//     admissions of one key run one after the other: the second sees the
-//     first's record and returns the replay or idempotency_conflict. A bulk
-//     admission first runs without those locks (a thousand of them, held to
-//     the commit, would fill the server's lock table) and reads the clock
-//     after its reads; a write that then finds a row gone or a key taken
-//     rolls it back, and it runs again under the locks (admitAll). A
-//     CreateRun whose record such a batch wrote first runs again too.
+//     scope (tenant, operation, key), then reads the records it decides
+//     from, then the clock, so concurrent admissions of one key run one
+//     after the other: the second sees the first's record and returns the
+//     replay or idempotency_conflict. A bulk admission first runs without
+//     those locks (a thousand of them, held to the commit, would fill the
+//     server's lock table); a write that then finds a row gone or a key
+//     taken rolls it back, and it runs again under the locks (admitAll). A
+//     CreateRun whose record such a batch wrote first runs again too, and
+//     so does one whose record's run a purge of runs deleted after it read
+//     the record (the purge takes no admission lock).
 //   - Lock order is job row, then run row, in every transaction (claim, the
 //     terminal writes and cancel all touch both), so these operations cannot
 //     deadlock one another. Attempt and effect rows are only written by the
