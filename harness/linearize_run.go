@@ -30,7 +30,7 @@ const linOps = 2500
 const linMaxHistories = 6
 
 // linRaces are the races every linearizability run must contain.
-var linRaces = []Race{RaceStaleWriteRefused, RaceLeaseReclaimed, RaceCancelVsFinish, RaceUnknownOutcome}
+var linRaces = []Race{RaceStaleWriteRefused, RaceLeaseReclaimed, RaceCancelVsFinish, RaceUnknownOutcome, RaceAdmissionVsPurge}
 
 // RunLinearizable records concurrent histories against the store f opens
 // and judges each against the model: two histories in a plain go test (one

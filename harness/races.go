@@ -47,6 +47,10 @@ const (
 	// another client's operation was held at before_commit, its
 	// transaction open and its locks held.
 	RaceWaitedForLock Race = "waited_for_lock"
+	// RaceAdmissionVsPurge: an admission (CreateRun, or a member of
+	// CreateRuns) of an idempotency key overlapped in time a purge of runs
+	// that deleted a run admitted under that key.
+	RaceAdmissionVsPurge Race = "admission_vs_purge"
 )
 
 // raceDetectors is every race with its meaning and its detector, in the
@@ -72,6 +76,7 @@ var raceDetectors = []struct {
 		return calledDuring(h, spec.AfterCommit)
 	}},
 	{RaceWaitedForLock, "an operation was seen blocked on a lock while another client's operation was held at before_commit", waitedForLock},
+	{RaceAdmissionVsPurge, "an admission of a key overlapped a purge of runs that deleted a run admitted under that key", admissionVsPurge},
 }
 
 // AllRaces lists every race, in report order.
@@ -320,6 +325,60 @@ func cancelVsFinish(h *History) int {
 			}
 			ref := f.Op.Req.Leases()[0]
 			if ref.Tenant == cancel.Tenant && ref.RunID == cancel.RunID && c.Call <= f.Return && f.Call <= c.Return {
+				n++
+			}
+		}
+	}
+	return n
+}
+
+// admissionVsPurge counts the admissions (a bulk admission's members one
+// by one) that overlapped a purge of runs which deleted a run created under
+// the admission's key anywhere in the history.
+func admissionVsPurge(h *History) int {
+	type scope struct{ tenant, operation, key string }
+	type admission struct {
+		scope
+		entry int
+	}
+	var admissions []admission
+	created := map[scope][]string{} // run ids created under each key
+	for i, e := range h.Entries {
+		var reqs []spec.CreateRunRequest
+		var outs []spec.CreateOutcome
+		switch r := e.Op.Req.(type) {
+		case spec.CreateRunRequest:
+			reqs = []spec.CreateRunRequest{r}
+			if res, ok := e.Out.Result.Value.(spec.CreateRunResult); ok && e.Out.Result.Err == nil {
+				outs = []spec.CreateOutcome{{Result: res}}
+			}
+		case spec.CreateRunsRequest:
+			reqs = r.Requests
+			outs, _ = e.Out.Result.Value.([]spec.CreateOutcome)
+		default:
+			continue
+		}
+		for m, req := range reqs {
+			sc := scope{req.Tenant, req.Operation, req.IdempotencyKey}
+			admissions = append(admissions, admission{sc, i})
+			if !e.Out.Unknown && m < len(outs) && outs[m].Err == nil && !outs[m].Result.Replayed {
+				created[sc] = append(created[sc], outs[m].Result.Run.ID)
+			}
+		}
+	}
+	n := 0
+	for _, p := range h.Entries {
+		purge, isPurge := p.Op.Req.(spec.PurgeRunsRequest)
+		deleted, _ := p.Out.Result.Value.([]string)
+		if !isPurge || p.Out.Unknown || len(deleted) == 0 {
+			continue
+		}
+		for _, a := range admissions {
+			e := h.Entries[a.entry]
+			if a.tenant != purge.Tenant || e.Call > p.Return || p.Call > e.Return {
+				continue
+			}
+			if slices.ContainsFunc(created[a.scope], func(id string) bool { return slices.Contains(deleted, id) }) {
 				n++
 			}
 		}

@@ -34,3 +34,43 @@ func TestWaitedForLock(t *testing.T) {
 		}
 	}
 }
+
+// TestAdmissionVsPurge: an admission is the race admission_vs_purge when it
+// overlapped a purge of its tenant that deleted a run created under its key
+// (a bulk admission's members counted one by one), and not when the purge
+// came after it, deleted nothing or another key's run, or was another
+// tenant's.
+func TestAdmissionVsPurge(t *testing.T) {
+	create := func(key, runID string, replayed bool, call, ret int64) Entry {
+		req := spec.CreateRunRequest{Tenant: "acme", Operation: "work", IdempotencyKey: key, RunID: runID}
+		res := spec.CreateRunResult{Run: spec.Run{Tenant: "acme", ID: runID}, Replayed: replayed}
+		return Entry{Op: model.Op{Req: req}, Out: Observed{Result: model.Result{Value: res}}, Call: call, Return: ret}
+	}
+	purge := func(tenant string, call, ret int64, deleted ...string) Entry {
+		return Entry{Op: model.Op{Req: spec.PurgeRunsRequest{Tenant: tenant, Limit: 3}},
+			Out: Observed{Result: model.Result{Value: deleted}}, Call: call, Return: ret}
+	}
+	bulk := Entry{Op: model.Op{Req: spec.CreateRunsRequest{Requests: []spec.CreateRunRequest{
+		{Tenant: "acme", Operation: "work", IdempotencyKey: "k1", RunID: "r9"},
+		{Tenant: "acme", Operation: "work", IdempotencyKey: "k2", RunID: "r8"},
+	}}}, Out: Observed{Result: model.Result{Value: []spec.CreateOutcome{{Result: spec.CreateRunResult{Run: spec.Run{ID: "r1"}, Replayed: true}}, {Result: spec.CreateRunResult{Run: spec.Run{ID: "r8"}}}}}},
+		Call: 20, Return: 30}
+	for _, tc := range []struct {
+		name    string
+		entries []Entry
+		want    int
+	}{
+		{"a retry overlapping the purge of its key's run", []Entry{create("k1", "r1", false, 1, 2), create("k1", "r2", true, 10, 20), purge("acme", 15, 25, "r1")}, 1},
+		{"a new run of the key while its old one is purged", []Entry{create("k1", "r1", false, 1, 2), create("k1", "r2", false, 10, 20), purge("acme", 15, 25, "r1")}, 1},
+		{"the purge after the admission returned", []Entry{create("k1", "r1", false, 1, 2), create("k1", "r2", true, 10, 20), purge("acme", 21, 25, "r1")}, 0},
+		{"the purge deleted nothing", []Entry{create("k1", "r1", false, 1, 2), create("k1", "r2", true, 10, 20), purge("acme", 15, 25)}, 0},
+		{"another key's run", []Entry{create("k1", "r1", false, 1, 2), create("k2", "r2", false, 10, 20), purge("acme", 15, 25, "r1")}, 0},
+		{"another tenant's purge", []Entry{create("k1", "r1", false, 1, 2), create("k1", "r2", true, 10, 20), purge("other", 15, 25, "r1")}, 0},
+		{"one member of a bulk admission", []Entry{create("k1", "r1", false, 1, 2), bulk, purge("acme", 25, 35, "r1")}, 1},
+	} {
+		h := &History{Entries: tc.entries}
+		if got := h.Races()[RaceAdmissionVsPurge]; got != tc.want {
+			t.Errorf("%s: admission_vs_purge %d, want %d", tc.name, got, tc.want)
+		}
+	}
+}

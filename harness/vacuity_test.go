@@ -40,7 +40,8 @@ func TestLinVacuity(t *testing.T) {
 		{"no bulk admission, store does not", all, false, counts{0, 1, 1, 1, 1}, nil},
 		{"no outbox refusal", all, true, counts{1, 1, 0, 1, 1}, []string{"0 writes with messages refused"}},
 		{"nothing", Races{}, true, counts{}, []string{"no stale_write_refused", "no lease_reclaimed", "no cancel_vs_finish",
-			"no unknown_outcome", "no bulk admission", "outbox", "scheduled"}},
+			"no unknown_outcome", "no admission_vs_purge", "no bulk admission", "outbox", "scheduled"}},
+		{"no admission raced a purge", func() Races { r := Races{}; r.Add(all); r[RaceAdmissionVsPurge] = 0; return r }(), true, full, []string{"no admission_vs_purge"}},
 	} {
 		got := linVacuity(tc.races, 1, 7, tc.c.bulk, tc.bulkCap, tc.c.delivered, tc.c.refused, tc.c.scheduled, tc.c.purged)
 		wantProblems(t, tc.name, got, tc.want)
