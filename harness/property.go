@@ -311,8 +311,9 @@ func (m *machine) actions() map[string]func(*rapid.T) {
 func (m *machine) roundActions() map[string]func(*rapid.T) {
 	return map[string]func(*rapid.T){
 		// A worker claims and completes what it got in one batch, beside a
-		// zombie: the previous generation of one of its runs (a paused
-		// worker's late completion), which must be refused.
+		// zombie: the generation before one of its leases, under any owner
+		// (a paused worker's late completion; on a first claim, generation
+		// 0, a lease never granted), which must be refused.
 		"zzzzzz_work_batch": func(t *rapid.T) {
 			if !spec.OperationOf(spec.CompleteBatchRequest{}).Supports(m.store) {
 				t.Skip("the store does not implement spec.BatchCompleter")

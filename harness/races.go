@@ -333,53 +333,77 @@ func cancelVsFinish(h *History) int {
 }
 
 // admissionVsPurge counts the admissions (a bulk admission's members one
-// by one) that overlapped a purge of runs which deleted a run created under
-// the admission's key anywhere in the history.
+// by one) that overlapped a purge of runs which deleted the run their
+// key's record named when they were called: the run created last under
+// the key by an admission that returned before. Only admissions that
+// returned and reached the store count (not unknown_outcome, unavailable
+// or invalid_argument): the witness is an admission that read that run's
+// row while the purge could delete it.
 func admissionVsPurge(h *History) int {
 	type scope struct{ tenant, operation, key string }
-	type admission struct {
+	type member struct {
 		scope
 		entry int
 	}
-	var admissions []admission
-	created := map[scope][]string{} // run ids created under each key
+	type creation struct {
+		runID string
+		at    int64 // the admission's return
+	}
+	var admissions []member
+	created := map[scope][]creation{}
 	for i, e := range h.Entries {
 		var reqs []spec.CreateRunRequest
 		var outs []spec.CreateOutcome
 		switch r := e.Op.Req.(type) {
 		case spec.CreateRunRequest:
 			reqs = []spec.CreateRunRequest{r}
-			if res, ok := e.Out.Result.Value.(spec.CreateRunResult); ok && e.Out.Result.Err == nil {
-				outs = []spec.CreateOutcome{{Result: res}}
+			res, _ := e.Out.Result.Value.(spec.CreateRunResult)
+			outs = []spec.CreateOutcome{{Result: res}}
+			if e.Out.Result.Err != nil { // a nil *spec.Error is not a nil error
+				outs[0].Err = e.Out.Result.Err
 			}
 		case spec.CreateRunsRequest:
 			reqs = r.Requests
-			outs, _ = e.Out.Result.Value.([]spec.CreateOutcome)
+			if outs, _ = e.Out.Result.Value.([]spec.CreateOutcome); e.Out.Result.Err != nil {
+				outs = nil
+			}
 		default:
+			continue
+		}
+		if e.Out.Unknown || len(outs) != len(reqs) {
 			continue
 		}
 		for m, req := range reqs {
 			sc := scope{req.Tenant, req.Operation, req.IdempotencyKey}
-			admissions = append(admissions, admission{sc, i})
-			if !e.Out.Unknown && m < len(outs) && outs[m].Err == nil && !outs[m].Result.Replayed {
-				created[sc] = append(created[sc], outs[m].Result.Run.ID)
+			switch spec.CodeOf(outs[m].Err) {
+			case spec.CodeInvalidArgument, spec.CodeUnavailable:
+				continue
+			}
+			admissions = append(admissions, member{sc, i})
+			if outs[m].Err == nil && !outs[m].Result.Replayed {
+				created[sc] = append(created[sc], creation{outs[m].Result.Run.ID, e.Return})
 			}
 		}
 	}
 	n := 0
-	for _, p := range h.Entries {
-		purge, isPurge := p.Op.Req.(spec.PurgeRunsRequest)
-		deleted, _ := p.Out.Result.Value.([]string)
-		if !isPurge || p.Out.Unknown || len(deleted) == 0 {
+	for _, a := range admissions {
+		e := h.Entries[a.entry]
+		named, latest := "", int64(-1)
+		for _, c := range created[a.scope] {
+			if c.at < e.Call && c.at > latest {
+				named, latest = c.runID, c.at
+			}
+		}
+		if named == "" {
 			continue
 		}
-		for _, a := range admissions {
-			e := h.Entries[a.entry]
-			if a.tenant != purge.Tenant || e.Call > p.Return || p.Call > e.Return {
-				continue
-			}
-			if slices.ContainsFunc(created[a.scope], func(id string) bool { return slices.Contains(deleted, id) }) {
+		for _, p := range h.Entries {
+			purge, isPurge := p.Op.Req.(spec.PurgeRunsRequest)
+			deleted, _ := p.Out.Result.Value.([]string)
+			if isPurge && !p.Out.Unknown && purge.Tenant == a.tenant && p.Call <= e.Return && e.Call <= p.Return &&
+				slices.Contains(deleted, named) {
 				n++
+				break
 			}
 		}
 	}

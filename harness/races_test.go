@@ -1,6 +1,7 @@
 package harness
 
 import (
+	"math"
 	"testing"
 
 	"github.com/leasehold/leasehold/model"
@@ -36,15 +37,24 @@ func TestWaitedForLock(t *testing.T) {
 }
 
 // TestAdmissionVsPurge: an admission is the race admission_vs_purge when it
-// overlapped a purge of its tenant that deleted a run created under its key
-// (a bulk admission's members counted one by one), and not when the purge
-// came after it, deleted nothing or another key's run, or was another
-// tenant's.
+// overlapped a purge of its tenant that deleted the run its key's record
+// named when it was called (a bulk admission's members counted one by one),
+// and not when the purge came after it, deleted nothing, another key's run
+// or an older run of its key, or was another tenant's, nor when the
+// admission's outcome is unknown or it never reached the store.
 func TestAdmissionVsPurge(t *testing.T) {
 	create := func(key, runID string, replayed bool, call, ret int64) Entry {
 		req := spec.CreateRunRequest{Tenant: "acme", Operation: "work", IdempotencyKey: key, RunID: runID}
 		res := spec.CreateRunResult{Run: spec.Run{Tenant: "acme", ID: runID}, Replayed: replayed}
 		return Entry{Op: model.Op{Req: req}, Out: Observed{Result: model.Result{Value: res}}, Call: call, Return: ret}
+	}
+	refused := func(e Entry, code spec.Code) Entry {
+		e.Out.Result = model.Result{Err: spec.Errorf(code, "refused")}
+		return e
+	}
+	unknown := func(e Entry) Entry {
+		e.Out, e.Return = Observed{Unknown: true}, math.MaxInt64
+		return e
 	}
 	purge := func(tenant string, call, ret int64, deleted ...string) Entry {
 		return Entry{Op: model.Op{Req: spec.PurgeRunsRequest{Tenant: tenant, Limit: 3}},
@@ -62,10 +72,17 @@ func TestAdmissionVsPurge(t *testing.T) {
 	}{
 		{"a retry overlapping the purge of its key's run", []Entry{create("k1", "r1", false, 1, 2), create("k1", "r2", true, 10, 20), purge("acme", 15, 25, "r1")}, 1},
 		{"a new run of the key while its old one is purged", []Entry{create("k1", "r1", false, 1, 2), create("k1", "r2", false, 10, 20), purge("acme", 15, 25, "r1")}, 1},
+		{"a conflict overlapping the purge", []Entry{create("k1", "r1", false, 1, 2), refused(create("k1", "r2", false, 10, 20), spec.CodeIdempotencyConflict), purge("acme", 15, 25, "r1")}, 1},
+		{"two purges overlapping one admission", []Entry{create("k1", "r1", false, 1, 2), create("k1", "r2", true, 10, 20), purge("acme", 11, 25, "r1"), purge("acme", 12, 25, "r1")}, 1},
 		{"the purge after the admission returned", []Entry{create("k1", "r1", false, 1, 2), create("k1", "r2", true, 10, 20), purge("acme", 21, 25, "r1")}, 0},
 		{"the purge deleted nothing", []Entry{create("k1", "r1", false, 1, 2), create("k1", "r2", true, 10, 20), purge("acme", 15, 25)}, 0},
 		{"another key's run", []Entry{create("k1", "r1", false, 1, 2), create("k2", "r2", false, 10, 20), purge("acme", 15, 25, "r1")}, 0},
+		{"an older run of the key", []Entry{create("k1", "r1", false, 1, 2), create("k1", "r2", false, 3, 4), create("k1", "r3", true, 10, 20), purge("acme", 15, 25, "r1")}, 0},
+		{"the key's run created while the admission ran", []Entry{create("k1", "r1", false, 1, 12), create("k1", "r2", true, 10, 20), purge("acme", 15, 25, "r1")}, 0},
 		{"another tenant's purge", []Entry{create("k1", "r1", false, 1, 2), create("k1", "r2", true, 10, 20), purge("other", 15, 25, "r1")}, 0},
+		{"an admission with an unknown outcome", []Entry{create("k1", "r1", false, 1, 2), unknown(create("k1", "r2", true, 10, 20)), purge("acme", 30, 35, "r1")}, 0},
+		{"an admission refused unavailable", []Entry{create("k1", "r1", false, 1, 2), refused(create("k1", "r2", true, 10, 20), spec.CodeUnavailable), purge("acme", 15, 25, "r1")}, 0},
+		{"an admission refused invalid_argument", []Entry{create("k1", "r1", false, 1, 2), refused(create("k1", "r2", true, 10, 20), spec.CodeInvalidArgument), purge("acme", 15, 25, "r1")}, 0},
 		{"one member of a bulk admission", []Entry{create("k1", "r1", false, 1, 2), bulk, purge("acme", 25, 35, "r1")}, 1},
 	} {
 		h := &History{Entries: tc.entries}

@@ -1,6 +1,7 @@
 package postgres
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -98,8 +99,9 @@ func (s *Store) CreateRuns(ctx context.Context, reqs []spec.CreateRunRequest) ([
 // A bulk admission first runs without the admission locks (one per scope,
 // held to the commit, would fill PostgreSQL's shared lock table under a
 // few concurrent batches of a thousand); a concurrent admission of one of
-// its scopes or run ids then shows as a write that finds the row gone or
-// the key taken (raced), the transaction rolls back having written
+// its scopes or run ids, or a purge of a run it depends on, then shows as
+// a write that finds the row gone or the key taken (raced), or a replayed
+// run missing, the transaction rolls back having written
 // nothing, and the admission runs again under the locks. CreateRun always
 // holds its lock, and runs again when such an unlocked batch raced it.
 // Every attempt reads the clock after what it decides from; after
@@ -146,14 +148,16 @@ type admitted struct {
 //
 //  1. The admission locks of every member's scope (sorted: one global
 //     order; none on a bulk admission's first attempt, see admitAll), then
-//     the records of those scopes with their runs (and, for a bulk
-//     admission, which proposed run ids are taken), then the clock. The
-//     server runs a batch's statements in order, so the clock is read
-//     after every lock is held and after what the admission decides from:
-//     a record it finds gone was deleted before its time (by a purge,
-//     which takes none of these locks), and one it finds live and then
-//     sees expire at its time is deleted by a guarded statement that
-//     reports a concurrent deletion (errRaced).
+//     the records of those scopes (and, for a bulk admission, in the same
+//     statement and so from the same snapshot, which proposed run ids are
+//     taken), then the clock. The server runs a batch's statements in
+//     order, so the clock is read after every lock is held and after what
+//     the admission decides from. What a concurrent purge of runs (which
+//     takes none of these locks) deletes after that snapshot is caught by
+//     the writes that depend on it: the guarded deletion of an expired
+//     record finds its run row gone, a replay finds its run missing
+//     (errRaced); an admission that finds a purged run's record gone is
+//     one after the purge.
 //  2. Each member is decided in Go, in order, exactly as CreateRun decides
 //     it, from what was read and from the members before it: invalid, a
 //     replay or a conflict of a live record, already_exists, or created
@@ -184,7 +188,6 @@ func (s *Store) admit(t *txn, br pgx.BatchResults, p *admissionPlan, reqs []spec
 	}
 
 	var w admissionWrite
-	var takenScopes []scopeKey // of the members refused already_exists
 	for i, req := range reqs {
 		n, err := s.cfg.NormalizeCreate(req, now)
 		if err == nil && !reach[i] {
@@ -219,15 +222,11 @@ func (s *Store) admit(t *txn, br pgx.BatchResults, p *admissionPlan, reqs []spec
 		k := jobKey{n.Tenant, n.RunID}
 		if taken[k] {
 			outcomes[i].Err = spec.Errorf(spec.CodeAlreadyExists, "run %s already exists for tenant %s; propose a new run id", n.RunID, n.Tenant)
-			takenScopes = append(takenScopes, scope)
 			continue
 		}
 		taken[k] = true
 		records[scope] = admitted{fingerprint: n.Fingerprint, expiresAt: n.ExpiresAt, member: i}
-		w.add(i, n, now, found)
-	}
-	if err := t.recordsAppeared(takenScopes, now); err != nil {
-		return nil, err
+		w.add(i, n, now, found, rec.runID)
 	}
 	if err := t.replayedRuns(w.stored, w.storedRuns, outcomes); err != nil {
 		return nil, err
@@ -255,36 +254,6 @@ func scopeArgs(scopes []scopeKey) args {
 		ts[i], os[i], ks[i] = sc.tenant, sc.operation, sc.key
 	}
 	return args{"tenants": ts, "operations": os, "keys": ks}
-}
-
-// recordsAppeared reads the records of scopes again, the scopes of bulk
-// members refused already_exists because their run ids were taken, and
-// returns errRaced when one is live now: the records and the run ids were
-// read by two statements, and an admission of one of those scopes that
-// does not wait for this one's locks (an unlocked bulk admission, see
-// admitAll) may have committed the run id with its record in between. That
-// member replays it or conflicts with it, which the next attempt reads.
-func (t *txn) recordsAppeared(scopes []scopeKey, now int64) error {
-	if len(scopes) == 0 {
-		return nil
-	}
-	rows, err := t.Query(t.ctx, selectAdmissionRecords, scopeArgs(scopes))
-	if err != nil {
-		return err
-	}
-	defer rows.Close()
-	for rows.Next() {
-		var sc scopeKey
-		var fingerprint, runID string
-		var expiresAt int64
-		if err := rows.Scan(&sc.tenant, &sc.operation, &sc.key, &fingerprint, &runID, &expiresAt); err != nil {
-			return err
-		}
-		if expiresAt > now {
-			return fmt.Errorf("%w: a live record of %s/%s appeared beside a taken run id", errRaced, sc.tenant, sc.operation)
-		}
-	}
-	return rows.Err()
 }
 
 // replayedRuns reads the runs of the members (at index) that replay a
@@ -383,8 +352,7 @@ func (p *admissionPlan) queueReads(b *pgx.Batch) {
 	}
 	switch {
 	case p.bulk:
-		b.Queue(selectAdmissionRecords, args{"tenants": p.tenants, "operations": p.operations, "keys": p.keys})
-		b.Queue(selectTakenRuns, args{"tenants": p.tenants, "run_ids": p.runIDs})
+		b.Queue(selectAdmissionLookups, args{"tenants": p.tenants, "operations": p.operations, "keys": p.keys, "run_ids": p.runIDs})
 	case len(p.scopes) == 1:
 		b.Queue(selectIdempotency, args{"tenant": p.tenants[0], "operation": p.operations[0], "key": p.keys[0]})
 	}
@@ -434,34 +402,22 @@ func (t *txn) readAdmissions(br pgx.BatchResults, p *admissionPlan, records map[
 		sk := scopeKey{tenants[0], operations[0], keys[0]} // selectIdempotency's one scope
 		rec := admitted{member: -1}
 		dest := []any{&rec.fingerprint, &rec.runID, &rec.expiresAt}
+		isRecord := true
 		if bulk {
-			dest = append([]any{&sk.tenant, &sk.operation, &sk.key}, dest...)
+			dest = append([]any{&isRecord, &sk.tenant, &sk.operation, &sk.key}, dest...)
 		}
 		if err := rows.Scan(dest...); err != nil {
 			rows.Close()
 			return 0, err
 		}
-		records[sk] = rec
+		if isRecord {
+			records[sk] = rec
+		} else {
+			taken[jobKey{sk.tenant, rec.runID}] = true
+		}
 	}
 	if err := rows.Err(); err != nil {
 		return 0, err
-	}
-	if bulk {
-		rows, err := br.Query()
-		if err != nil {
-			return 0, err
-		}
-		for rows.Next() {
-			var k jobKey
-			if err := rows.Scan(&k.tenant, &k.runID); err != nil {
-				rows.Close()
-				return 0, err
-			}
-			taken[k] = true
-		}
-		if err := rows.Err(); err != nil {
-			return 0, err
-		}
 	}
 	// After the reads the admission decides from (and after the locks).
 	if p.dbClock {
@@ -485,21 +441,30 @@ type admissionWrite struct {
 	tenants, runIDs, operations, payloads, fingerprints, keys []string
 	maxAttempts                                               []int32
 	deadlines, available, expires                             []int64
-	expired                                                   []scopeKey
+	expired                                                   []expiredRecord
 	replays                                                   [][2]int
 	stored                                                    []int
 	storedRuns                                                []jobKey
 }
 
-func (w *admissionWrite) add(i int, n spec.NormalizedCreate, now int64, expired bool) {
+// add adds member i, n; expired says that it replaces the expired record
+// of its scope, held by the run recordRun.
+func (w *admissionWrite) add(i int, n spec.NormalizedCreate, now int64, expired bool, recordRun string) {
 	w.members, w.norm = append(w.members, i), append(w.norm, n)
 	w.tenants, w.runIDs, w.operations = append(w.tenants, n.Tenant), append(w.runIDs, n.RunID), append(w.operations, n.Operation)
 	w.payloads, w.fingerprints, w.keys = append(w.payloads, n.Payload), append(w.fingerprints, n.Fingerprint), append(w.keys, n.Key)
 	w.maxAttempts = append(w.maxAttempts, int32(n.MaxAttempts))
 	w.deadlines, w.available, w.expires = append(w.deadlines, n.DeadlineAt), append(w.available, n.AvailableAt), append(w.expires, n.ExpiresAt)
 	if expired {
-		w.expired = append(w.expired, scopeKey{n.Tenant, n.Operation, n.Key})
+		w.expired = append(w.expired, expiredRecord{scopeKey{n.Tenant, n.Operation, n.Key}, recordRun})
 	}
+}
+
+// expiredRecord is the expired record of a scope that an admission
+// replaces, and the run that holds it.
+type expiredRecord struct {
+	scopeKey
+	runID string
 }
 
 // writeAdmissions is admit's second round trip: w's writes, their outbox
@@ -510,7 +475,14 @@ func (s *Store) writeAdmissions(t *txn, w *admissionWrite, bulk bool, now int64,
 	var b pgx.Batch
 	if len(w.expired) > 0 {
 		if bulk {
-			b.Queue(deleteExpiredRecords, scopeArgs(w.expired).with(args{"now": now}))
+			slices.SortFunc(w.expired, func(a, b expiredRecord) int {
+				return cmp.Or(strings.Compare(a.tenant, b.tenant), strings.Compare(a.runID, b.runID))
+			})
+			scopes := make([]scopeKey, len(w.expired))
+			for i, e := range w.expired {
+				scopes[i] = e.scopeKey
+			}
+			b.Queue(deleteExpiredRecords, scopeArgs(scopes).with(args{"now": now}))
 		} else {
 			e := w.expired[0]
 			b.Queue(deleteIdempotency, args{"tenant": e.tenant, "operation": e.operation, "key": e.key, "now": now})

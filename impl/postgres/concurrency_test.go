@@ -781,6 +781,93 @@ func TestPurgeRunsTakesNoAdmissionLock(t *testing.T) {
 	}
 }
 
+// TestPurgeRunsLocksRunRowsFirst: a purge locks the run rows of what it
+// deletes before deleting any, so an admission holding one of them never
+// waits for the purge: r0 and r1 are retired, r1 holding key order-1's
+// expired record. An admission of order-1 (played by hand on a connection
+// of its own: the store runs its two writes in one pipelined batch, and
+// the interleaving needs a pause between them) clears r1's record, the
+// purge then waits for r1's row, and the admission proposes r0 as its new
+// run id. The insert must find r0 still there at once (already_exists, the
+// admission rolls back) and the purge then delete both. With only the job
+// rows locked first, the purge had deleted r0 before it waited for r1, the
+// insert waited for the purge, and one of the two died in a deadlock.
+func TestPurgeRunsLocksRunRowsFirst(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	dsn, schema := pgtest.Schema(t)
+	cfg := spec.DefaultConfig()
+	cfg.RunRetentionMs, cfg.IdempotencyRetentionMs = 10_000, 5_000
+	setup := openOn(t, dsn, schema, postgres.Options{Config: cfg, Clock: clock.NewManual(t0)})
+	for _, r := range []struct{ id, key string }{{"r0", "order-0"}, {"r1", "order-1"}} {
+		if _, err := setup.CreateRun(ctx, spec.CreateRunRequest{Tenant: "acme", Operation: "work", IdempotencyKey: r.key, RunID: r.id, Payload: []byte(`{}`)}); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := setup.Cancel(ctx, spec.CancelRequest{Tenant: "acme", RunID: r.id}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	const janitorName = "purge-locks-first"
+	janitor := openOn(t, dsn, schema, postgres.Options{Config: cfg, Clock: clock.NewManual(t0 + 20_000), ApplicationName: janitorName,
+		RuntimeParams: map[string]string{"lock_timeout": "10s"}})
+
+	admission := pgtest.Conn(t, dsn, schema)
+	tx, err := admission.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback(context.Background())
+	if _, err := tx.Exec(ctx, `SET LOCAL lock_timeout = '5s'`); err != nil {
+		t.Fatal(err)
+	}
+	if tag, err := tx.Exec(ctx, `UPDATE runs SET idempotency_key = NULL, idempotency_expires_at = NULL
+		WHERE tenant = 'acme' AND operation = 'work' AND idempotency_key = 'order-1'`); err != nil || tag.RowsAffected() != 1 {
+		t.Fatalf("clear r1's expired record: %v, %v; want 1 row", tag, err)
+	}
+
+	type purged struct {
+		ids []string
+		err error
+	}
+	purgeDone := make(chan purged, 1)
+	go func() {
+		ids, err := janitor.PurgeRuns(ctx, spec.PurgeRunsRequest{Tenant: "acme", Limit: 10})
+		purgeDone <- purged{ids, err}
+	}()
+	waiting := pgtest.Conn(t, dsn, schema)
+	for deadline := time.Now().Add(10 * time.Second); ; {
+		var n int
+		if err := waiting.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity WHERE application_name = $1 AND wait_event_type = 'Lock'`,
+			janitorName).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		if n > 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the purge never waited for r1's row, which the admission holds")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+
+	// The admission's insert of its run, proposing r0 (as insertRun: ON
+	// CONFLICT DO NOTHING, zero rows is already_exists).
+	tag, err := tx.Exec(ctx, `INSERT INTO runs SELECT (jsonb_populate_record(NULL::runs, to_jsonb(r) ||
+		'{"run_id": "r0", "idempotency_key": null, "idempotency_expires_at": null}')).* FROM runs AS r
+		WHERE r.tenant = 'acme' AND r.run_id = 'r1' ON CONFLICT DO NOTHING`)
+	if err != nil || tag.RowsAffected() != 0 {
+		t.Fatalf("the admission's insert of r0 while the purge waits: %v, %v; want 0 rows (r0 still there), at once", tag, err)
+	}
+	if err := tx.Rollback(ctx); err != nil {
+		t.Fatal(err)
+	}
+	p := <-purgeDone
+	slices.Sort(p.ids)
+	if p.err != nil || !slices.Equal(p.ids, []string{"r0", "r1"}) {
+		t.Fatalf("the purge: %v, %v; want [r0 r1]", p.ids, p.err)
+	}
+}
+
 // heldClock is a clock whose first reading waits in hold.
 type heldClock struct {
 	clock.Clock

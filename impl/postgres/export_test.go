@@ -13,8 +13,7 @@ var (
 	LockJobSQL     = lockJob
 	ClockSQL       = clockQuery
 	// Bulk admission's lookups, one primary-key lookup per member.
-	AdmissionRecordsSQL = selectAdmissionRecords
-	TakenRunsSQL        = selectTakenRuns
+	AdmissionLookupsSQL = selectAdmissionLookups
 	RunsOfSQL           = selectRunsOf
 	ExpiredRecordsSQL   = deleteExpiredRecords
 )

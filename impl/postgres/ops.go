@@ -565,11 +565,13 @@ func (s *Store) PurgeRuns(ctx context.Context, req spec.PurgeRunsRequest) (delet
 	return deleted, nil
 }
 
-// lockPurged takes the job row locks of runIDs. It takes no admission
-// lock: an admission reads the clock after the records it decides from
-// (admit), so one that finds a purged run's record gone runs at a time the
-// record had expired by, and one that found it live and then finds its run
-// gone runs again (errRaced).
+// lockPurged takes the job and run row locks of runIDs (the statement
+// lockPurged). It takes no admission lock: an admission that finds a
+// purged run's record gone is one after the purge, and each of its writes
+// that depends on a row a purge deletes is guarded (the expired record's
+// deletion finds its run row gone, a replay finds its run missing), so
+// one that found the record and then lost it to the purge rolls back and
+// runs again (errRaced, admit).
 func (t *txn) lockPurged(tenant string, runIDs []string) error {
 	_, err := t.exec(lockPurged, args{"tenant": tenant, "run_ids": runIDs})
 	return err

@@ -497,8 +497,7 @@ func TestBulkAdmissionPlans(t *testing.T) {
 		query string
 		args  pgx.NamedArgs
 	}{
-		{"records", postgres.AdmissionRecordsSQL, pgx.NamedArgs{"tenants": tenants, "operations": []string{"work", "work", "work"}, "keys": keys}},
-		{"taken run ids", postgres.TakenRunsSQL, pgx.NamedArgs{"tenants": tenants, "run_ids": ids}},
+		{"records and taken run ids", postgres.AdmissionLookupsSQL, pgx.NamedArgs{"tenants": tenants, "operations": []string{"work", "work", "work"}, "keys": keys, "run_ids": ids}},
 		{"runs of replays", postgres.RunsOfSQL, pgx.NamedArgs{"tenants": tenants, "run_ids": ids}},
 		{"expired records", postgres.ExpiredRecordsSQL, pgx.NamedArgs{"tenants": tenants, "operations": []string{"work", "work", "work"}, "keys": keys, "now": int64(0)}},
 	} {

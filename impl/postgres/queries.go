@@ -426,13 +426,21 @@ const (
 	selectRetiredRun = `SELECT coalesce(r.replay_of, '') FROM jobs AS j
 		JOIN runs AS r ON r.tenant = j.tenant AND r.run_id = j.run_id
 		WHERE ` + runRetired + ` AND j.run_id = @run_id`
-	// lockPurged locks the job rows of the runs a purge picked, in run id
-	// order, waiting for any other holder (never SKIP LOCKED: a skipped row
-	// whose holder then rolls back would leave the purge short of any serial
-	// order). Every writer of a run locks its job row, so once these are
-	// held nothing can replay, purge or otherwise write them.
-	lockPurged = `SELECT run_id FROM jobs WHERE tenant = @tenant AND run_id = ANY (@run_ids)
-		ORDER BY run_id FOR UPDATE`
+	// lockPurged locks the job and run rows of the runs a purge picked, in
+	// run id order (each run's job row, then its run row), waiting for any
+	// other holder (never SKIP LOCKED: a skipped row whose holder then rolls
+	// back would leave the purge short of any serial order). Every writer of
+	// a run locks its job row but an admission clearing an expired record,
+	// which locks only the run row; once these are held, nothing can
+	// replay, purge or otherwise write them. The run rows are locked here,
+	// before anything is deleted, so that an admission never waits for the
+	// purge (a unique check on a run id the purge deleted) while holding a
+	// run row the purge still needs: with the job rows alone, an admission
+	// that cleared one purged run's record and proposed another's run id
+	// deadlocked with it.
+	lockPurged = `SELECT j.run_id FROM jobs AS j JOIN runs AS r ON r.tenant = j.tenant AND r.run_id = j.run_id
+		WHERE j.tenant = @tenant AND j.run_id = ANY (@run_ids)
+		ORDER BY j.run_id FOR UPDATE`
 	// The rows of the purged runs, children first; the runs in one
 	// statement, so each replay_of link among them is checked at its end.
 	// A run's idempotency record goes with its runs row, never a live one
@@ -516,8 +524,9 @@ const (
 	// lockAdmissions is lockAdmission for every scope of a bulk admission,
 	// in the order given (a function scan returns an array's elements in
 	// order, and the aggregate takes each lock as its row arrives). The
-	// caller sorts the scopes: every bulk admission and PurgeRuns take
-	// admission locks in one global order, so none can deadlock another.
+	// caller sorts the scopes: every bulk admission takes admission locks in
+	// one global order, so none waits for another's while holding one it
+	// needs.
 	lockAdmissions = `SELECT count(pg_advisory_xact_lock(hashtextextended(scope, 0)))
 		FROM unnest(@scopes::text[]) AS scope`
 
@@ -542,6 +551,15 @@ const (
 		FROM unnest(@tenants::text[], @run_ids::text[]) AS m(tenant, run_id)
 		CROSS JOIN LATERAL (SELECT tenant, run_id FROM runs AS x
 			WHERE x.tenant = m.tenant AND x.run_id = m.run_id OFFSET 0) AS r`
+	// selectAdmissionLookups is a bulk admission's lookups in ONE statement,
+	// so from one snapshot: its scopes' records (record true) and which of
+	// its proposed run ids are taken (record false, only tenant and run id
+	// set). From two statements a purge committed in between could show a
+	// record live in the first and its run gone in the second, and the
+	// members decided from both would fit no serial order.
+	selectAdmissionLookups = `SELECT true AS record, * FROM (` + selectAdmissionRecords + `) AS records
+		UNION ALL
+		SELECT false, t.tenant, '', '', '', t.run_id, 0 FROM (` + selectTakenRuns + `) AS t`
 	// selectRunsOf reads the runs a bulk admission replays.
 	selectRunsOf = `SELECT x.* FROM unnest(@tenants::text[], @run_ids::text[]) AS m(tenant, run_id)
 		CROSS JOIN LATERAL (SELECT ` + runRow + ` FROM ` + runsJoined + `
@@ -600,10 +618,13 @@ const (
 
 	// deleteExpiredRecords deletes the expired records of the scopes a bulk
 	// admission admits again (the guard: idempotency_expires_at <= @now), by
-	// ctid (a TID scan, as purgeIdempotency).
+	// ctid (a TID scan, as purgeIdempotency). The rows are locked first, one
+	// member at a time in the order given: the caller sorts the members by
+	// their records' (tenant, run id), the order in which a purge locks run
+	// rows (lockPurged), so the two cannot deadlock on them.
 	deleteExpiredRecords = `UPDATE runs ` + clearRecord + ` WHERE ctid = ANY (ARRAY(
 		SELECT k.ctid FROM unnest(@tenants::text[], @operations::text[], @keys::text[]) AS m(tenant, operation, idempotency_key)
 		CROSS JOIN LATERAL (SELECT ctid FROM runs AS x
 			WHERE x.tenant = m.tenant AND x.operation = m.operation AND x.idempotency_key = m.idempotency_key
-			AND x.idempotency_expires_at <= @now OFFSET 0) AS k))`
+			AND x.idempotency_expires_at <= @now OFFSET 0 FOR NO KEY UPDATE) AS k))`
 )

@@ -32,9 +32,12 @@
 //     so does one whose record's run a purge of runs deleted after it read
 //     the record (the purge takes no admission lock).
 //   - Lock order is job row, then run row, in every transaction (claim, the
-//     terminal writes and cancel all touch both), so these operations cannot
-//     deadlock one another. Attempt and effect rows are only written by the
-//     holder of their job's lock.
+//     terminal writes and cancel all touch both; a purge locks both for
+//     each run it deletes, in run id order, before deleting any), so these
+//     operations cannot deadlock one another. An admission that replaces
+//     expired records locks only their run rows, in (tenant, run id) order.
+//     Attempt and effect rows are only written by the holder of their
+//     job's lock.
 //
 // # Clocks
 //
