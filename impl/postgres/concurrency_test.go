@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -729,17 +730,7 @@ func TestPurgeRunsTakesNoAdmissionLock(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 			defer cancel()
-			dsn, schema := pgtest.Schema(t)
-			cfg := spec.DefaultConfig()
-			cfg.RunRetentionMs, cfg.IdempotencyRetentionMs = 10_000, 5_000
-			setup := openOn(t, dsn, schema, postgres.Options{Config: cfg, Clock: clock.NewManual(t0)})
-			create := spec.CreateRunRequest{Tenant: "acme", Operation: "work", IdempotencyKey: "order-1", RunID: "r1", Payload: []byte(`{}`)}
-			if _, err := setup.CreateRun(ctx, create); err != nil {
-				t.Fatal(err)
-			}
-			if _, err := setup.Cancel(ctx, spec.CancelRequest{Tenant: "acme", RunID: "r1"}); err != nil {
-				t.Fatal(err)
-			}
+			dsn, schema, cfg := retiredRuns(ctx, t, "r1")
 			arrived, resume := make(chan struct{}), make(chan struct{})
 			var release sync.Once
 			resumeAdmission := func() { release.Do(func() { close(resume) }) }
@@ -759,7 +750,7 @@ func TestPurgeRunsTakesNoAdmissionLock(t *testing.T) {
 				err error
 			}
 			admitDone := make(chan admitted, 1)
-			retry := create
+			retry := retiredRequest("r1")
 			retry.RunID = "r1-retry"
 			go func() {
 				res, err := admitter.CreateRun(ctx, retry)
@@ -795,18 +786,7 @@ func TestPurgeRunsTakesNoAdmissionLock(t *testing.T) {
 func TestPurgeRunsLocksRunRowsFirst(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	dsn, schema := pgtest.Schema(t)
-	cfg := spec.DefaultConfig()
-	cfg.RunRetentionMs, cfg.IdempotencyRetentionMs = 10_000, 5_000
-	setup := openOn(t, dsn, schema, postgres.Options{Config: cfg, Clock: clock.NewManual(t0)})
-	for _, r := range []struct{ id, key string }{{"r0", "order-0"}, {"r1", "order-1"}} {
-		if _, err := setup.CreateRun(ctx, spec.CreateRunRequest{Tenant: "acme", Operation: "work", IdempotencyKey: r.key, RunID: r.id, Payload: []byte(`{}`)}); err != nil {
-			t.Fatal(err)
-		}
-		if _, err := setup.Cancel(ctx, spec.CancelRequest{Tenant: "acme", RunID: r.id}); err != nil {
-			t.Fatal(err)
-		}
-	}
+	dsn, schema, cfg := retiredRuns(ctx, t, "r0", "r1")
 	const janitorName = "purge-locks-first"
 	janitor := openOn(t, dsn, schema, postgres.Options{Config: cfg, Clock: clock.NewManual(t0 + 20_000), ApplicationName: janitorName,
 		RuntimeParams: map[string]string{"lock_timeout": "10s"}})
@@ -866,6 +846,33 @@ func TestPurgeRunsLocksRunRowsFirst(t *testing.T) {
 	if p.err != nil || !slices.Equal(p.ids, []string{"r0", "r1"}) {
 		t.Fatalf("the purge: %v, %v; want [r0 r1]", p.ids, p.err)
 	}
+}
+
+// retiredRuns opens a schema whose runs retire 10 s after they finish and
+// whose records expire 5 s after their admission, and admits (at t0) and
+// cancels the runs ids, each id's admission being retiredRequest(id). It
+// returns the schema and that configuration.
+func retiredRuns(ctx context.Context, t *testing.T, ids ...string) (dsn, schema string, cfg spec.Config) {
+	t.Helper()
+	dsn, schema = pgtest.Schema(t)
+	cfg = spec.DefaultConfig()
+	cfg.RunRetentionMs, cfg.IdempotencyRetentionMs = 10_000, 5_000
+	setup := openOn(t, dsn, schema, postgres.Options{Config: cfg, Clock: clock.NewManual(t0)})
+	for _, id := range ids {
+		if _, err := setup.CreateRun(ctx, retiredRequest(id)); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := setup.Cancel(ctx, spec.CancelRequest{Tenant: "acme", RunID: id}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return dsn, schema, cfg
+}
+
+// retiredRequest is the admission of run id rN of retiredRuns: tenant acme,
+// operation work, key order-N.
+func retiredRequest(id string) spec.CreateRunRequest {
+	return spec.CreateRunRequest{Tenant: "acme", Operation: "work", IdempotencyKey: "order-" + strings.TrimPrefix(id, "r"), RunID: id, Payload: []byte(`{}`)}
 }
 
 // heldClock is a clock whose first reading waits in hold.
