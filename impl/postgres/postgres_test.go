@@ -3,6 +3,7 @@ package postgres_test
 import (
 	"testing"
 
+	"github.com/leasehold/leasehold/impl/postgres"
 	"github.com/leasehold/leasehold/impl/postgres/pgtest"
 	"github.com/leasehold/leasehold/impl/storetest"
 	"github.com/leasehold/leasehold/leaseholdtest"
@@ -21,5 +22,9 @@ func TestConformance(t *testing.T) {
 	if missing := storetest.Missing(storetest.Declared(t, pgtest.Factory), all...); len(missing) > 0 {
 		t.Errorf("pgtest.Factory does not declare %v", missing)
 	}
-	leaseholdtest.Conformance(t, leaseholdtest.Store{Name: "postgres", Factory: pgtest.Factory})
+	// Schemas from a pool, reset between tests: a fresh schema's creation
+	// and migrations were most of the suite's time.
+	pool := pgtest.NewSchemaPool(t, "")
+	leaseholdtest.Conformance(t, leaseholdtest.Store{Name: "postgres", Factory: pool.Factory(postgres.Options{MaxConns: 4})})
+	t.Logf("schema pool: %+v", pool.Stats())
 }
