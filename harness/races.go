@@ -48,8 +48,9 @@ const (
 	// transaction open and its locks held.
 	RaceWaitedForLock Race = "waited_for_lock"
 	// RaceAdmissionVsPurge: an admission (CreateRun, or a member of
-	// CreateRuns) of an idempotency key overlapped in time a purge of runs
-	// that deleted a run admitted under that key.
+	// CreateRuns) of an idempotency key, which returned and reached the
+	// store, overlapped in time a purge of runs that deleted the run its
+	// key's record named when it was called.
 	RaceAdmissionVsPurge Race = "admission_vs_purge"
 )
 
@@ -76,7 +77,7 @@ var raceDetectors = []struct {
 		return calledDuring(h, spec.AfterCommit)
 	}},
 	{RaceWaitedForLock, "an operation was seen blocked on a lock while another client's operation was held at before_commit", waitedForLock},
-	{RaceAdmissionVsPurge, "an admission of a key overlapped a purge of runs that deleted a run admitted under that key", admissionVsPurge},
+	{RaceAdmissionVsPurge, "an admission of a key overlapped a purge of runs that deleted the run its key's record named", admissionVsPurge},
 }
 
 // AllRaces lists every race, in report order.

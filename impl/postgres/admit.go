@@ -98,13 +98,15 @@ func (s *Store) CreateRuns(ctx context.Context, reqs []spec.CreateRunRequest) ([
 //
 // A bulk admission first runs without the admission locks (one per scope,
 // held to the commit, would fill PostgreSQL's shared lock table under a
-// few concurrent batches of a thousand); a concurrent admission of one of
+// few concurrent batches of a thousand). A concurrent admission of one of
 // its scopes or run ids, or a purge of a run it depends on, then shows as
-// a write that finds the row gone or the key taken (raced), or a replayed
-// run missing, the transaction rolls back having written
-// nothing, and the admission runs again under the locks. CreateRun always
-// holds its lock, and runs again when such an unlocked batch raced it.
-// Every attempt reads the clock after what it decides from; after
+// a write that finds the row gone or the key taken, or as a replayed run
+// missing (raced): the transaction rolls back having written nothing, and
+// the admission runs again under the locks. A member refused
+// already_exists is the exception that no write reveals: its scope's lock
+// is taken before the writes (holdRefusedScopes). CreateRun always holds
+// its lock, and runs again when such an unlocked batch raced it. Every
+// attempt reads the clock after what it decides from; after
 // maxAdmissionAttempts the last attempt's error (unavailable) is returned.
 func (s *Store) admitAll(ctx context.Context, op spec.Op, reqs []spec.CreateRunRequest, bulk bool) (outcomes []spec.CreateOutcome, err error) {
 	for attempt := 1; ; attempt++ {
@@ -188,6 +190,7 @@ func (s *Store) admit(t *txn, br pgx.BatchResults, p *admissionPlan, reqs []spec
 	}
 
 	var w admissionWrite
+	var refused []scopeKey // the scopes of members refused already_exists
 	for i, req := range reqs {
 		n, err := s.cfg.NormalizeCreate(req, now)
 		if err == nil && !reach[i] {
@@ -222,11 +225,17 @@ func (s *Store) admit(t *txn, br pgx.BatchResults, p *admissionPlan, reqs []spec
 		k := jobKey{n.Tenant, n.RunID}
 		if taken[k] {
 			outcomes[i].Err = spec.Errorf(spec.CodeAlreadyExists, "run %s already exists for tenant %s; propose a new run id", n.RunID, n.Tenant)
+			refused = append(refused, scope)
 			continue
 		}
 		taken[k] = true
 		records[scope] = admitted{fingerprint: n.Fingerprint, expiresAt: n.ExpiresAt, member: i}
 		w.add(i, n, now, found, rec.runID)
+	}
+	if !p.locked && len(refused) > 0 {
+		if err := s.holdRefusedScopes(t, refused, now); err != nil {
+			return nil, err
+		}
 	}
 	if err := t.replayedRuns(w.stored, w.storedRuns, outcomes); err != nil {
 		return nil, err
@@ -254,6 +263,45 @@ func scopeArgs(scopes []scopeKey) args {
 		ts[i], os[i], ks[i] = sc.tenant, sc.operation, sc.key
 	}
 	return args{"tenants": ts, "operations": os, "keys": ks}
+}
+
+// holdRefusedScopes takes the admission locks of scopes, those of members
+// refused already_exists by a bulk admission that runs without the locks
+// (admitAll), then reads their records again. Such a refusal rests on its
+// scope having no record, which none of the batch's writes guards: without
+// the lock, an admission of the scope could commit while this one is
+// still in flight, and a client that then found one of this batch's
+// created runs missing would have seen this batch come after that
+// admission, whose record the refusal did not see. Held to the commit, the
+// lock makes such an admission wait; a record live at now that appeared
+// before it was taken is errRaced (an expired one is no record at now, as
+// when the batch read it).
+func (s *Store) holdRefusedScopes(t *txn, scopes []scopeKey, now int64) error {
+	locks := make([]string, len(scopes))
+	for i, sc := range scopes {
+		locks[i] = s.admissionScope(sc.tenant, sc.operation, sc.key)
+	}
+	slices.Sort(locks)
+	if _, err := t.exec(lockAdmissions, args{"scopes": slices.Compact(locks)}); err != nil {
+		return err
+	}
+	rows, err := t.Query(t.ctx, selectAdmissionRecords, scopeArgs(scopes))
+	if err != nil {
+		return err
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var sc scopeKey
+		var fingerprint, runID string
+		var expiresAt int64
+		if err := rows.Scan(&sc.tenant, &sc.operation, &sc.key, &fingerprint, &runID, &expiresAt); err != nil {
+			return err
+		}
+		if expiresAt > now {
+			return fmt.Errorf("%w: a live record of %s/%s appeared before its lock was taken", errRaced, sc.tenant, sc.operation)
+		}
+	}
+	return rows.Err()
 }
 
 // replayedRuns reads the runs of the members (at index) that replay a

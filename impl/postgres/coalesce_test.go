@@ -210,27 +210,12 @@ func TestCoalescedCallAbandoned(t *testing.T) {
 // it runs again and reads the record. The batch is held before its commit
 // while the CreateRun waits for its run row.
 func TestCreateRunRacesAnUnlockedBulkAdmission(t *testing.T) {
-	gates, open := newGates()
-	held := make(chan struct{}, 1)
-	hook := func(ctx context.Context, op spec.Op, point spec.HookPoint) error {
-		if op == spec.OpCreateRuns && point == spec.BeforeCommit {
-			held <- struct{}{}
-			<-gates[0]
-		}
-		return nil
-	}
-	h := pgtest.FactoryWith(postgres.Options{MaxConns: 4})(t,
-		storetest.Options{Config: spec.DefaultConfig(), Clock: clock.NewManual(1_000), Hook: hook})
-	s := h.Store.(*postgres.Store)
-	t.Cleanup(func() { open(0) })
+	s, held, release := heldBulkStore(t)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	req := func(key, runID string) spec.CreateRunRequest {
-		return spec.CreateRunRequest{Tenant: "acme", Operation: "work", IdempotencyKey: key, RunID: runID, Payload: []byte(`{}`)}
-	}
 	bulk := make(chan error, 1)
 	go func() {
-		_, err := s.CreateRuns(ctx, []spec.CreateRunRequest{req("k", "r1"), req("k2", "r2")})
+		_, err := s.CreateRuns(ctx, []spec.CreateRunRequest{acmeRequest("k", "r1"), acmeRequest("k2", "r2")})
 		bulk <- err
 	}()
 	<-held
@@ -238,7 +223,7 @@ func TestCreateRunRacesAnUnlockedBulkAdmission(t *testing.T) {
 	var res spec.CreateRunResult
 	go func() {
 		var err error
-		res, err = s.CreateRun(ctx, req("k", "r1"))
+		res, err = s.CreateRun(ctx, acmeRequest("k", "r1"))
 		single <- err
 	}()
 	for n := 0; n == 0; {
@@ -248,7 +233,7 @@ func TestCreateRunRacesAnUnlockedBulkAdmission(t *testing.T) {
 		n, _ = s.LockWaits(ctx)
 		time.Sleep(2 * time.Millisecond)
 	}
-	open(0)
+	release()
 	if err := <-bulk; err != nil {
 		t.Fatalf("CreateRuns: %v", err)
 	}
@@ -258,4 +243,89 @@ func TestCreateRunRacesAnUnlockedBulkAdmission(t *testing.T) {
 	if st := s.AdmissionStats(); st.Retried != 1 {
 		t.Fatalf("AdmissionStats() = %+v, want the CreateRun run again once", st)
 	}
+}
+
+// TestBulkRefusalHoldsItsScope: a bulk admission member refused
+// already_exists rests on its scope having no record, which nothing the
+// batch writes protects; so a batch without the admission locks takes the
+// lock of a refused member's scope before it writes, and a CreateRun of
+// that scope then waits for the batch. The batch (k-m proposing the taken
+// run id "taken", k-n creating n1) is held before its commit; the CreateRun
+// of k-m must wait for it and then create its run, and the batch must not
+// have run again (it read the clock once). Without the lock, the CreateRun
+// committed k-m's record while the batch was held, and a client that then
+// found n1 missing had seen the batch come after that CreateRun, whose
+// record the batch's refusal had not seen.
+func TestBulkRefusalHoldsItsScope(t *testing.T) {
+	s, held, release := heldBulkStore(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if _, err := s.CreateRun(ctx, acmeRequest("k-t", "taken")); err != nil {
+		t.Fatal(err)
+	}
+	type bulkResult struct {
+		outs []spec.CreateOutcome
+		err  error
+	}
+	bulk := make(chan bulkResult, 1)
+	go func() {
+		outs, err := s.CreateRuns(ctx, []spec.CreateRunRequest{acmeRequest("k-m", "taken"), acmeRequest("k-n", "n1")})
+		bulk <- bulkResult{outs, err}
+	}()
+	<-held
+	single := make(chan error, 1)
+	var res spec.CreateRunResult
+	go func() {
+		var err error
+		res, err = s.CreateRun(ctx, acmeRequest("k-m", "m1"))
+		single <- err
+	}()
+	for waited := false; !waited; {
+		select {
+		case err := <-single:
+			t.Fatalf("CreateRun of the refused member's scope returned (%+v, %v) while the batch was held; want it to wait for the batch", res, err)
+		case <-ctx.Done():
+			t.Fatal("gave up waiting for CreateRun to wait for the batch's admission lock")
+		default:
+		}
+		n, _ := s.LockWaits(ctx)
+		waited = n > 0
+		time.Sleep(2 * time.Millisecond)
+	}
+	release()
+	b := <-bulk
+	if b.err != nil || len(b.outs) != 2 || spec.CodeOf(b.outs[0].Err) != spec.CodeAlreadyExists || b.outs[1].Err != nil || b.outs[1].Result.Run.ID != "n1" {
+		t.Fatalf("CreateRuns: %+v, %v; want [already_exists, n1 created]", b.outs, b.err)
+	}
+	if err := <-single; err != nil || res.Replayed || res.Run.ID != "m1" {
+		t.Fatalf("CreateRun of k-m after the batch: (%+v, %v), want run m1 created", res, err)
+	}
+	if st := s.AdmissionStats(); st.Retried != 0 {
+		t.Fatalf("AdmissionStats() = %+v, want no admission run again", st)
+	}
+}
+
+// heldBulkStore opens a store at time 1,000 whose CreateRuns calls wait
+// before their commit: held receives when one arrives there, and release
+// lets them all go (also when t ends).
+func heldBulkStore(t *testing.T) (s *postgres.Store, held chan struct{}, release func()) {
+	gates, open := newGates()
+	held = make(chan struct{}, 1)
+	hook := func(ctx context.Context, op spec.Op, point spec.HookPoint) error {
+		if op == spec.OpCreateRuns && point == spec.BeforeCommit {
+			held <- struct{}{}
+			<-gates[0]
+		}
+		return nil
+	}
+	h := pgtest.FactoryWith(postgres.Options{MaxConns: 4})(t,
+		storetest.Options{Config: spec.DefaultConfig(), Clock: clock.NewManual(1_000), Hook: hook})
+	release = func() { open(0) }
+	t.Cleanup(release)
+	return h.Store.(*postgres.Store), held, release
+}
+
+// acmeRequest is an admission of tenant acme, operation work.
+func acmeRequest(key, runID string) spec.CreateRunRequest {
+	return spec.CreateRunRequest{Tenant: "acme", Operation: "work", IdempotencyKey: key, RunID: runID, Payload: []byte(`{}`)}
 }

@@ -387,8 +387,11 @@ const (
 	// before or after the admission. SKIP LOCKED made it neither: a
 	// linearizability history with an admission rolled back beside a purge
 	// showed one record too few deleted. The wait is short (an admission
-	// holds one record) and cannot deadlock: an admission locks only its own
-	// record, and purges lock theirs in one order. The rows are addressed by
+	// holds one record); two of these purges lock in one order and cannot
+	// deadlock each other, but a purge of runs locks the same rows in run id
+	// order, and a deadlock between the two ends one of them unavailable,
+	// nothing written (both are janitors' calls, run again on their next
+	// round). The rows are addressed by
 	// ctid, which cannot change while this transaction holds their lock:
 	// "ctid = ANY(ARRAY(…))" is a TID scan
 	// whatever the planner estimates. The plain "key IN (subquery)" form

@@ -27,17 +27,21 @@
 //     replay or idempotency_conflict. A bulk admission first runs without
 //     those locks (a thousand of them, held to the commit, would fill the
 //     server's lock table); a write that then finds a row gone or a key
-//     taken rolls it back, and it runs again under the locks (admitAll). A
+//     taken rolls it back, and it runs again under the locks (admitAll), as
+//     does one that refuses a member already_exists (a refusal that rests
+//     on its scope having no record, which no write of the batch guards). A
 //     CreateRun whose record such a batch wrote first runs again too, and
 //     so does one whose record's run a purge of runs deleted after it read
 //     the record (the purge takes no admission lock).
-//   - Lock order is job row, then run row, in every transaction (claim, the
-//     terminal writes and cancel all touch both; a purge locks both for
-//     each run it deletes, in run id order, before deleting any), so these
-//     operations cannot deadlock one another. An admission that replaces
-//     expired records locks only their run rows, in (tenant, run id) order.
-//     Attempt and effect rows are only written by the holder of their
-//     job's lock.
+//   - Every writer of a run locks its job row first (claim, the terminal
+//     writes and cancel write only that row; a purge of runs locks each
+//     run's job row and then its run row, in run id order, before deleting
+//     any), so these operations cannot deadlock one another. An admission
+//     that replaces expired records locks only their run rows, in (tenant,
+//     run id) order; PurgeIdempotency locks run rows in expiry order, and
+//     can deadlock with a purge of runs (one of them is then unavailable,
+//     nothing written). Attempt and effect rows are only written by the
+//     holder of their job's lock.
 //
 // # Clocks
 //
