@@ -655,15 +655,7 @@ func TestPurgeRunsWaitsForAReplay(t *testing.T) {
 				replayErr <- err
 			}()
 			<-arrived
-			type purged struct {
-				ids []string
-				err error
-			}
-			purgeDone := make(chan purged, 1)
-			go func() {
-				ids, err := janitor.PurgeRuns(ctx, spec.PurgeRunsRequest{Tenant: "acme", Limit: 2})
-				purgeDone <- purged{ids, err}
-			}()
+			purgeDone := purgeAsync(ctx, janitor, 2)
 			// Barrier: the purge waits for the row the replay holds. A purge
 			// that does not wait returns first, and that is the failure.
 			watcher := pgtest.Conn(t, dsn, schema)
@@ -805,15 +797,7 @@ func TestPurgeRunsLocksRunRowsFirst(t *testing.T) {
 		t.Fatalf("clear r1's expired record: %v, %v; want 1 row", tag, err)
 	}
 
-	type purged struct {
-		ids []string
-		err error
-	}
-	purgeDone := make(chan purged, 1)
-	go func() {
-		ids, err := janitor.PurgeRuns(ctx, spec.PurgeRunsRequest{Tenant: "acme", Limit: 10})
-		purgeDone <- purged{ids, err}
-	}()
+	purgeDone := purgeAsync(ctx, janitor, 10)
 	waiting := pgtest.Conn(t, dsn, schema)
 	for deadline := time.Now().Add(10 * time.Second); ; {
 		var n int
@@ -846,6 +830,23 @@ func TestPurgeRunsLocksRunRowsFirst(t *testing.T) {
 	if p.err != nil || !slices.Equal(p.ids, []string{"r0", "r1"}) {
 		t.Fatalf("the purge: %v, %v; want [r0 r1]", p.ids, p.err)
 	}
+}
+
+// purged is what a PurgeRuns call returned.
+type purged struct {
+	ids []string
+	err error
+}
+
+// purgeAsync runs janitor's PurgeRuns of tenant acme (up to limit lineages)
+// in a goroutine and delivers its result.
+func purgeAsync(ctx context.Context, janitor *postgres.Store, limit int) <-chan purged {
+	done := make(chan purged, 1)
+	go func() {
+		ids, err := janitor.PurgeRuns(ctx, spec.PurgeRunsRequest{Tenant: "acme", Limit: limit})
+		done <- purged{ids, err}
+	}()
+	return done
 }
 
 // retiredRuns opens a schema whose runs retire 10 s after they finish and
