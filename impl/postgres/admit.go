@@ -154,12 +154,13 @@ type admitted struct {
 //     statement and so from the same snapshot, which proposed run ids are
 //     taken), then the clock. The server runs a batch's statements in
 //     order, so the clock is read after every lock is held and after what
-//     the admission decides from. What a concurrent purge of runs (which
-//     takes none of these locks) deletes after that snapshot is caught by
-//     the writes that depend on it: the guarded deletion of an expired
-//     record finds its run row gone, a replay finds its run missing
-//     (errRaced); an admission that finds a purged run's record gone is
-//     one after the purge.
+//     the admission decides from. A concurrent purge of runs takes none of
+//     these locks: what it deletes after that snapshot is found gone by
+//     the statements that depend on it (errRaced): a replay's read of its
+//     run, the guarded deletion of an expired record, and a bulk
+//     admission's lock of the runs it decided from (writeAdmissions),
+//     which then keeps the purge waiting until it commits. An admission
+//     that finds a purged run's record gone is one after the purge.
 //  2. Each member is decided in Go, in order, exactly as CreateRun decides
 //     it, from what was read and from the members before it: invalid, a
 //     replay or a conflict of a live record, already_exists, or created
@@ -190,7 +191,8 @@ func (s *Store) admit(t *txn, br pgx.BatchResults, p *admissionPlan, reqs []spec
 	}
 
 	var w admissionWrite
-	var refused []scopeKey // the scopes of members refused already_exists
+	var refused []scopeKey        // the scopes of members refused already_exists
+	creating := map[jobKey]bool{} // the run ids of the members created
 	for i, req := range reqs {
 		n, err := s.cfg.NormalizeCreate(req, now)
 		if err == nil && !reach[i] {
@@ -211,6 +213,9 @@ func (s *Store) admit(t *txn, br pgx.BatchResults, p *admissionPlan, reqs []spec
 				outcomes[i].Err = spec.Errorf(spec.CodeIdempotencyConflict,
 					"idempotency key #%s of operation %q is bound to a different request (fingerprint %s); use a new key for a new request",
 					spec.ShortHash(n.Key), n.Operation, spec.ShortHash(rec.fingerprint))
+				if rec.member < 0 {
+					w.decidedFrom = append(w.decidedFrom, jobKey{n.Tenant, rec.runID})
+				}
 				continue
 			}
 			outcomes[i].Result.Replayed = true
@@ -223,12 +228,15 @@ func (s *Store) admit(t *txn, br pgx.BatchResults, p *admissionPlan, reqs []spec
 			continue
 		}
 		k := jobKey{n.Tenant, n.RunID}
-		if taken[k] {
+		if taken[k] || creating[k] {
 			outcomes[i].Err = spec.Errorf(spec.CodeAlreadyExists, "run %s already exists for tenant %s; propose a new run id", n.RunID, n.Tenant)
 			refused = append(refused, scope)
+			if taken[k] {
+				w.decidedFrom = append(w.decidedFrom, k)
+			}
 			continue
 		}
-		taken[k] = true
+		creating[k] = true
 		records[scope] = admitted{fingerprint: n.Fingerprint, expiresAt: n.ExpiresAt, member: i}
 		w.add(i, n, now, found, rec.runID)
 	}
@@ -481,8 +489,10 @@ func (t *txn) readAdmissions(br pgx.BatchResults, p *admissionPlan, records map[
 
 // admissionWrite is the members an admission creates, as insertAdmissions'
 // arrays, with the expired records it deletes, the members that replay
-// one created earlier in the batch ([replaying member, creating member])
-// and those that replay a stored run (stored, with their runs).
+// one created earlier in the batch ([replaying member, creating member]),
+// those that replay a stored run (stored, with their runs) and the stored
+// runs it refused other members against (decidedFrom: a conflict with a
+// run's record, a run id taken).
 type admissionWrite struct {
 	members                                                   []int
 	norm                                                      []spec.NormalizedCreate
@@ -492,7 +502,7 @@ type admissionWrite struct {
 	expired                                                   []expiredRecord
 	replays                                                   [][2]int
 	stored                                                    []int
-	storedRuns                                                []jobKey
+	storedRuns, decidedFrom                                   []jobKey
 }
 
 // add adds member i, n; expired says that it replaces the expired record
@@ -508,6 +518,21 @@ func (w *admissionWrite) add(i int, n spec.NormalizedCreate, now int64, expired 
 	}
 }
 
+// decided is the stored runs w's members were decided from (replayed,
+// refused against, holding an expired record w deletes), each once, in
+// (tenant, run id) order: the order in which a purge locks run rows
+// (lockPurged), so that the two wait for each other without a deadlock.
+func (w *admissionWrite) decided() []jobKey {
+	keys := slices.Concat(w.storedRuns, w.decidedFrom)
+	for _, e := range w.expired {
+		keys = append(keys, jobKey{e.tenant, e.runID})
+	}
+	slices.SortFunc(keys, func(a, b jobKey) int {
+		return cmp.Or(strings.Compare(a.tenant, b.tenant), strings.Compare(a.runID, b.runID))
+	})
+	return slices.Compact(keys)
+}
+
 // expiredRecord is the expired record of a scope that an admission
 // replaces, and the run that holds it.
 type expiredRecord struct {
@@ -517,10 +542,27 @@ type expiredRecord struct {
 
 // writeAdmissions is admit's second round trip: w's writes, their outbox
 // messages, notifications and the commit marker, pipelined; it fills in
-// the created members' outcomes.
+// the created members' outcomes. A bulk admission first locks the stored
+// runs its members were decided from (lockDecidedRuns), so that no purge
+// deletes one before this commits: its created runs, visible only then,
+// and its outcomes decided from those runs would fall on the two sides of
+// the purge, at no single point. One of them gone already is errRaced.
+// (CreateRun needs no such lock: when it writes, it was decided from no
+// run but the one whose expired record it deletes, which locks that row.)
 func (s *Store) writeAdmissions(t *txn, w *admissionWrite, bulk bool, now int64, outcomes []spec.CreateOutcome) error {
 	ctx := t.ctx
 	var b pgx.Batch
+	var decided []jobKey
+	if bulk {
+		decided = w.decided()
+		tenants, runIDs := make([]string, len(decided)), make([]string, len(decided))
+		for i, k := range decided {
+			tenants[i], runIDs[i] = k.tenant, k.runID
+		}
+		if len(decided) > 0 {
+			b.Queue(lockDecidedRuns, args{"tenants": tenants, "run_ids": runIDs})
+		}
+	}
 	if len(w.expired) > 0 {
 		if bulk {
 			slices.SortFunc(w.expired, func(a, b expiredRecord) int {
@@ -562,6 +604,15 @@ func (s *Store) writeAdmissions(t *txn, w *admissionWrite, bulk bool, now int64,
 
 	br := t.SendBatch(ctx, &b)
 	defer br.Close()
+	if len(decided) > 0 {
+		var locked int
+		if err := br.QueryRow().Scan(&locked); err != nil {
+			return err
+		}
+		if locked != len(decided) {
+			return fmt.Errorf("%w: locked %d of the %d runs its members were decided from", errRaced, locked, len(decided))
+		}
+	}
 	if len(w.expired) > 0 {
 		tag, err := br.Exec()
 		if err != nil {

@@ -67,33 +67,50 @@ func BenchmarkCreateRun(b *testing.B) {
 }
 
 // BenchmarkCreateRuns admits batches of 100 and 1000 runs per call from one
-// caller and reports runs/s.
+// caller and reports runs/s; in "half replayed", each batch of 1000 sends
+// the second half of the one before again (replays, which it locks:
+// lockDecidedRuns) beside 500 new runs.
 func BenchmarkCreateRuns(b *testing.B) {
-	for _, size := range []int{100, 1000} {
-		b.Run(fmt.Sprintf("batch=%d", size), func(b *testing.B) {
+	for _, c := range []struct {
+		name     string
+		size     int
+		replayed int
+	}{{"batch=100", 100, 0}, {"batch=1000", 1000, 0}, {"batch=1000/half_replayed", 1000, 500}} {
+		b.Run(c.name, func(b *testing.B) {
 			bc, ok := any(benchStore(b, false, 0)).(spec.BatchCreator)
 			if !ok {
 				b.Skip("the store does not implement spec.BatchCreator")
 			}
 			var n int64
-			reqs := make([]spec.CreateRunRequest, size)
+			reqs := make([]spec.CreateRunRequest, c.size)
+			for i := range reqs {
+				n++
+				reqs[i] = admission("b", n)
+			}
 			b.ResetTimer()
-			for range b.N {
-				for i := range reqs {
+			for call := range b.N {
+				copy(reqs, reqs[c.size-c.replayed:])
+				for i := c.replayed; i < c.size; i++ {
 					n++
 					reqs[i] = admission("b", n)
+				}
+				if call == 0 {
+					for i := range c.replayed {
+						n++
+						reqs[i] = admission("b", n)
+					}
 				}
 				outs, err := bc.CreateRuns(context.Background(), reqs)
 				if err != nil {
 					b.Fatal(err)
 				}
-				for _, o := range outs {
-					if o.Err != nil || o.Result.Replayed {
-						b.Fatalf("member: %+v", o)
+				for i, o := range outs {
+					if wantReplay := call > 0 && i < c.replayed; o.Err != nil || o.Result.Replayed != wantReplay {
+						b.Fatalf("member %d of call %d: %+v; want replayed %v", i, call, o, wantReplay)
 					}
 				}
 			}
-			b.ReportMetric(float64(b.N*size)/b.Elapsed().Seconds(), "runs/s")
+			b.ReportMetric(float64(b.N*c.size)/b.Elapsed().Seconds(), "runs/s")
 		})
 	}
 }

@@ -832,6 +832,160 @@ func TestPurgeRunsLocksRunRowsFirst(t *testing.T) {
 	}
 }
 
+// TestBulkDecisionsHoldTheirRuns: a bulk admission that writes holds the
+// runs rows it decided other members from until it commits, so a purge of
+// those runs waits for it. Run r0 is retired and its record of key order-0
+// is live at the batch's time but expired at the purge's. Each batch
+// creates n1 beside one member decided from r0's row: a replay of
+// order-0, a conflict with it, or a proposal of r0's run id under a new key
+// (already_exists). Held before its commit, the batch must keep the purge
+// waiting: a purge that deleted r0 meanwhile would leave the batch's
+// outcome (r0 replayed, say) and its created run n1, which becomes visible
+// only at the commit, on the two sides of the purge, so that a client that
+// saw r0 gone and n1 not yet there could place the batch at no single
+// point.
+func TestBulkDecisionsHoldTheirRuns(t *testing.T) {
+	cases := decidedFromR0()
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+			defer cancel()
+			dsn, schema, cfg := retiredRuns(ctx, t, "r0")
+			held, release := make(chan struct{}, 1), make(chan struct{})
+			var releaseOnce sync.Once
+			releaseAll := func() { releaseOnce.Do(func() { close(release) }) }
+			admitter := openOn(t, dsn, schema, postgres.Options{Config: cfg, Clock: clock.NewManual(t0 + 1_000),
+				Hook: func(ctx context.Context, op spec.Op, point spec.HookPoint) error {
+					if op == spec.OpCreateRuns && point == spec.BeforeCommit {
+						held <- struct{}{}
+						<-release
+					}
+					return nil
+				}})
+			t.Cleanup(releaseAll) // before the store closes, which waits for the held batch
+			const janitorName = "purge-waits-for-bulk"
+			janitor := openOn(t, dsn, schema, postgres.Options{Config: cfg, Clock: clock.NewManual(t0 + 20_000), ApplicationName: janitorName,
+				RuntimeParams: map[string]string{"lock_timeout": "10s"}})
+
+			type bulkResult struct {
+				outs []spec.CreateOutcome
+				err  error
+			}
+			bulk := make(chan bulkResult, 1)
+			go func() {
+				outs, err := admitter.CreateRuns(ctx, []spec.CreateRunRequest{tc.member, acmeRequest("k-n", "n1")})
+				bulk <- bulkResult{outs, err}
+			}()
+			<-held
+			purgeDone := purgeAsync(ctx, janitor, 10)
+			waiting := pgtest.Conn(t, dsn, schema)
+			for deadline := time.Now().Add(10 * time.Second); ; {
+				var n int
+				if err := waiting.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity WHERE application_name = $1 AND wait_event_type = 'Lock'`,
+					janitorName).Scan(&n); err != nil {
+					t.Fatal(err)
+				}
+				if n > 0 {
+					break
+				}
+				select {
+				case p := <-purgeDone:
+					t.Fatalf("the purge returned (%v, %v) while the batch that decided a member from r0 was open; want it to wait for the batch", p.ids, p.err)
+				default:
+				}
+				if time.Now().After(deadline) {
+					t.Fatal("the purge neither waited for the batch nor returned")
+				}
+				time.Sleep(10 * time.Millisecond)
+			}
+			releaseAll()
+			b := <-bulk
+			if b.err != nil || len(b.outs) != 2 || b.outs[1].Err != nil || b.outs[1].Result.Run.ID != "n1" {
+				t.Fatalf("CreateRuns: %+v, %v; want its second member n1 created", b.outs, b.err)
+			}
+			if first := b.outs[0]; spec.CodeOf(first.Err) != tc.wantCode || tc.wantCode == "" && (!first.Result.Replayed || first.Result.Run.ID != "r0") {
+				t.Fatalf("CreateRuns' first member: %+v; want code %q (r0 replayed if none)", first, tc.wantCode)
+			}
+			if p := <-purgeDone; p.err != nil || !slices.Equal(p.ids, []string{"r0"}) {
+				t.Fatalf("the purge after the batch: %v, %v; want [r0]", p.ids, p.err)
+			}
+		})
+	}
+}
+
+// decidedFromR0 is the members of the bulk admissions of
+// TestBulkDecisionsHoldTheirRuns and TestBulkDecisionsFindTheirRunsPurged,
+// each decided from run r0 of retiredRuns (its record live): a replay of
+// its key, a conflict with its record, a proposal of its run id under a
+// new key. wantCode is the member's outcome with r0 there ("" is r0
+// replayed), wantRun the run it creates once r0 is purged.
+func decidedFromR0() []struct {
+	name     string
+	member   spec.CreateRunRequest
+	wantCode spec.Code
+	wantRun  string
+} {
+	conflicting := retiredRequest("r0")
+	conflicting.RunID, conflicting.Payload = "c0", []byte(`{"other":true}`)
+	taking := retiredRequest("r0")
+	taking.IdempotencyKey = "k-new"
+	return []struct {
+		name     string
+		member   spec.CreateRunRequest
+		wantCode spec.Code
+		wantRun  string
+	}{
+		{"replay", retiredRequest("r0"), "", "r0"},
+		{"conflict", conflicting, spec.CodeIdempotencyConflict, "c0"},
+		{"taken run id", taking, spec.CodeAlreadyExists, "r0"},
+	}
+}
+
+// TestBulkDecisionsFindTheirRunsPurged: a bulk admission held at its clock
+// read, after its lookups found r0 (decidedFromR0) and before it locks
+// what it decided from, while a purge deletes r0: its lock finds r0 gone,
+// and it runs again (Retried 1), now without r0, creating the member's run
+// beside n1.
+func TestBulkDecisionsFindTheirRunsPurged(t *testing.T) {
+	for _, tc := range decidedFromR0() {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+			defer cancel()
+			dsn, schema, cfg := retiredRuns(ctx, t, "r0")
+			arrived, resume := make(chan struct{}), make(chan struct{})
+			var once sync.Once
+			resumeAdmission := func() { once.Do(func() { close(resume) }) }
+			admitter := openOn(t, dsn, schema, postgres.Options{Config: cfg,
+				Clock: &heldClock{Clock: clock.NewManual(t0 + 1_000), hold: func() { close(arrived); <-resume }}})
+			janitor := openOn(t, dsn, schema, postgres.Options{Config: cfg, Clock: clock.NewManual(t0 + 20_000), RuntimeParams: noWait})
+			t.Cleanup(resumeAdmission) // before the stores close, even when the test fails
+
+			type bulkResult struct {
+				outs []spec.CreateOutcome
+				err  error
+			}
+			bulk := make(chan bulkResult, 1)
+			go func() {
+				outs, err := admitter.CreateRuns(ctx, []spec.CreateRunRequest{tc.member, acmeRequest("k-n", "n1")})
+				bulk <- bulkResult{outs, err}
+			}()
+			<-arrived
+			if ids, err := janitor.PurgeRuns(ctx, spec.PurgeRunsRequest{Tenant: "acme", Limit: 10}); err != nil || !slices.Equal(ids, []string{"r0"}) {
+				t.Fatalf("purge while the batch is held at its clock read: %v, %v; want [r0] at once", ids, err)
+			}
+			resumeAdmission()
+			b := <-bulk
+			if b.err != nil || len(b.outs) != 2 || b.outs[0].Err != nil || b.outs[0].Result.Replayed || b.outs[0].Result.Run.ID != tc.wantRun ||
+				b.outs[1].Err != nil || b.outs[1].Result.Run.ID != "n1" {
+				t.Fatalf("CreateRuns: %+v, %v; want %s and n1 created", b.outs, b.err, tc.wantRun)
+			}
+			if got := admitter.AdmissionStats().Retried; got != 1 {
+				t.Errorf("the batch ran again %d times; want 1", got)
+			}
+		})
+	}
+}
+
 // purged is what a PurgeRuns call returned.
 type purged struct {
 	ids []string

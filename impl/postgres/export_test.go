@@ -16,6 +16,7 @@ var (
 	AdmissionLookupsSQL = selectAdmissionLookups
 	RunsOfSQL           = selectRunsOf
 	ExpiredRecordsSQL   = deleteExpiredRecords
+	DecidedRunsSQL      = lockDecidedRuns
 )
 
 // SetMaxAnnounceBatch sets how many notifications one announcement sends,

@@ -500,6 +500,7 @@ func TestBulkAdmissionPlans(t *testing.T) {
 		{"records and taken run ids", postgres.AdmissionLookupsSQL, pgx.NamedArgs{"tenants": tenants, "operations": []string{"work", "work", "work"}, "keys": keys, "run_ids": ids}},
 		{"runs of replays", postgres.RunsOfSQL, pgx.NamedArgs{"tenants": tenants, "run_ids": ids}},
 		{"expired records", postgres.ExpiredRecordsSQL, pgx.NamedArgs{"tenants": tenants, "operations": []string{"work", "work", "work"}, "keys": keys, "now": int64(0)}},
+		{"locks of the runs decided from", postgres.DecidedRunsSQL, pgx.NamedArgs{"tenants": tenants, "run_ids": ids}},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			plan := genericAnalyze(t, ctx, conn, c.query, c.args)

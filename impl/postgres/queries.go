@@ -433,9 +433,10 @@ const (
 	// run id order (each run's job row, then its run row), waiting for any
 	// other holder (never SKIP LOCKED: a skipped row whose holder then rolls
 	// back would leave the purge short of any serial order). Every writer of
-	// a run locks its job row but an admission clearing an expired record,
-	// which locks only the run row; once these are held, nothing can
-	// replay, purge or otherwise write them. The run rows are locked here,
+	// a run locks its job row but an admission, which locks only run rows
+	// (those whose expired records it clears; a bulk one also those it
+	// decided members from, lockDecidedRuns); once these are held, nothing
+	// can replay, purge, write or decide from them. The run rows are locked here,
 	// before anything is deleted, so that an admission never waits for the
 	// purge (a unique check on a run id the purge deleted) while holding a
 	// run row the purge still needs: with the job rows alone, an admission
@@ -618,6 +619,18 @@ const (
 		RETURNING 1
 	)
 	SELECT (SELECT count(*) FROM r), (SELECT count(*) FROM j)`
+
+	// lockDecidedRuns locks the stored runs a bulk admission that writes
+	// decided members from, one member at a time in the order given (the
+	// caller sorts them by (tenant, run id), the order in which a purge
+	// locks run rows, lockPurged), and counts those it locked (fewer: a
+	// purge deleted one since it was read). FOR KEY SHARE conflicts with a
+	// purge's FOR UPDATE alone: it blocks no worker, no other admission,
+	// and no deletion of an expired record (FOR NO KEY UPDATE), this
+	// admission's own included.
+	lockDecidedRuns = `SELECT count(*) FROM unnest(@tenants::text[], @run_ids::text[]) AS m(tenant, run_id)
+		CROSS JOIN LATERAL (SELECT FROM runs AS x WHERE x.tenant = m.tenant AND x.run_id = m.run_id
+			OFFSET 0 FOR KEY SHARE) AS k`
 
 	// deleteExpiredRecords deletes the expired records of the scopes a bulk
 	// admission admits again (the guard: idempotency_expires_at <= @now), by
