@@ -31,8 +31,10 @@ func newGates() (gates [2]chan struct{}, open func(i int)) {
 // call's result, hooks, clock reading and errors must be CreateRun's.
 func TestConformanceCoalesced(t *testing.T) {
 	pgtest.DSN(t)
+	pool := pgtest.NewSchemaPool(t, "") // as TestConformance
 	leaseholdtest.Conformance(t, leaseholdtest.Store{Name: "postgres-coalesced",
-		Factory: pgtest.FactoryWith(postgres.Options{MaxConns: 4, CoalesceCreateRun: 2})})
+		Factory: pool.Factory(postgres.Options{MaxConns: 4, CoalesceCreateRun: 2})})
+	t.Logf("schema pool: %+v", pool.Stats())
 }
 
 // TestCoalescedRunIDRace: a coalesced bulk admission whose member's run id
