@@ -1,5 +1,7 @@
 package postgres
 
+import "time"
+
 // Exported for the external tests (package postgres_test), which cannot be
 // internal because they use pgtest, which imports this package.
 
@@ -18,6 +20,14 @@ var (
 	ExpiredRecordsSQL   = deleteExpiredRecords
 	DecidedRunsSQL      = lockDecidedRuns
 )
+
+// SetAnnounceTimeout sets announceTimeout, which announcers read as they use it,
+// and returns the function that restores it.
+func SetAnnounceTimeout(d time.Duration) (restore func()) {
+	old := announceTimeout
+	announceTimeout = d
+	return func() { announceTimeout = old }
+}
 
 // SetMaxAnnounceBatch sets how many notifications one announcement sends,
 // and returns the function that restores it.

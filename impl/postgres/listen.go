@@ -82,8 +82,8 @@ func (s *Store) notify(t *txn, kind spec.NotificationKind, tenant, runID string,
 var maxAnnounceBatch = 1000
 
 // announceTimeout bounds one connection attempt and one announcement, and
-// Close's last flush in all.
-const announceTimeout = 5 * time.Second
+// Close's last flush in all. A variable for tests.
+var announceTimeout = 5 * time.Second
 
 // DefaultNotifyQueue is the most notifications that wait to be announced
 // when Options.NotifyQueue is zero.
