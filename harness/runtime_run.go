@@ -39,9 +39,15 @@ func RuntimeConfig() spec.Config {
 
 // The runtime run's shape, in the manual clock's milliseconds.
 const (
-	runtimeLeaseMs    = 300
-	runtimeFaultMs    = 12_000 // the fault phase
-	runtimeLivenessMs = 20_000 // the bound: every acknowledged run terminal this long after the faults stop
+	runtimeLeaseMs = 300
+	runtimeFaultMs = 12_000 // the fault phase
+	// runtimeLivenessMs bounds the liveness phase: every acknowledged run
+	// terminal this long after the faults stop. A run's slowest way to its
+	// end from there is about three attempts of a pause in flight (2 leases
+	// and 100 ms), a lease's expiry, a slow handler (2 leases) and a
+	// backoff (at most 500 ms): under 6 s; the bound leaves room for a
+	// loaded machine's store calls, which the manual clock does not slow.
+	runtimeLivenessMs = 10_000
 	runtimeRuns       = 36
 	runtimeWorkers    = 3
 )
