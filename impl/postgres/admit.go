@@ -157,10 +157,12 @@ type admitted struct {
 //     the admission decides from. A concurrent purge of runs takes none of
 //     these locks: what it deletes after that snapshot is found gone by
 //     the statements that depend on it (errRaced): a replay's read of its
-//     run, the guarded deletion of an expired record, and a bulk
-//     admission's lock of the runs it decided from (writeAdmissions),
-//     which then keeps the purge waiting until it commits. An admission
-//     that finds a purged run's record gone is one after the purge.
+//     run (which must still hold the record read: the run id may have
+//     been admitted again since), the guarded deletion of an expired
+//     record, and a bulk admission's lock of the runs it decided from
+//     (writeAdmissions), which then keeps the purge waiting until it
+//     commits. An admission that finds a purged run's record gone is one
+//     after the purge.
 //  2. Each member is decided in Go, in order, exactly as CreateRun decides
 //     it, from what was read and from the members before it: invalid, a
 //     replay or a conflict of a live record, already_exists, or created
@@ -214,7 +216,7 @@ func (s *Store) admit(t *txn, br pgx.BatchResults, p *admissionPlan, reqs []spec
 					"idempotency key #%s of operation %q is bound to a different request (fingerprint %s); use a new key for a new request",
 					spec.ShortHash(n.Key), n.Operation, spec.ShortHash(rec.fingerprint))
 				if rec.member < 0 {
-					w.decidedFrom = append(w.decidedFrom, jobKey{n.Tenant, rec.runID})
+					w.decidedFrom = append(w.decidedFrom, decidedRun{jobKey{n.Tenant, rec.runID}, lockRecord, scope, rec.expiresAt})
 				}
 				continue
 			}
@@ -223,7 +225,7 @@ func (s *Store) admit(t *txn, br pgx.BatchResults, p *admissionPlan, reqs []spec
 				w.replays = append(w.replays, [2]int{i, rec.member})
 			} else {
 				w.stored = append(w.stored, i)
-				w.storedRuns = append(w.storedRuns, jobKey{n.Tenant, rec.runID})
+				w.storedRuns = append(w.storedRuns, decidedRun{jobKey{n.Tenant, rec.runID}, lockRecord, scope, rec.expiresAt})
 			}
 			continue
 		}
@@ -232,7 +234,7 @@ func (s *Store) admit(t *txn, br pgx.BatchResults, p *admissionPlan, reqs []spec
 			outcomes[i].Err = spec.Errorf(spec.CodeAlreadyExists, "run %s already exists for tenant %s; propose a new run id", n.RunID, n.Tenant)
 			refused = append(refused, scope)
 			if taken[k] {
-				w.decidedFrom = append(w.decidedFrom, k)
+				w.decidedFrom = append(w.decidedFrom, decidedRun{jobKey: k, lock: lockTaken})
 			}
 			continue
 		}
@@ -281,9 +283,11 @@ func scopeArgs(scopes []scopeKey) args {
 // still in flight, and a client that then found one of this batch's
 // created runs missing would have seen this batch come after that
 // admission, whose record the refusal did not see. Held to the commit, the
-// lock makes such an admission wait; a record live at now that appeared
-// before it was taken is errRaced (an expired one is no record at now, as
-// when the batch read it).
+// lock makes such an admission wait, if it takes the lock (CreateRun, a
+// bulk admission's second attempt; another batch's first attempt does not,
+// a gap bench/findings.md §18 describes); a record live at now that
+// appeared before it was taken is errRaced (an expired one is no record at
+// now, as when the batch read it).
 func (s *Store) holdRefusedScopes(t *txn, scopes []scopeKey, now int64) error {
 	locks := make([]string, len(scopes))
 	for i, sc := range scopes {
@@ -313,27 +317,18 @@ func (s *Store) holdRefusedScopes(t *txn, scopes []scopeKey, now int64) error {
 }
 
 // replayedRuns reads the runs of the members (at index) that replay a
-// record of the database: getRun for one, selectRunsOf for more. A run
-// missing is errRaced: a purge of runs, which takes no admission lock
-// (lockPurged), may have deleted it after the record was read live (at an
-// earlier time than the purge's, when the record expired).
-func (t *txn) replayedRuns(index []int, runs []jobKey, outcomes []spec.CreateOutcome) error {
-	switch len(index) {
-	case 0:
+// record of the database (runs: each with its record), in one statement
+// (selectReplayedRuns), which finds a run only while it still holds the
+// record read. A run missing is errRaced: a purge of runs, which takes no
+// admission lock (lockPurged), may have deleted it after the record was
+// read live (at an earlier time than the purge's, when the record
+// expired), and an admission under another key may have taken its run id
+// since.
+func (t *txn) replayedRuns(index []int, runs []decidedRun, outcomes []spec.CreateOutcome) error {
+	if len(index) == 0 {
 		return nil
-	case 1:
-		run, err := getRun(t.ctx, t, runs[0].tenant, runs[0].runID)
-		if spec.CodeOf(err) == spec.CodeNotFound {
-			return fmt.Errorf("%w: run %s/%s of a live idempotency record is missing", errRaced, runs[0].tenant, runs[0].runID)
-		}
-		outcomes[index[0]].Result.Run = run
-		return err
 	}
-	tenants, runIDs := make([]string, len(runs)), make([]string, len(runs))
-	for i, k := range runs {
-		tenants[i], runIDs[i] = k.tenant, k.runID
-	}
-	rows, err := t.Query(t.ctx, selectRunsOf, args{"tenants": tenants, "run_ids": runIDs})
+	rows, err := t.Query(t.ctx, selectReplayedRuns, decidedArgs(runs))
 	if err != nil {
 		return err
 	}
@@ -346,13 +341,26 @@ func (t *txn) replayedRuns(index []int, runs []jobKey, outcomes []spec.CreateOut
 		byKey[jobKey{r.Tenant, r.ID}] = r
 	}
 	for n, i := range index {
-		r, ok := byKey[runs[n]]
+		r, ok := byKey[runs[n].jobKey]
 		if !ok {
-			return fmt.Errorf("%w: run %s/%s of a live idempotency record is missing", errRaced, runs[n].tenant, runs[n].runID)
+			return fmt.Errorf("%w: run %s/%s of a live idempotency record is missing, or holds it no more", errRaced, runs[n].tenant, runs[n].runID)
 		}
 		outcomes[i].Result.Run = r
 	}
 	return nil
+}
+
+// decidedArgs is runs as the parallel arrays of lockDecidedRuns and
+// selectReplayedRuns.
+func decidedArgs(runs []decidedRun) args {
+	n := len(runs)
+	tenants, runIDs, operations, keys := make([]string, n), make([]string, n), make([]string, n), make([]string, n)
+	modes, expires := make([]int32, n), make([]int64, n)
+	for i, r := range runs {
+		tenants[i], runIDs[i], operations[i], keys[i] = r.tenant, r.runID, r.scope.operation, r.scope.key
+		modes[i], expires[i] = int32(r.lock), r.expiresAt
+	}
+	return args{"tenants": tenants, "run_ids": runIDs, "operations": operations, "keys": keys, "modes": modes, "expires": expires}
 }
 
 // sqlText reports whether every name is text PostgreSQL accepts as a
@@ -502,8 +510,33 @@ type admissionWrite struct {
 	expired                                                   []expiredRecord
 	replays                                                   [][2]int
 	stored                                                    []int
-	storedRuns, decidedFrom                                   []jobKey
+	storedRuns, decidedFrom                                   []decidedRun
 }
+
+// decidedRun is a stored run an admission decided a member from, and how
+// lockDecidedRuns locks it.
+type decidedRun struct {
+	jobKey
+	lock      lockMode
+	scope     scopeKey // the record's scope (lockRecord, lockExpired)
+	expiresAt int64    // the record's expiry (lockRecord)
+}
+
+// lockMode is how lockDecidedRuns locks a decided run, weakest first; its
+// value is the statement's m.mode.
+type lockMode int32
+
+const (
+	// lockTaken: a member was refused its run id (FOR KEY SHARE: the row
+	// stays).
+	lockTaken lockMode = iota
+	// lockRecord: a member replayed or conflicted with the run's live
+	// record (FOR SHARE: the row and that record stay).
+	lockRecord
+	// lockExpired: the batch replaces the run's expired record (FOR NO KEY
+	// UPDATE, the lock its deletion takes).
+	lockExpired
+)
 
 // add adds member i, n; expired says that it replaces the expired record
 // of its scope, held by the run recordRun.
@@ -519,18 +552,22 @@ func (w *admissionWrite) add(i int, n spec.NormalizedCreate, now int64, expired 
 }
 
 // decided is the stored runs w's members were decided from (replayed,
-// refused against, holding an expired record w deletes), each once, in
-// (tenant, run id) order: the order in which a purge locks run rows
-// (lockPurged), so that the two wait for each other without a deadlock.
-func (w *admissionWrite) decided() []jobKey {
-	keys := slices.Concat(w.storedRuns, w.decidedFrom)
+// refused against, holding an expired record w deletes), each once with
+// the strongest lock it needs, in (tenant, run id) order: the order in
+// which a purge locks run rows (lockPurged) and every bulk admission
+// locks them, so that they wait for each other without a deadlock (but
+// for a purge's later rounds, see lockPurged). Each row is locked once,
+// never upgraded: two batches holding one row in a shared mode and both
+// upgrading it would deadlock.
+func (w *admissionWrite) decided() []decidedRun {
+	runs := slices.Concat(w.storedRuns, w.decidedFrom)
 	for _, e := range w.expired {
-		keys = append(keys, jobKey{e.tenant, e.runID})
+		runs = append(runs, decidedRun{jobKey{e.tenant, e.runID}, lockExpired, e.scopeKey, 0})
 	}
-	slices.SortFunc(keys, func(a, b jobKey) int {
-		return cmp.Or(strings.Compare(a.tenant, b.tenant), strings.Compare(a.runID, b.runID))
+	slices.SortFunc(runs, func(a, b decidedRun) int {
+		return cmp.Or(strings.Compare(a.tenant, b.tenant), strings.Compare(a.runID, b.runID), cmp.Compare(b.lock, a.lock))
 	})
-	return slices.Compact(keys)
+	return slices.CompactFunc(runs, func(a, b decidedRun) bool { return a.jobKey == b.jobKey })
 }
 
 // expiredRecord is the expired record of a scope that an admission
@@ -544,23 +581,20 @@ type expiredRecord struct {
 // messages, notifications and the commit marker, pipelined; it fills in
 // the created members' outcomes. A bulk admission first locks the stored
 // runs its members were decided from (lockDecidedRuns), so that no purge
-// deletes one before this commits: its created runs, visible only then,
-// and its outcomes decided from those runs would fall on the two sides of
-// the purge, at no single point. One of them gone already is errRaced.
-// (CreateRun needs no such lock: when it writes, it was decided from no
-// run but the one whose expired record it deletes, which locks that row.)
+// deletes one, and no deletion of a record removes one it replayed or
+// conflicted with, before this commits: its created runs, visible only
+// then, and its outcomes decided from those rows would fall on the two
+// sides of that write, at no single point. One of them changed already is
+// errRaced. (CreateRun needs no such lock: when it writes, it was decided
+// from no run but the one whose expired record it deletes, which locks
+// that row.)
 func (s *Store) writeAdmissions(t *txn, w *admissionWrite, bulk bool, now int64, outcomes []spec.CreateOutcome) error {
 	ctx := t.ctx
 	var b pgx.Batch
-	var decided []jobKey
+	var decided []decidedRun
 	if bulk {
-		decided = w.decided()
-		tenants, runIDs := make([]string, len(decided)), make([]string, len(decided))
-		for i, k := range decided {
-			tenants[i], runIDs[i] = k.tenant, k.runID
-		}
-		if len(decided) > 0 {
-			b.Queue(lockDecidedRuns, args{"tenants": tenants, "run_ids": runIDs})
+		if decided = w.decided(); len(decided) > 0 {
+			b.Queue(lockDecidedRuns, decidedArgs(decided).with(args{"now": now}))
 		}
 	}
 	if len(w.expired) > 0 {

@@ -833,81 +833,186 @@ func TestPurgeRunsLocksRunRowsFirst(t *testing.T) {
 }
 
 // TestBulkDecisionsHoldTheirRuns: a bulk admission that writes holds the
-// runs rows it decided other members from until it commits, so a purge of
-// those runs waits for it. Run r0 is retired and its record of key order-0
-// is live at the batch's time but expired at the purge's. Each batch
-// creates n1 beside one member decided from r0's row: a replay of
-// order-0, a conflict with it, or a proposal of r0's run id under a new key
-// (already_exists). Held before its commit, the batch must keep the purge
-// waiting: a purge that deleted r0 meanwhile would leave the batch's
-// outcome (r0 replayed, say) and its created run n1, which becomes visible
-// only at the commit, on the two sides of the purge, so that a client that
-// saw r0 gone and n1 not yet there could place the batch at no single
+// runs rows it decided other members from until it commits. Run r0 is
+// retired and its record of key order-0 is live at the batch's time but
+// expired at the others'. Each batch creates n1 beside one member decided
+// from r0 (decidedFromR0) and is held before its commit, while another
+// client, at the later time, purges runs (deleting r0), purges idempotency
+// records (deleting r0's) or admits order-0 again (deleting r0's record,
+// creating r0-new). What would change what a member was decided from must
+// wait for the batch: a purge of r0 always; a deletion of r0's record when
+// the member replayed or conflicted with it, and not when it only found
+// r0's run id taken (FOR KEY SHARE: nothing else waits). Had it gone ahead,
+// the batch's outcome (r0 replayed, say) and its created run n1, visible
+// only at the commit, would fall on the two sides of it, so that a client
+// that saw it done and n1 not yet there could place the batch at no single
 // point.
 func TestBulkDecisionsHoldTheirRuns(t *testing.T) {
-	cases := decidedFromR0()
-	for _, tc := range cases {
-		t.Run(tc.name, func(t *testing.T) {
+	type waiter struct {
+		name string
+		run  func(ctx context.Context, s *postgres.Store) (string, error) // what it returned, as text
+		want string
+	}
+	waiters := []waiter{
+		{"purge of runs", func(ctx context.Context, s *postgres.Store) (string, error) {
+			ids, err := s.PurgeRuns(ctx, spec.PurgeRunsRequest{Tenant: "acme", Limit: 10})
+			return fmt.Sprint(ids), err
+		}, "[r0]"},
+		{"purge of records", func(ctx context.Context, s *postgres.Store) (string, error) {
+			n, err := s.PurgeIdempotency(ctx, spec.PurgeRequest{Limit: 10})
+			return fmt.Sprint(n), err
+		}, "1"},
+		{"admission of the key again", func(ctx context.Context, s *postgres.Store) (string, error) {
+			again := retiredRequest("r0")
+			again.RunID = "r0-new"
+			res, err := s.CreateRun(ctx, again)
+			return fmt.Sprintf("%s replayed %v", res.Run.ID, res.Replayed), err
+		}, "r0-new replayed false"},
+	}
+	for _, tc := range decidedFromR0() {
+		for _, w := range waiters {
+			wantWait := w.name == "purge of runs" || tc.wantCode != spec.CodeAlreadyExists
+			t.Run(tc.name+"/"+w.name, func(t *testing.T) {
+				ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+				defer cancel()
+				dsn, schema, cfg := retiredRuns(ctx, t, "r0")
+				held, release := make(chan struct{}, 1), make(chan struct{})
+				var releaseOnce sync.Once
+				releaseAll := func() { releaseOnce.Do(func() { close(release) }) }
+				admitter := openOn(t, dsn, schema, postgres.Options{Config: cfg, Clock: clock.NewManual(t0 + 1_000),
+					Hook: func(ctx context.Context, op spec.Op, point spec.HookPoint) error {
+						if op == spec.OpCreateRuns && point == spec.BeforeCommit {
+							held <- struct{}{}
+							<-release
+						}
+						return nil
+					}})
+				t.Cleanup(releaseAll) // before the store closes, which waits for the held batch
+				const otherName = "waits-for-bulk"
+				other := openOn(t, dsn, schema, postgres.Options{Config: cfg, Clock: clock.NewManual(t0 + 20_000), ApplicationName: otherName,
+					RuntimeParams: map[string]string{"lock_timeout": "10s"}})
+
+				type bulkResult struct {
+					outs []spec.CreateOutcome
+					err  error
+				}
+				bulk := make(chan bulkResult, 1)
+				go func() {
+					outs, err := admitter.CreateRuns(ctx, []spec.CreateRunRequest{tc.member, acmeRequest("k-n", "n1")})
+					bulk <- bulkResult{outs, err}
+				}()
+				<-held
+				type result struct {
+					got string
+					err error
+				}
+				done := make(chan result, 1)
+				go func() {
+					got, err := w.run(ctx, other)
+					done <- result{got, err}
+				}()
+				var early *result
+				waiting := pgtest.Conn(t, dsn, schema)
+				for deadline := time.Now().Add(10 * time.Second); early == nil; {
+					var n int
+					if err := waiting.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity WHERE application_name = $1 AND wait_event_type = 'Lock'`,
+						otherName).Scan(&n); err != nil {
+						t.Fatal(err)
+					}
+					if n > 0 {
+						if !wantWait {
+							t.Fatalf("the %s waited for the batch, which only found r0's run id taken; want it to go ahead", w.name)
+						}
+						break
+					}
+					select {
+					case r := <-done:
+						if wantWait {
+							t.Fatalf("the %s returned (%s, %v) while the batch that decided a member from r0 was open; want it to wait for the batch", w.name, r.got, r.err)
+						}
+						early = &r
+					default:
+					}
+					if early == nil && time.Now().After(deadline) {
+						t.Fatalf("the %s neither waited for the batch nor returned", w.name)
+					}
+					time.Sleep(10 * time.Millisecond)
+				}
+				releaseAll()
+				b := <-bulk
+				if b.err != nil || len(b.outs) != 2 || b.outs[1].Err != nil || b.outs[1].Result.Run.ID != "n1" {
+					t.Fatalf("CreateRuns: %+v, %v; want its second member n1 created", b.outs, b.err)
+				}
+				if first := b.outs[0]; spec.CodeOf(first.Err) != tc.wantCode || tc.wantCode == "" && (!first.Result.Replayed || first.Result.Run.ID != "r0") {
+					t.Fatalf("CreateRuns' first member: %+v; want code %q (r0 replayed if none)", first, tc.wantCode)
+				}
+				r := early
+				if r == nil {
+					got := <-done
+					r = &got
+				}
+				if r.err != nil || r.got != w.want {
+					t.Fatalf("the %s: %s, %v; want %s", w.name, r.got, r.err, w.want)
+				}
+			})
+		}
+	}
+}
+
+// TestReplayFindsItsRunAdmittedAgain: an admission that read key order-0's
+// live record naming r0, and was held at its clock reading before it read
+// r0, while r0 was purged and its run id admitted again under another key:
+// the run now named r0 is not the one the record named, and must not be
+// replayed. The admission runs again (Retried 1) and finds no record and
+// r0 taken: already_exists. Once as CreateRun, once as a member of a bulk
+// admission beside n1.
+func TestReplayFindsItsRunAdmittedAgain(t *testing.T) {
+	for _, bulk := range []bool{false, true} {
+		t.Run(fmt.Sprintf("bulk=%v", bulk), func(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 			defer cancel()
 			dsn, schema, cfg := retiredRuns(ctx, t, "r0")
-			held, release := make(chan struct{}, 1), make(chan struct{})
-			var releaseOnce sync.Once
-			releaseAll := func() { releaseOnce.Do(func() { close(release) }) }
-			admitter := openOn(t, dsn, schema, postgres.Options{Config: cfg, Clock: clock.NewManual(t0 + 1_000),
-				Hook: func(ctx context.Context, op spec.Op, point spec.HookPoint) error {
-					if op == spec.OpCreateRuns && point == spec.BeforeCommit {
-						held <- struct{}{}
-						<-release
-					}
-					return nil
-				}})
-			t.Cleanup(releaseAll) // before the store closes, which waits for the held batch
-			const janitorName = "purge-waits-for-bulk"
-			janitor := openOn(t, dsn, schema, postgres.Options{Config: cfg, Clock: clock.NewManual(t0 + 20_000), ApplicationName: janitorName,
-				RuntimeParams: map[string]string{"lock_timeout": "10s"}})
+			arrived, resume := make(chan struct{}), make(chan struct{})
+			var once sync.Once
+			resumeAdmission := func() { once.Do(func() { close(resume) }) }
+			admitter := openOn(t, dsn, schema, postgres.Options{Config: cfg,
+				Clock: &heldClock{Clock: clock.NewManual(t0 + 1_000), hold: func() { close(arrived); <-resume }}})
+			other := openOn(t, dsn, schema, postgres.Options{Config: cfg, Clock: clock.NewManual(t0 + 20_000), RuntimeParams: noWait})
+			t.Cleanup(resumeAdmission) // before the stores close, even when the test fails
 
-			type bulkResult struct {
+			type admitted struct {
 				outs []spec.CreateOutcome
 				err  error
 			}
-			bulk := make(chan bulkResult, 1)
+			done := make(chan admitted, 1)
 			go func() {
-				outs, err := admitter.CreateRuns(ctx, []spec.CreateRunRequest{tc.member, acmeRequest("k-n", "n1")})
-				bulk <- bulkResult{outs, err}
+				if !bulk {
+					res, err := admitter.CreateRun(ctx, retiredRequest("r0"))
+					done <- admitted{[]spec.CreateOutcome{{Result: res, Err: err}}, nil}
+					return
+				}
+				outs, err := admitter.CreateRuns(ctx, []spec.CreateRunRequest{retiredRequest("r0"), acmeRequest("k-n", "n1")})
+				done <- admitted{outs, err}
 			}()
-			<-held
-			purgeDone := purgeAsync(ctx, janitor, 10)
-			waiting := pgtest.Conn(t, dsn, schema)
-			for deadline := time.Now().Add(10 * time.Second); ; {
-				var n int
-				if err := waiting.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity WHERE application_name = $1 AND wait_event_type = 'Lock'`,
-					janitorName).Scan(&n); err != nil {
-					t.Fatal(err)
-				}
-				if n > 0 {
-					break
-				}
-				select {
-				case p := <-purgeDone:
-					t.Fatalf("the purge returned (%v, %v) while the batch that decided a member from r0 was open; want it to wait for the batch", p.ids, p.err)
-				default:
-				}
-				if time.Now().After(deadline) {
-					t.Fatal("the purge neither waited for the batch nor returned")
-				}
-				time.Sleep(10 * time.Millisecond)
+			<-arrived
+			if ids, err := other.PurgeRuns(ctx, spec.PurgeRunsRequest{Tenant: "acme", Limit: 10}); err != nil || !slices.Equal(ids, []string{"r0"}) {
+				t.Fatalf("purge while the admission is held: %v, %v; want [r0]", ids, err)
 			}
-			releaseAll()
-			b := <-bulk
-			if b.err != nil || len(b.outs) != 2 || b.outs[1].Err != nil || b.outs[1].Result.Run.ID != "n1" {
-				t.Fatalf("CreateRuns: %+v, %v; want its second member n1 created", b.outs, b.err)
+			newcomer := acmeRequest("k-other", "r0")
+			newcomer.Payload = []byte(`{"other":true}`)
+			if res, err := other.CreateRun(ctx, newcomer); err != nil || res.Replayed {
+				t.Fatalf("admit r0 again under key k-other: %+v, %v; want it created", res, err)
 			}
-			if first := b.outs[0]; spec.CodeOf(first.Err) != tc.wantCode || tc.wantCode == "" && (!first.Result.Replayed || first.Result.Run.ID != "r0") {
-				t.Fatalf("CreateRuns' first member: %+v; want code %q (r0 replayed if none)", first, tc.wantCode)
+			resumeAdmission()
+			a := <-done
+			if a.err != nil || spec.CodeOf(a.outs[0].Err) != spec.CodeAlreadyExists {
+				t.Fatalf("the admission of order-0: %+v, %v; want already_exists (r0 is another request's run now)", a.outs, a.err)
 			}
-			if p := <-purgeDone; p.err != nil || !slices.Equal(p.ids, []string{"r0"}) {
-				t.Fatalf("the purge after the batch: %v, %v; want [r0]", p.ids, p.err)
+			if bulk && (len(a.outs) != 2 || a.outs[1].Err != nil || a.outs[1].Result.Run.ID != "n1") {
+				t.Fatalf("CreateRuns: %+v; want n1 created beside the refusal", a.outs)
+			}
+			if got := admitter.AdmissionStats().Retried; got != 1 {
+				t.Errorf("the admission ran again %d times; want 1", got)
 			}
 		})
 	}
@@ -943,9 +1048,10 @@ func decidedFromR0() []struct {
 
 // TestBulkDecisionsFindTheirRunsPurged: a bulk admission held at its clock
 // read, after its lookups found r0 (decidedFromR0) and before it locks
-// what it decided from, while a purge deletes r0: its lock finds r0 gone,
-// and it runs again (Retried 1), now without r0, creating the member's run
-// beside n1.
+// what it decided from, while a purge deletes r0: its lock finds r0 gone
+// (the replay's read of r0, before the lock, finds it gone first), and it
+// runs again (Retried 1), now without r0, creating the member's run beside
+// n1.
 func TestBulkDecisionsFindTheirRunsPurged(t *testing.T) {
 	for _, tc := range decidedFromR0() {
 		t.Run(tc.name, func(t *testing.T) {

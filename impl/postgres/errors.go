@@ -234,8 +234,9 @@ var errRaced = errors.New("postgres: a concurrent admission or purge changed wha
 // raced reports whether err is an admission's abort, before its commit
 // (nothing written), on a concurrent admission of one of its scopes or run
 // ids that did not wait for its admission locks (admitAll), or a purge of
-// runs (which takes none): an expired record already deleted or a replayed
-// run gone (errRaced), the unique violation of a run's key,
+// runs (which takes none): an expired record already deleted, a replayed
+// run gone or holding the record no more, a run decided from found changed
+// by the lock of lockDecidedRuns (errRaced), the unique violation of a run's key,
 // a scope's record or a job's key, or the deadlock of two batches that each
 // took a key of the other's.
 func raced(err error) bool {

@@ -491,7 +491,7 @@ func (s *Store) PurgeIdempotency(ctx context.Context, req spec.PurgeRequest) (de
 const purgeRounds = 4
 
 // PurgeRuns implements spec.Store. It reads the clock, picks the retired
-// lineages (retiredLineages), locks their job rows (lockPurged), and picks
+// lineages (retiredLineages), locks their job and run rows (lockPurged), and picks
 // again: when the second pick holds no run
 // the locks do not cover, nothing can change what it picked before the
 // commit, and it deletes them. A pick changed by a concurrent write (a
@@ -567,11 +567,12 @@ func (s *Store) PurgeRuns(ctx context.Context, req spec.PurgeRunsRequest) (delet
 
 // lockPurged takes the job and run row locks of runIDs (the statement
 // lockPurged). It takes no admission lock: an admission that finds a
-// purged run's record gone is one after the purge, and each of its writes
-// that depends on a row a purge deletes is guarded (the expired record's
-// deletion finds its run row gone, a replay finds its run missing), so
-// one that found the record and then lost it to the purge rolls back and
-// runs again (errRaced, admit).
+// purged run's record gone is one after the purge; one that found a row
+// the purge deletes finds it gone where it depends on it (a replay's read
+// of its run, the expired record's deletion, a bulk admission's lock of
+// the runs it decided from), rolls back and runs again (errRaced, admit);
+// and a bulk admission that writes holds what it decided from until it
+// commits (lockDecidedRuns), so the purge waits for it.
 func (t *txn) lockPurged(tenant string, runIDs []string) error {
 	_, err := t.exec(lockPurged, args{"tenant": tenant, "run_ids": runIDs})
 	return err

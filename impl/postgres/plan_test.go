@@ -492,15 +492,17 @@ func TestBulkAdmissionPlans(t *testing.T) {
 	}
 	conn := pgtest.Conn(t, dsn, schema)
 	tenants, ids, keys := []string{"acme", "acme", "acme"}, []string{"r0007", "r0500", "none"}, []string{"k-r0007", "k-r0500", "k-none"}
+	ops, expires := []string{"work", "work", "work"}, []int64{0, 0, 0}
 	for _, c := range []struct {
 		name  string
 		query string
 		args  pgx.NamedArgs
 	}{
 		{"records and taken run ids", postgres.AdmissionLookupsSQL, pgx.NamedArgs{"tenants": tenants, "operations": []string{"work", "work", "work"}, "keys": keys, "run_ids": ids}},
-		{"runs of replays", postgres.RunsOfSQL, pgx.NamedArgs{"tenants": tenants, "run_ids": ids}},
+		{"runs of replays", postgres.ReplayedRunsSQL, pgx.NamedArgs{"tenants": tenants, "run_ids": ids, "operations": ops, "keys": keys, "expires": expires}},
 		{"expired records", postgres.ExpiredRecordsSQL, pgx.NamedArgs{"tenants": tenants, "operations": []string{"work", "work", "work"}, "keys": keys, "now": int64(0)}},
-		{"locks of the runs decided from", postgres.DecidedRunsSQL, pgx.NamedArgs{"tenants": tenants, "run_ids": ids}},
+		{"locks of the runs decided from", postgres.DecidedRunsSQL, pgx.NamedArgs{"tenants": tenants, "run_ids": ids, "operations": ops, "keys": keys, "expires": expires,
+			"modes": []int32{0, 1, 2}, "now": int64(0)}},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			plan := genericAnalyze(t, ctx, conn, c.query, c.args)
@@ -534,6 +536,10 @@ func genericAnalyze(t *testing.T, ctx context.Context, conn *pgx.Conn, query str
 				q[j] = "'" + strings.ReplaceAll(s, "'", "''") + "'"
 			}
 			lits[i] = "ARRAY[" + strings.Join(q, ", ") + "]"
+		case []int32:
+			lits[i] = "ARRAY" + strings.ReplaceAll(fmt.Sprint(v), " ", ", ")
+		case []int64:
+			lits[i] = "ARRAY" + strings.ReplaceAll(fmt.Sprint(v), " ", ", ")
 		default:
 			lits[i] = fmt.Sprint(v)
 		}

@@ -436,7 +436,11 @@ const (
 	// a run locks its job row but an admission, which locks only run rows
 	// (those whose expired records it clears; a bulk one also those it
 	// decided members from, lockDecidedRuns); once these are held, nothing
-	// can replay, purge, write or decide from them. The run rows are locked here,
+	// can replay, purge or write them, and a bulk admission that writes
+	// finds them gone. A purge's later rounds lock what they picked anew,
+	// which can sort before what it holds: a deadlock with an admission is
+	// then possible, and PostgreSQL ends it (the admission runs again, the
+	// purge is unavailable). The run rows are locked here,
 	// before anything is deleted, so that an admission never waits for the
 	// purge (a unique check on a run id the purge deleted) while holding a
 	// run row the purge still needs: with the job rows alone, an admission
@@ -564,11 +568,17 @@ const (
 	selectAdmissionLookups = `SELECT true AS record, * FROM (` + selectAdmissionRecords + `) AS records
 		UNION ALL
 		SELECT false, t.tenant, '', '', '', t.run_id, 0 FROM (` + selectTakenRuns + `) AS t`
-	// selectRunsOf reads the runs a bulk admission replays.
-	selectRunsOf = `SELECT x.* FROM unnest(@tenants::text[], @run_ids::text[]) AS m(tenant, run_id)
+	// selectReplayedRuns reads the runs an admission replays, each only
+	// while it holds the record the admission read (heldRecord).
+	selectReplayedRuns = `SELECT x.* FROM unnest(@tenants::text[], @run_ids::text[], @operations::text[], @keys::text[],
+			@expires::bigint[]) AS m(tenant, run_id, operation, idempotency_key, expires_at)
 		CROSS JOIN LATERAL (SELECT ` + runRow + ` FROM ` + runsJoined + `
 			WHERE r.tenant = m.tenant AND r.run_id = m.run_id AND j.tenant = m.tenant AND j.run_id = m.run_id
-			OFFSET 0) AS x`
+			AND ` + heldRecord + ` OFFSET 0) AS x`
+	// heldRecord is the predicate that run row r still holds the record m
+	// an admission read: a run id can be purged and admitted again under
+	// another key, or the same, in between.
+	heldRecord = `r.operation = m.operation AND r.idempotency_key = m.idempotency_key AND r.idempotency_expires_at = m.expires_at`
 
 	// insertAdmission is CreateRun's write, one statement: insertRun's run,
 	// with its idempotency record (migration 0008) and its run_queued event,
@@ -621,16 +631,32 @@ const (
 	SELECT (SELECT count(*) FROM r), (SELECT count(*) FROM j)`
 
 	// lockDecidedRuns locks the stored runs a bulk admission that writes
-	// decided members from, one member at a time in the order given (the
-	// caller sorts them by (tenant, run id), the order in which a purge
-	// locks run rows, lockPurged), and counts those it locked (fewer: a
-	// purge deleted one since it was read). FOR KEY SHARE conflicts with a
-	// purge's FOR UPDATE alone: it blocks no worker, no other admission,
-	// and no deletion of an expired record (FOR NO KEY UPDATE), this
-	// admission's own included.
-	lockDecidedRuns = `SELECT count(*) FROM unnest(@tenants::text[], @run_ids::text[]) AS m(tenant, run_id)
-		CROSS JOIN LATERAL (SELECT FROM runs AS x WHERE x.tenant = m.tenant AND x.run_id = m.run_id
-			OFFSET 0 FOR KEY SHARE) AS k`
+	// decided members from, one run at a time in the order given (the
+	// caller sorts them by (tenant, run id), see admissionWrite.decided),
+	// each in its mode m.mode (lockMode), and counts those it locked; fewer
+	// is a race: a purge deleted one since it was read, a record replayed
+	// or conflicted with is gone, an expired one was deleted first.
+	//   - 0 (lockTaken), a run id taken: FOR KEY SHARE, which only a
+	//     purge's FOR UPDATE (lockPurged) waits for.
+	//   - 1 (lockRecord), a live record replayed or conflicted with, still
+	//     held (heldRecord): FOR SHARE, which also keeps the record from
+	//     being deleted (an admission past its expiry, PurgeIdempotency).
+	//   - 2 (lockExpired), an expired record the batch replaces (the guard:
+	//     idempotency_expires_at <= @now): FOR NO KEY UPDATE, the lock of
+	//     its deletion (deleteExpiredRecords), taken here in order.
+	// None blocks a worker: workers write job rows.
+	lockDecidedRuns = `SELECT count(*) FROM unnest(@tenants::text[], @run_ids::text[], @operations::text[], @keys::text[],
+			@expires::bigint[], @modes::int[]) AS m(tenant, run_id, operation, idempotency_key, expires_at, mode)
+		CROSS JOIN LATERAL (
+			SELECT FROM (SELECT FROM runs AS r WHERE m.mode = 0 AND r.tenant = m.tenant AND r.run_id = m.run_id
+				OFFSET 0 FOR KEY SHARE) AS taken
+			UNION ALL
+			SELECT FROM (SELECT FROM runs AS r WHERE m.mode = 1 AND r.tenant = m.tenant AND r.run_id = m.run_id
+				AND ` + heldRecord + ` OFFSET 0 FOR SHARE) AS record
+			UNION ALL
+			SELECT FROM (SELECT FROM runs AS r WHERE m.mode = 2 AND r.tenant = m.tenant AND r.run_id = m.run_id
+				AND r.operation = m.operation AND r.idempotency_key = m.idempotency_key AND r.idempotency_expires_at <= @now
+				OFFSET 0 FOR NO KEY UPDATE) AS expired) AS k`
 
 	// deleteExpiredRecords deletes the expired records of the scopes a bulk
 	// admission admits again (the guard: idempotency_expires_at <= @now), by

@@ -33,18 +33,21 @@
 //     CreateRun whose record such a batch wrote first runs again too, and
 //     so does one whose record's run a purge of runs deleted after it read
 //     the record (the purge takes no admission lock). A bulk admission that
-//     writes locks the stored runs it decided members from (FOR KEY SHARE,
-//     which only a purge's lock conflicts with) before its writes, so no
-//     purge deletes them before it commits.
+//     writes locks the stored runs it decided members from before its
+//     writes (lockDecidedRuns: a run id taken FOR KEY SHARE, which only a
+//     purge's lock conflicts with; a record replayed or conflicted with FOR
+//     SHARE, which a deletion of that record waits for too), so neither
+//     changes them before it commits.
 //   - Every writer of a run locks its job row first (claim, the terminal
 //     writes and cancel write only that row; a purge of runs locks each
 //     run's job row and then its run row, in run id order, before deleting
 //     any), so these operations cannot deadlock one another. An admission
-//     locks only run rows: the bulk one those it decided from, then those
-//     whose expired records it replaces, each set in (tenant, run id)
-//     order; PurgeIdempotency locks run rows in expiry order, and can
-//     deadlock with a purge of runs (one of them is then unavailable,
-//     nothing written). Attempt and effect rows are only written by the
+//     locks only run rows: the bulk one all it decided from or replaces
+//     the expired records of in one pass in (tenant, run id) order, each
+//     once in the mode it needs (never upgraded); PurgeIdempotency locks
+//     run rows in expiry order, and can deadlock with a purge of runs or a
+//     bulk admission (PostgreSQL ends it: the admission runs again, a
+//     purge is unavailable, nothing written). Attempt and effect rows are only written by the
 //     holder of their job's lock.
 //
 // # Clocks
