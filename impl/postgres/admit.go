@@ -156,13 +156,14 @@ type admitted struct {
 //     order, so the clock is read after every lock is held and after what
 //     the admission decides from. A concurrent purge of runs takes none of
 //     these locks: what it deletes after that snapshot is found gone by
-//     the statements that depend on it (errRaced): a replay's read of its
-//     run (which must still hold the record read: the run id may have
-//     been admitted again since), the guarded deletion of an expired
-//     record, and a bulk admission's lock of the runs it decided from
-//     (writeAdmissions), which then keeps the purge waiting until it
-//     commits. An admission that finds a purged run's record gone is one
-//     after the purge.
+//     the statements that depend on it (errRaced): the read of the runs
+//     replayed (each must still hold the record read: the run id may
+//     have been admitted again since) and, for a batch that writes
+//     nothing, of every run it decided from (readDecided); the guarded
+//     deletion of an expired record; and a bulk admission's lock of the
+//     runs it decided from (writeAdmissions), which then keeps the purge
+//     waiting until it commits. An admission that finds a purged run's
+//     record gone is one after the purge.
 //  2. Each member is decided in Go, in order, exactly as CreateRun decides
 //     it, from what was read and from the members before it: invalid, a
 //     replay or a conflict of a live record, already_exists, or created
@@ -247,7 +248,11 @@ func (s *Store) admit(t *txn, br pgx.BatchResults, p *admissionPlan, reqs []spec
 			return nil, err
 		}
 	}
-	if err := t.replayedRuns(w.stored, w.storedRuns, outcomes); err != nil {
+	refusedAgainst := w.decidedFrom
+	if len(w.members) > 0 {
+		refusedAgainst = nil // held to the commit by lockDecidedRuns instead
+	}
+	if err := t.readDecided(w.stored, w.storedRuns, refusedAgainst, outcomes); err != nil {
 		return nil, err
 	}
 	if len(w.members) == 0 {
@@ -316,19 +321,24 @@ func (s *Store) holdRefusedScopes(t *txn, scopes []scopeKey, now int64) error {
 	return rows.Err()
 }
 
-// replayedRuns reads the runs of the members (at index) that replay a
-// record of the database (runs: each with its record), in one statement
-// (selectReplayedRuns), which finds a run only while it still holds the
-// record read. A run missing is errRaced: a purge of runs, which takes no
-// admission lock (lockPurged), may have deleted it after the record was
-// read live (at an earlier time than the purge's, when the record
-// expired), and an admission under another key may have taken its run id
-// since.
-func (t *txn) replayedRuns(index []int, runs []decidedRun, outcomes []spec.CreateOutcome) error {
-	if len(index) == 0 {
+// readDecided reads, in one statement (selectDecidedRuns), the runs the
+// members at index replay (runs) and the runs others were refused against
+// (refusedAgainst: a record conflicted with, a run id taken), each only
+// while it still is what the lookups found; one missing is errRaced. A
+// purge of runs, which takes no admission lock (lockPurged), may have
+// deleted one since (a record read live at an earlier time than the
+// purge's, when it expired), and an admission under another key may have
+// taken its run id again. The statement is then a point at which every
+// decision of these members holds (and the runs replayed are read there):
+// a batch that writes nothing is placed at it; one that writes holds what
+// it decided from until its commit instead (lockDecidedRuns), and passes
+// no refusedAgainst.
+func (t *txn) readDecided(index []int, runs, refusedAgainst []decidedRun, outcomes []spec.CreateOutcome) error {
+	check := strongest(slices.Concat(runs, refusedAgainst))
+	if len(check) == 0 {
 		return nil
 	}
-	rows, err := t.Query(t.ctx, selectReplayedRuns, decidedArgs(runs))
+	rows, err := t.Query(t.ctx, selectDecidedRuns, decidedArgs(check))
 	if err != nil {
 		return err
 	}
@@ -336,22 +346,21 @@ func (t *txn) replayedRuns(index []int, runs []decidedRun, outcomes []spec.Creat
 	if err != nil {
 		return err
 	}
+	if len(list) != len(check) {
+		return fmt.Errorf("%w: found %d of the %d runs its members were decided from as they were read", errRaced, len(list), len(check))
+	}
 	byKey := make(map[jobKey]spec.Run, len(list))
 	for _, r := range list {
 		byKey[jobKey{r.Tenant, r.ID}] = r
 	}
 	for n, i := range index {
-		r, ok := byKey[runs[n].jobKey]
-		if !ok {
-			return fmt.Errorf("%w: run %s/%s of a live idempotency record is missing, or holds it no more", errRaced, runs[n].tenant, runs[n].runID)
-		}
-		outcomes[i].Result.Run = r
+		outcomes[i].Result.Run = byKey[runs[n].jobKey]
 	}
 	return nil
 }
 
 // decidedArgs is runs as the parallel arrays of lockDecidedRuns and
-// selectReplayedRuns.
+// selectDecidedRuns.
 func decidedArgs(runs []decidedRun) args {
 	n := len(runs)
 	tenants, runIDs, operations, keys := make([]string, n), make([]string, n), make([]string, n), make([]string, n)
@@ -564,6 +573,13 @@ func (w *admissionWrite) decided() []decidedRun {
 	for _, e := range w.expired {
 		runs = append(runs, decidedRun{jobKey{e.tenant, e.runID}, lockExpired, e.scopeKey, 0})
 	}
+	return strongest(runs)
+}
+
+// strongest sorts runs by (tenant, run id) and keeps each run once, with
+// its strongest lockMode (whose predicate implies the weaker ones': a row
+// has one record). It reuses runs' array.
+func strongest(runs []decidedRun) []decidedRun {
 	slices.SortFunc(runs, func(a, b decidedRun) int {
 		return cmp.Or(strings.Compare(a.tenant, b.tenant), strings.Compare(a.runID, b.runID), cmp.Compare(b.lock, a.lock))
 	})

@@ -1018,6 +1018,63 @@ func TestReplayFindsItsRunAdmittedAgain(t *testing.T) {
 	}
 }
 
+// TestReadOnlyBatchHasOnePoint: a bulk admission that writes nothing is
+// placed at its one read of the runs it decided from (readDecided). Run r2
+// is retired, its record of key order-2 live at the batch's time; run r1
+// is queued, its record of order-1 live. The batch, [a conflict with
+// order-2, a replay of order-1], is held at its clock reading, after its
+// lookups; meanwhile r2 is purged and then r1 claimed. A conflict decided
+// from r2's record (there only before the purge) beside r1 replayed
+// running (only after the claim, which came after the purge) fits no
+// single point: the batch must find r2 gone and run again (Retried 1), and
+// then create c2 (order-2's record is gone) and replay r1 as it is then.
+func TestReadOnlyBatchHasOnePoint(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	dsn, schema, cfg := retiredRuns(ctx, t, "r2")
+	setup := openOn(t, dsn, schema, postgres.Options{Config: cfg, Clock: clock.NewManual(t0)})
+	if _, err := setup.CreateRun(ctx, retiredRequest("r1")); err != nil {
+		t.Fatal(err)
+	}
+	arrived, resume := make(chan struct{}), make(chan struct{})
+	var once sync.Once
+	resumeAdmission := func() { once.Do(func() { close(resume) }) }
+	admitter := openOn(t, dsn, schema, postgres.Options{Config: cfg,
+		Clock: &heldClock{Clock: clock.NewManual(t0 + 1_000), hold: func() { close(arrived); <-resume }}})
+	other := openOn(t, dsn, schema, postgres.Options{Config: cfg, Clock: clock.NewManual(t0 + 20_000), RuntimeParams: noWait})
+	t.Cleanup(resumeAdmission) // before the stores close, even when the test fails
+
+	conflicting := retiredRequest("r2")
+	conflicting.RunID, conflicting.Payload = "c2", []byte(`{"other":true}`)
+	type bulkResult struct {
+		outs []spec.CreateOutcome
+		err  error
+	}
+	bulk := make(chan bulkResult, 1)
+	go func() {
+		outs, err := admitter.CreateRuns(ctx, []spec.CreateRunRequest{conflicting, retiredRequest("r1")})
+		bulk <- bulkResult{outs, err}
+	}()
+	<-arrived
+	if ids, err := other.PurgeRuns(ctx, spec.PurgeRunsRequest{Tenant: "acme", Limit: 10}); err != nil || !slices.Equal(ids, []string{"r2"}) {
+		t.Fatalf("purge while the batch is held: %v, %v; want [r2]", ids, err)
+	}
+	if leases, err := other.Claim(ctx, spec.ClaimRequest{Tenant: "acme", Worker: "w1", LeaseMs: 60_000, Limit: 1}); err != nil || len(leases) != 1 || leases[0].RunID != "r1" {
+		t.Fatalf("claim after the purge: %+v, %v; want r1's lease", leases, err)
+	}
+	resumeAdmission()
+	b := <-bulk
+	if b.err != nil || len(b.outs) != 2 || b.outs[0].Err != nil || b.outs[0].Result.Replayed || b.outs[0].Result.Run.ID != "c2" {
+		t.Fatalf("CreateRuns: %+v, %v; want c2 created first", b.outs, b.err)
+	}
+	if r := b.outs[1]; r.Err != nil || !r.Result.Replayed || r.Result.Run.ID != "r1" || r.Result.Run.State != spec.RunRunning {
+		t.Fatalf("CreateRuns' second member: %+v; want r1 replayed, running", r)
+	}
+	if got := admitter.AdmissionStats().Retried; got != 1 {
+		t.Errorf("the batch ran again %d times; want 1", got)
+	}
+}
+
 // decidedFromR0 is the members of the bulk admissions of
 // TestBulkDecisionsHoldTheirRuns and TestBulkDecisionsFindTheirRunsPurged,
 // each decided from run r0 of retiredRuns (its record live): a replay of

@@ -16,7 +16,7 @@ var (
 	ClockSQL       = clockQuery
 	// Bulk admission's lookups, one primary-key lookup per member.
 	AdmissionLookupsSQL = selectAdmissionLookups
-	ReplayedRunsSQL     = selectReplayedRuns
+	DecidedRunsReadSQL  = selectDecidedRuns
 	ExpiredRecordsSQL   = deleteExpiredRecords
 	DecidedRunsSQL      = lockDecidedRuns
 )

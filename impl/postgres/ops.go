@@ -568,9 +568,10 @@ func (s *Store) PurgeRuns(ctx context.Context, req spec.PurgeRunsRequest) (delet
 // lockPurged takes the job and run row locks of runIDs (the statement
 // lockPurged). It takes no admission lock: an admission that finds a
 // purged run's record gone is one after the purge; one that found a row
-// the purge deletes finds it gone where it depends on it (a replay's read
-// of its run, the expired record's deletion, a bulk admission's lock of
-// the runs it decided from), rolls back and runs again (errRaced, admit);
+// the purge deletes finds it gone where it depends on it (the read of the
+// runs it decided from, readDecided; the expired record's deletion; a bulk
+// admission's lock of the runs it decided from), rolls back and runs again
+// (errRaced, admit);
 // and a bulk admission that writes holds what it decided from until it
 // commits (lockDecidedRuns), so the purge waits for it.
 func (t *txn) lockPurged(tenant string, runIDs []string) error {

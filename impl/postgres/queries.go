@@ -568,13 +568,15 @@ const (
 	selectAdmissionLookups = `SELECT true AS record, * FROM (` + selectAdmissionRecords + `) AS records
 		UNION ALL
 		SELECT false, t.tenant, '', '', '', t.run_id, 0 FROM (` + selectTakenRuns + `) AS t`
-	// selectReplayedRuns reads the runs an admission replays, each only
-	// while it holds the record the admission read (heldRecord).
-	selectReplayedRuns = `SELECT x.* FROM unnest(@tenants::text[], @run_ids::text[], @operations::text[], @keys::text[],
-			@expires::bigint[]) AS m(tenant, run_id, operation, idempotency_key, expires_at)
+	// selectDecidedRuns reads the stored runs an admission decided members
+	// from (readDecided), each only while it still is what the admission
+	// read: a run id taken (m.mode 0, lockTaken) still there, a record
+	// replayed or conflicted with (1, lockRecord) still held (heldRecord).
+	selectDecidedRuns = `SELECT x.* FROM unnest(@tenants::text[], @run_ids::text[], @operations::text[], @keys::text[],
+			@expires::bigint[], @modes::int[]) AS m(tenant, run_id, operation, idempotency_key, expires_at, mode)
 		CROSS JOIN LATERAL (SELECT ` + runRow + ` FROM ` + runsJoined + `
 			WHERE r.tenant = m.tenant AND r.run_id = m.run_id AND j.tenant = m.tenant AND j.run_id = m.run_id
-			AND ` + heldRecord + ` OFFSET 0) AS x`
+			AND (m.mode = 0 OR ` + heldRecord + `) OFFSET 0) AS x`
 	// heldRecord is the predicate that run row r still holds the record m
 	// an admission read: a run id can be purged and admitted again under
 	// another key, or the same, in between.

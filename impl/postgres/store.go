@@ -36,8 +36,10 @@
 //     writes locks the stored runs it decided members from before its
 //     writes (lockDecidedRuns: a run id taken FOR KEY SHARE, which only a
 //     purge's lock conflicts with; a record replayed or conflicted with FOR
-//     SHARE, which a deletion of that record waits for too), so neither
-//     changes them before it commits.
+//     SHARE, which a deletion of that record waits for too; an expired
+//     record it replaces FOR NO KEY UPDATE, its deletion's lock), so
+//     nothing changes them before it commits. One that writes nothing
+//     reads them all again in one statement, its single point.
 //   - Every writer of a run locks its job row first (claim, the terminal
 //     writes and cancel write only that row; a purge of runs locks each
 //     run's job row and then its run row, in run id order, before deleting
@@ -46,8 +48,10 @@
 //     the expired records of in one pass in (tenant, run id) order, each
 //     once in the mode it needs (never upgraded); PurgeIdempotency locks
 //     run rows in expiry order, and can deadlock with a purge of runs or a
-//     bulk admission (PostgreSQL ends it: the admission runs again, a
-//     purge is unavailable, nothing written). Attempt and effect rows are only written by the
+//     bulk admission, as can a purge's later rounds (which lock what they
+//     picked anew) with a bulk admission. PostgreSQL then aborts one of
+//     the two: an admission runs again, a purge is unavailable; neither
+//     has written anything. Attempt and effect rows are only written by the
 //     holder of their job's lock.
 //
 // # Clocks
