@@ -73,7 +73,7 @@ var postgresTests = []string{
 	"TestServerNotReady", "TestOpenWaitsForServer", "TestPurgeRunsWaitsForAReplay", "TestPurgeRunsTakesNoAdmissionLock", "TestPurgeRunsLocksRunRowsFirst",
 	"TestCoalescedRunIDRace", "TestCoalescedCallAbandoned", "TestBulkAdmissionsOutgrowTheLockTable", "TestPurgeRunsOutgrowsNoLockTable", "TestCreateRunRacesAnUnlockedBulkAdmission", "TestBulkRefusalHoldsItsScope",
 	"TestBulkDecisionsHoldTheirRuns", "TestBulkDecisionsFindTheirRunsPurged", "TestReplayFindsItsRunAdmittedAgain",
-	"TestReadOnlyBatchHasOnePoint", "TestStrongestKeepsEachRunOnce",
+	"TestReadOnlyBatchHasOnePoint", "TestStrongestKeepsEachRunOnce", "TestBulkReplayHoldsItsRun",
 }
 
 // runtimeFaultTests are the worker runtime's fault tests: a worker killed,

@@ -248,14 +248,10 @@ func (s *Store) admit(t *txn, br pgx.BatchResults, p *admissionPlan, reqs []spec
 			return nil, err
 		}
 	}
-	refusedAgainst := w.decidedFrom
-	if len(w.members) > 0 {
-		refusedAgainst = nil // held to the commit by lockDecidedRuns instead
-	}
-	if err := t.readDecided(w.stored, w.storedRuns, refusedAgainst, outcomes); err != nil {
-		return nil, err
-	}
 	if len(w.members) == 0 {
+		if err := t.readDecided(w.stored, w.storedRuns, w.decidedFrom, outcomes); err != nil {
+			return nil, err
+		}
 		// Nothing written (an advisory lock assigns no transaction id), so
 		// the commit needs no marker.
 		t.marked = true
@@ -330,9 +326,9 @@ func (s *Store) holdRefusedScopes(t *txn, scopes []scopeKey, now int64) error {
 // purge's, when it expired), and an admission under another key may have
 // taken its run id again. The statement is then a point at which every
 // decision of these members holds (and the runs replayed are read there):
-// a batch that writes nothing is placed at it; one that writes holds what
-// it decided from until its commit instead (lockDecidedRuns), and passes
-// no refusedAgainst.
+// an admission that writes nothing is placed at it. One that writes holds
+// what it decided from until its commit instead, and reads the runs it
+// replays after it locked them (writeAdmissions).
 func (t *txn) readDecided(index []int, runs, refusedAgainst []decidedRun, outcomes []spec.CreateOutcome) error {
 	check := strongest(slices.Concat(runs, refusedAgainst))
 	if len(check) == 0 {
@@ -342,12 +338,19 @@ func (t *txn) readDecided(index []int, runs, refusedAgainst []decidedRun, outcom
 	if err != nil {
 		return err
 	}
+	return collectDecided(rows, len(check), index, runs, outcomes)
+}
+
+// collectDecided reads the rows of selectDecidedRuns, which was asked for
+// want runs, and fills in the outcomes of the members at index with the
+// runs they replay (runs).
+func collectDecided(rows pgx.Rows, want int, index []int, runs []decidedRun, outcomes []spec.CreateOutcome) error {
 	list, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (spec.Run, error) { return scanRun(row) })
 	if err != nil {
 		return err
 	}
-	if len(list) != len(check) {
-		return fmt.Errorf("%w: found %d of the %d runs its members were decided from as they were read", errRaced, len(list), len(check))
+	if len(list) != want {
+		return fmt.Errorf("%w: found %d of the %d runs its members were decided from as they were read", errRaced, len(list), want)
 	}
 	byKey := make(map[jobKey]spec.Run, len(list))
 	for _, r := range list {
@@ -545,6 +548,11 @@ const (
 	// lockExpired: the batch replaces the run's expired record (FOR NO KEY
 	// UPDATE, the lock its deletion takes).
 	lockExpired
+	// lockReplayed: a member of a batch that writes replays the run's
+	// record (lockRecord, and FOR SHARE on its job row: the run it returns
+	// cannot move before the commit). Never with lockExpired on one row: a
+	// record is live or expired at the batch's time.
+	lockReplayed
 )
 
 // add adds member i, n; expired says that it replaces the expired record
@@ -569,7 +577,11 @@ func (w *admissionWrite) add(i int, n spec.NormalizedCreate, now int64, expired 
 // never upgraded: two batches holding one row in a shared mode and both
 // upgrading it would deadlock.
 func (w *admissionWrite) decided() []decidedRun {
-	runs := slices.Concat(w.storedRuns, w.decidedFrom)
+	runs := slices.Clone(w.decidedFrom)
+	for _, r := range w.storedRuns {
+		r.lock = lockReplayed
+		runs = append(runs, r)
+	}
 	for _, e := range w.expired {
 		runs = append(runs, decidedRun{jobKey{e.tenant, e.runID}, lockExpired, e.scopeKey, 0})
 	}
@@ -598,19 +610,24 @@ type expiredRecord struct {
 // the created members' outcomes. A bulk admission first locks the stored
 // runs its members were decided from (lockDecidedRuns), so that no purge
 // deletes one, and no deletion of a record removes one it replayed or
-// conflicted with, before this commits: its created runs, visible only
-// then, and its outcomes decided from those rows would fall on the two
-// sides of that write, at no single point. One of them changed already is
-// errRaced. (CreateRun needs no such lock: when it writes, it was decided
+// conflicted with, and no worker moves a run it replays, before this
+// commits: its created runs, visible only then, and its outcomes decided
+// from those rows would fall on the two sides of that write, at no single
+// point. One of them changed already is errRaced. The runs replayed are
+// read once locked. (CreateRun needs no such lock: when it writes, it was decided
 // from no run but the one whose expired record it deletes, which locks
 // that row.)
 func (s *Store) writeAdmissions(t *txn, w *admissionWrite, bulk bool, now int64, outcomes []spec.CreateOutcome) error {
 	ctx := t.ctx
 	var b pgx.Batch
-	var decided []decidedRun
+	var decided, replayed []decidedRun
 	if bulk {
 		if decided = w.decided(); len(decided) > 0 {
 			b.Queue(lockDecidedRuns, decidedArgs(decided).with(args{"now": now}))
+		}
+		// The runs replayed, read once locked.
+		if replayed = strongest(slices.Clone(w.storedRuns)); len(replayed) > 0 {
+			b.Queue(selectDecidedRuns, decidedArgs(replayed))
 		}
 	}
 	if len(w.expired) > 0 {
@@ -661,6 +678,15 @@ func (s *Store) writeAdmissions(t *txn, w *admissionWrite, bulk bool, now int64,
 		}
 		if locked != len(decided) {
 			return fmt.Errorf("%w: locked %d of the %d runs its members were decided from", errRaced, locked, len(decided))
+		}
+	}
+	if len(replayed) > 0 {
+		rows, err := br.Query()
+		if err != nil {
+			return err
+		}
+		if err := collectDecided(rows, len(replayed), w.stored, w.storedRuns, outcomes); err != nil {
+			return err
 		}
 	}
 	if len(w.expired) > 0 {

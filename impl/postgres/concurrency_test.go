@@ -1075,6 +1075,61 @@ func TestReadOnlyBatchHasOnePoint(t *testing.T) {
 	}
 }
 
+// TestBulkReplayHoldsItsRun: a bulk admission that writes returns the runs
+// it replays as they are at its commit: it holds their job rows until
+// then (lockReplayed), so a claim skips them. Run r1 is queued, its record
+// of key order-1 live; a batch [a replay of order-1, n1 created] is held
+// before its commit while a worker claims. Had the claim taken r1, a
+// client that saw that lease, and n1 not yet there, would then get r1
+// replayed queued from the batch: no single point.
+func TestBulkReplayHoldsItsRun(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	dsn, schema, cfg := retiredRuns(ctx, t)
+	setup := openOn(t, dsn, schema, postgres.Options{Config: cfg, Clock: clock.NewManual(t0)})
+	if _, err := setup.CreateRun(ctx, retiredRequest("r1")); err != nil {
+		t.Fatal(err)
+	}
+	held, release := make(chan struct{}, 1), make(chan struct{})
+	var releaseOnce sync.Once
+	releaseAll := func() { releaseOnce.Do(func() { close(release) }) }
+	admitter := openOn(t, dsn, schema, postgres.Options{Config: cfg, Clock: clock.NewManual(t0 + 1_000),
+		Hook: func(ctx context.Context, op spec.Op, point spec.HookPoint) error {
+			if op == spec.OpCreateRuns && point == spec.BeforeCommit {
+				held <- struct{}{}
+				<-release
+			}
+			return nil
+		}})
+	t.Cleanup(releaseAll) // before the store closes, which waits for the held batch
+	worker := openOn(t, dsn, schema, postgres.Options{Config: cfg, Clock: clock.NewManual(t0 + 1_000), RuntimeParams: noWait})
+
+	type bulkResult struct {
+		outs []spec.CreateOutcome
+		err  error
+	}
+	bulk := make(chan bulkResult, 1)
+	go func() {
+		outs, err := admitter.CreateRuns(ctx, []spec.CreateRunRequest{retiredRequest("r1"), acmeRequest("k-n", "n1")})
+		bulk <- bulkResult{outs, err}
+	}()
+	<-held
+	claim := spec.ClaimRequest{Tenant: "acme", Worker: "w1", LeaseMs: 60_000, Limit: 10}
+	if leases, err := worker.Claim(ctx, claim); err != nil || len(leases) != 0 {
+		t.Fatalf("claim while the batch replaying r1 is open: %+v, %v; want no lease (r1 held, n1 not committed)", leases, err)
+	}
+	releaseAll()
+	b := <-bulk
+	if b.err != nil || len(b.outs) != 2 || !b.outs[0].Result.Replayed || b.outs[0].Result.Run.ID != "r1" || b.outs[0].Result.Run.State != spec.RunQueued ||
+		b.outs[1].Err != nil || b.outs[1].Result.Run.ID != "n1" {
+		t.Fatalf("CreateRuns: %+v, %v; want r1 replayed queued, n1 created", b.outs, b.err)
+	}
+	leases, err := worker.Claim(ctx, claim)
+	if err != nil || len(leases) != 2 {
+		t.Fatalf("claim after the batch: %+v, %v; want r1's and n1's leases", leases, err)
+	}
+}
+
 // decidedFromR0 is the members of the bulk admissions of
 // TestBulkDecisionsHoldTheirRuns and TestBulkDecisionsFindTheirRunsPurged,
 // each decided from run r0 of retiredRuns (its record live): a replay of

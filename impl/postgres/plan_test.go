@@ -472,8 +472,9 @@ func TestBatchPlansAfterGrowth(t *testing.T) {
 // scan) in their generic plan, on tables that were never analyzed — where
 // a join of the members to the tables, ordered from default statistics,
 // read every job of the tenant for each lookup. The members are a run
-// whose live record is replayed, a run id taken, a run whose expired
-// record is replaced, and a run id that is free.
+// whose live record is replayed, one whose record is conflicted with, a
+// run id taken, a run whose expired record is replaced, and a run id that
+// is free.
 func TestBulkAdmissionPlans(t *testing.T) {
 	ctx := context.Background()
 	dsn, schema := pgtest.Schema(t)
@@ -494,23 +495,25 @@ func TestBulkAdmissionPlans(t *testing.T) {
 		}
 	}
 	conn := pgtest.Conn(t, dsn, schema)
-	tenants, ids, keys := []string{"acme", "acme", "acme", "acme"}, []string{"r0007", "r0500", "r0900", "none"}, []string{"k-r0007", "k-r0500", "k-r0900", "k-none"}
-	ops, modes := []string{"work", "work", "work", "work"}, []int32{1, 0, 2, 0} // lockRecord, lockTaken, lockExpired, lockTaken
+	tenants, ids := []string{"acme", "acme", "acme", "acme", "acme"}, []string{"r0007", "r0100", "r0500", "r0900", "none"}
+	keys := []string{"k-r0007", "k-r0100", "k-r0500", "k-r0900", "k-none"}
+	ops := []string{"work", "work", "work", "work", "work"}
+	modes := []int32{3, 1, 0, 2, 0} // lockReplayed, lockRecord, lockTaken, lockExpired, lockTaken
 	expires := make([]int64, len(ids))
-	for i, id := range ids[:3] {
+	for i, id := range ids[:4] {
 		if err := conn.QueryRow(ctx, `SELECT idempotency_expires_at FROM runs WHERE tenant = 'acme' AND run_id = $1`, id).Scan(&expires[i]); err != nil {
 			t.Fatalf("the record of %s: %v", id, err)
 		}
 	}
-	expired := expires[2] // r0900's record has expired by now; so have the others', which the statements do not ask about
+	expired := expires[3] // r0900's record has expired by now; so have the others', which the statements do not ask about
 	lookups := pgx.NamedArgs{"tenants": tenants, "operations": ops, "keys": keys, "run_ids": ids, "expires": expires, "modes": modes, "now": expired}
 	for _, c := range []struct {
 		name  string
 		query string
 		rows  float64 // the statement's result rows
 	}{
-		{"records and taken run ids", postgres.AdmissionLookupsSQL, 6},
-		{"runs decided from, read", postgres.DecidedRunsReadSQL, 3},
+		{"records and taken run ids", postgres.AdmissionLookupsSQL, 8},
+		{"runs decided from, read", postgres.DecidedRunsReadSQL, 4},
 		{"expired records", postgres.ExpiredRecordsSQL, 0},
 		{"locks of the runs decided from", postgres.DecidedRunsSQL, 1},
 	} {

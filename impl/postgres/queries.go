@@ -433,9 +433,10 @@ const (
 	// run id order (each run's job row, then its run row), waiting for any
 	// other holder (never SKIP LOCKED: a skipped row whose holder then rolls
 	// back would leave the purge short of any serial order). Every writer of
-	// a run locks its job row but an admission, which locks only run rows
+	// a run locks its job row but an admission, which locks run rows
 	// (those whose expired records it clears; a bulk one also those it
-	// decided members from, lockDecidedRuns); once these are held, nothing
+	// decided members from, lockDecidedRuns, and the job rows of those it
+	// replays, each before its run row); once these are held, nothing
 	// can replay, purge or write them, and a bulk admission that writes
 	// finds them gone. A purge's later rounds lock what they picked anew,
 	// which can sort before what it holds: a deadlock with an admission is
@@ -571,7 +572,8 @@ const (
 	// selectDecidedRuns reads the stored runs an admission decided members
 	// from (readDecided), each only while it still is what the admission
 	// read: a run id taken (m.mode 0, lockTaken) still there, a record
-	// replayed or conflicted with (1, lockRecord) still held (heldRecord).
+	// replayed or conflicted with (1, lockRecord; 3, lockReplayed) still
+	// held (heldRecord).
 	selectDecidedRuns = `SELECT x.* FROM unnest(@tenants::text[], @run_ids::text[], @operations::text[], @keys::text[],
 			@expires::bigint[], @modes::int[]) AS m(tenant, run_id, operation, idempotency_key, expires_at, mode)
 		CROSS JOIN LATERAL (SELECT ` + runRow + ` FROM ` + runsJoined + `
@@ -646,7 +648,12 @@ const (
 	//   - 2 (lockExpired), an expired record the batch replaces (the guard:
 	//     idempotency_expires_at <= @now): FOR NO KEY UPDATE, the lock of
 	//     its deletion (deleteExpiredRecords), taken here in order.
-	// None blocks a worker: workers write job rows.
+	//   - 3 (lockReplayed), a live record replayed: as 1, and FOR SHARE on
+	//     the run's job row too, locked before its run row (the order of
+	//     lockPurged), so that the run the batch returns stays as it is
+	//     read after this until the commit. A claim skips such a job (SKIP
+	//     LOCKED); a worker's write to it waits for the batch.
+	// Only 3 touches a job row, and so a worker: workers write job rows.
 	lockDecidedRuns = `SELECT count(*) FROM unnest(@tenants::text[], @run_ids::text[], @operations::text[], @keys::text[],
 			@expires::bigint[], @modes::int[]) AS m(tenant, run_id, operation, idempotency_key, expires_at, mode)
 		CROSS JOIN LATERAL (
@@ -658,7 +665,11 @@ const (
 			UNION ALL
 			SELECT FROM (SELECT FROM runs AS r WHERE m.mode = 2 AND r.tenant = m.tenant AND r.run_id = m.run_id
 				AND r.operation = m.operation AND r.idempotency_key = m.idempotency_key AND r.idempotency_expires_at <= @now
-				OFFSET 0 FOR NO KEY UPDATE) AS expired) AS k`
+				OFFSET 0 FOR NO KEY UPDATE) AS expired
+			UNION ALL
+			SELECT FROM (SELECT FROM jobs AS j JOIN runs AS r ON r.tenant = j.tenant AND r.run_id = j.run_id
+				WHERE m.mode = 3 AND j.tenant = m.tenant AND j.run_id = m.run_id AND r.tenant = m.tenant AND r.run_id = m.run_id
+				AND ` + heldRecord + ` OFFSET 0 FOR SHARE) AS replayed) AS k`
 
 	// deleteExpiredRecords deletes the expired records of the scopes a bulk
 	// admission admits again (the guard: idempotency_expires_at <= @now), by

@@ -37,19 +37,21 @@
 //     writes (lockDecidedRuns: a run id taken FOR KEY SHARE, which only a
 //     purge's lock conflicts with; a record replayed or conflicted with FOR
 //     SHARE, which a deletion of that record waits for too; an expired
-//     record it replaces FOR NO KEY UPDATE, its deletion's lock), so
+//     record it replaces FOR NO KEY UPDATE, its deletion's lock; a run it
+//     replays FOR SHARE on its job row too, which a claim skips), so
 //     nothing changes them before it commits. One that writes nothing
 //     reads them all again in one statement, its single point.
 //   - Every writer of a run locks its job row first (claim, the terminal
 //     writes and cancel write only that row; a purge of runs locks each
 //     run's job row and then its run row, in run id order, before deleting
 //     any), so these operations cannot deadlock one another. An admission
-//     locks only run rows: the bulk one all it decided from or replaces
-//     the expired records of in one pass in (tenant, run id) order, each
-//     once in the mode it needs (never upgraded); PurgeIdempotency locks
-//     run rows in expiry order, and can deadlock with a purge of runs or a
-//     bulk admission, as can a purge's later rounds (which lock what they
-//     picked anew) with a bulk admission. PostgreSQL then aborts one of
+//     locks run rows: the bulk one all it decided from or replaces the
+//     expired records of in one pass in (tenant, run id) order, each once
+//     in the mode it needs (never upgraded), a replayed run's job row
+//     before its run row; PurgeIdempotency locks run rows in expiry order,
+//     and can deadlock with a purge of runs or a bulk admission, as can a
+//     purge's later rounds (which lock what they picked anew) with a bulk
+//     admission. PostgreSQL then aborts one of
 //     the two: an admission runs again, a purge is unavailable; neither
 //     has written anything. Attempt and effect rows are only written by the
 //     holder of their job's lock.
