@@ -876,31 +876,12 @@ func TestBulkDecisionsHoldTheirRuns(t *testing.T) {
 				ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 				defer cancel()
 				dsn, schema, cfg := retiredRuns(ctx, t, "r0")
-				held, release := make(chan struct{}, 1), make(chan struct{})
-				var releaseOnce sync.Once
-				releaseAll := func() { releaseOnce.Do(func() { close(release) }) }
-				admitter := openOn(t, dsn, schema, postgres.Options{Config: cfg, Clock: clock.NewManual(t0 + 1_000),
-					Hook: func(ctx context.Context, op spec.Op, point spec.HookPoint) error {
-						if op == spec.OpCreateRuns && point == spec.BeforeCommit {
-							held <- struct{}{}
-							<-release
-						}
-						return nil
-					}})
-				t.Cleanup(releaseAll) // before the store closes, which waits for the held batch
+				admitter, held, releaseAll := commitHeldAdmitter(t, dsn, schema, cfg)
 				const otherName = "waits-for-bulk"
 				other := openOn(t, dsn, schema, postgres.Options{Config: cfg, Clock: clock.NewManual(t0 + 20_000), ApplicationName: otherName,
 					RuntimeParams: map[string]string{"lock_timeout": "10s"}})
 
-				type bulkResult struct {
-					outs []spec.CreateOutcome
-					err  error
-				}
-				bulk := make(chan bulkResult, 1)
-				go func() {
-					outs, err := admitter.CreateRuns(ctx, []spec.CreateRunRequest{tc.member, acmeRequest("k-n", "n1")})
-					bulk <- bulkResult{outs, err}
-				}()
+				bulk := createRunsAsync(ctx, admitter, tc.member, acmeRequest("k-n", "n1"))
 				<-held
 				type result struct {
 					got string
@@ -972,13 +953,8 @@ func TestReplayFindsItsRunAdmittedAgain(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 			defer cancel()
 			dsn, schema, cfg := retiredRuns(ctx, t, "r0")
-			arrived, resume := make(chan struct{}), make(chan struct{})
-			var once sync.Once
-			resumeAdmission := func() { once.Do(func() { close(resume) }) }
-			admitter := openOn(t, dsn, schema, postgres.Options{Config: cfg,
-				Clock: &heldClock{Clock: clock.NewManual(t0 + 1_000), hold: func() { close(arrived); <-resume }}})
+			admitter, arrived, resumeAdmission := clockHeldAdmitter(t, dsn, schema, cfg)
 			other := openOn(t, dsn, schema, postgres.Options{Config: cfg, Clock: clock.NewManual(t0 + 20_000), RuntimeParams: noWait})
-			t.Cleanup(resumeAdmission) // before the stores close, even when the test fails
 
 			type admitted struct {
 				outs []spec.CreateOutcome
@@ -1036,25 +1012,12 @@ func TestReadOnlyBatchHasOnePoint(t *testing.T) {
 	if _, err := setup.CreateRun(ctx, retiredRequest("r1")); err != nil {
 		t.Fatal(err)
 	}
-	arrived, resume := make(chan struct{}), make(chan struct{})
-	var once sync.Once
-	resumeAdmission := func() { once.Do(func() { close(resume) }) }
-	admitter := openOn(t, dsn, schema, postgres.Options{Config: cfg,
-		Clock: &heldClock{Clock: clock.NewManual(t0 + 1_000), hold: func() { close(arrived); <-resume }}})
+	admitter, arrived, resumeAdmission := clockHeldAdmitter(t, dsn, schema, cfg)
 	other := openOn(t, dsn, schema, postgres.Options{Config: cfg, Clock: clock.NewManual(t0 + 20_000), RuntimeParams: noWait})
-	t.Cleanup(resumeAdmission) // before the stores close, even when the test fails
 
 	conflicting := retiredRequest("r2")
 	conflicting.RunID, conflicting.Payload = "c2", []byte(`{"other":true}`)
-	type bulkResult struct {
-		outs []spec.CreateOutcome
-		err  error
-	}
-	bulk := make(chan bulkResult, 1)
-	go func() {
-		outs, err := admitter.CreateRuns(ctx, []spec.CreateRunRequest{conflicting, retiredRequest("r1")})
-		bulk <- bulkResult{outs, err}
-	}()
+	bulk := createRunsAsync(ctx, admitter, conflicting, retiredRequest("r1"))
 	<-arrived
 	if ids, err := other.PurgeRuns(ctx, spec.PurgeRunsRequest{Tenant: "acme", Limit: 10}); err != nil || !slices.Equal(ids, []string{"r2"}) {
 		t.Fatalf("purge while the batch is held: %v, %v; want [r2]", ids, err)
@@ -1090,29 +1053,10 @@ func TestBulkReplayHoldsItsRun(t *testing.T) {
 	if _, err := setup.CreateRun(ctx, retiredRequest("r1")); err != nil {
 		t.Fatal(err)
 	}
-	held, release := make(chan struct{}, 1), make(chan struct{})
-	var releaseOnce sync.Once
-	releaseAll := func() { releaseOnce.Do(func() { close(release) }) }
-	admitter := openOn(t, dsn, schema, postgres.Options{Config: cfg, Clock: clock.NewManual(t0 + 1_000),
-		Hook: func(ctx context.Context, op spec.Op, point spec.HookPoint) error {
-			if op == spec.OpCreateRuns && point == spec.BeforeCommit {
-				held <- struct{}{}
-				<-release
-			}
-			return nil
-		}})
-	t.Cleanup(releaseAll) // before the store closes, which waits for the held batch
+	admitter, held, releaseAll := commitHeldAdmitter(t, dsn, schema, cfg)
 	worker := openOn(t, dsn, schema, postgres.Options{Config: cfg, Clock: clock.NewManual(t0 + 1_000), RuntimeParams: noWait})
 
-	type bulkResult struct {
-		outs []spec.CreateOutcome
-		err  error
-	}
-	bulk := make(chan bulkResult, 1)
-	go func() {
-		outs, err := admitter.CreateRuns(ctx, []spec.CreateRunRequest{retiredRequest("r1"), acmeRequest("k-n", "n1")})
-		bulk <- bulkResult{outs, err}
-	}()
+	bulk := createRunsAsync(ctx, admitter, retiredRequest("r1"), acmeRequest("k-n", "n1"))
 	<-held
 	claim := spec.ClaimRequest{Tenant: "acme", Worker: "w1", LeaseMs: 60_000, Limit: 10}
 	if leases, err := worker.Claim(ctx, claim); err != nil || len(leases) != 0 {
@@ -1170,23 +1114,10 @@ func TestBulkDecisionsFindTheirRunsPurged(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 			defer cancel()
 			dsn, schema, cfg := retiredRuns(ctx, t, "r0")
-			arrived, resume := make(chan struct{}), make(chan struct{})
-			var once sync.Once
-			resumeAdmission := func() { once.Do(func() { close(resume) }) }
-			admitter := openOn(t, dsn, schema, postgres.Options{Config: cfg,
-				Clock: &heldClock{Clock: clock.NewManual(t0 + 1_000), hold: func() { close(arrived); <-resume }}})
+			admitter, arrived, resumeAdmission := clockHeldAdmitter(t, dsn, schema, cfg)
 			janitor := openOn(t, dsn, schema, postgres.Options{Config: cfg, Clock: clock.NewManual(t0 + 20_000), RuntimeParams: noWait})
-			t.Cleanup(resumeAdmission) // before the stores close, even when the test fails
 
-			type bulkResult struct {
-				outs []spec.CreateOutcome
-				err  error
-			}
-			bulk := make(chan bulkResult, 1)
-			go func() {
-				outs, err := admitter.CreateRuns(ctx, []spec.CreateRunRequest{tc.member, acmeRequest("k-n", "n1")})
-				bulk <- bulkResult{outs, err}
-			}()
+			bulk := createRunsAsync(ctx, admitter, tc.member, acmeRequest("k-n", "n1"))
 			<-arrived
 			if ids, err := janitor.PurgeRuns(ctx, spec.PurgeRunsRequest{Tenant: "acme", Limit: 10}); err != nil || !slices.Equal(ids, []string{"r0"}) {
 				t.Fatalf("purge while the batch is held at its clock read: %v, %v; want [r0] at once", ids, err)
@@ -1202,6 +1133,56 @@ func TestBulkDecisionsFindTheirRunsPurged(t *testing.T) {
 			}
 		})
 	}
+}
+
+// bulkResult is what a CreateRuns call returned.
+type bulkResult struct {
+	outs []spec.CreateOutcome
+	err  error
+}
+
+// createRunsAsync runs s.CreateRuns of reqs in a goroutine and delivers its
+// result.
+func createRunsAsync(ctx context.Context, s *postgres.Store, reqs ...spec.CreateRunRequest) <-chan bulkResult {
+	done := make(chan bulkResult, 1)
+	go func() {
+		outs, err := s.CreateRuns(ctx, reqs)
+		done <- bulkResult{outs, err}
+	}()
+	return done
+}
+
+// commitHeldAdmitter opens a store on schema with cfg at t0+1,000 whose
+// CreateRuns calls wait before their commit: held receives when one gets
+// there, and release lets them all go (also when t ends, before the store
+// closes, which waits for them).
+func commitHeldAdmitter(t *testing.T, dsn, schema string, cfg spec.Config) (s *postgres.Store, held <-chan struct{}, release func()) {
+	arrivals, gate := make(chan struct{}, 1), make(chan struct{})
+	var once sync.Once
+	release = func() { once.Do(func() { close(gate) }) }
+	s = openOn(t, dsn, schema, postgres.Options{Config: cfg, Clock: clock.NewManual(t0 + 1_000),
+		Hook: func(ctx context.Context, op spec.Op, point spec.HookPoint) error {
+			if op == spec.OpCreateRuns && point == spec.BeforeCommit {
+				arrivals <- struct{}{}
+				<-gate
+			}
+			return nil
+		}})
+	t.Cleanup(release)
+	return s, arrivals, release
+}
+
+// clockHeldAdmitter opens a store on schema with cfg at t0+1,000 whose
+// first clock reading waits: arrived is closed when an operation gets
+// there (an admission: after its lookups), and resume lets it go (also
+// when t ends, before the store closes).
+func clockHeldAdmitter(t *testing.T, dsn, schema string, cfg spec.Config) (s *postgres.Store, arrived <-chan struct{}, resume func()) {
+	at, gate := make(chan struct{}), make(chan struct{})
+	var once sync.Once
+	resume = func() { once.Do(func() { close(gate) }) }
+	s = openOn(t, dsn, schema, postgres.Options{Config: cfg, Clock: &heldClock{Clock: clock.NewManual(t0 + 1_000), hold: func() { close(at); <-gate }}})
+	t.Cleanup(resume)
+	return s, at, resume
 }
 
 // purged is what a PurgeRuns call returned.
