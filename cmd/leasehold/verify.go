@@ -74,6 +74,7 @@ var postgresTests = []string{
 	"TestCoalescedRunIDRace", "TestCoalescedCallAbandoned", "TestBulkAdmissionsOutgrowTheLockTable", "TestPurgeRunsOutgrowsNoLockTable", "TestCreateRunRacesAnUnlockedBulkAdmission", "TestBulkRefusalHoldsItsScope",
 	"TestBulkDecisionsHoldTheirRuns", "TestBulkDecisionsFindTheirRunsPurged", "TestReplayFindsItsRunAdmittedAgain",
 	"TestReadOnlyBatchHasOnePoint", "TestStrongestKeepsEachRunOnce", "TestBulkReplayHoldsItsRun",
+	"TestBulkReplayReadsItsRunLocked", "TestBulkReplayLocksJobBeforeRun", "TestWorkersWaitForAHeldReplay", "TestBulkDuplicateDecisions",
 }
 
 // runtimeFaultTests are the worker runtime's fault tests: a worker killed,

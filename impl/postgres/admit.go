@@ -549,8 +549,8 @@ const (
 	// UPDATE, the lock its deletion takes).
 	lockExpired
 	// lockReplayed: a member of a batch that writes replays the run's
-	// record (lockRecord, and FOR SHARE on its job row: the run it returns
-	// cannot move before the commit). Never with lockExpired on one row: a
+	// record (lockRecord, and FOR NO KEY UPDATE on its job row: the run it
+	// returns cannot move before the commit). Never with lockExpired on one row: a
 	// record is live or expired at the batch's time.
 	lockReplayed
 )

@@ -1074,6 +1074,209 @@ func TestBulkReplayHoldsItsRun(t *testing.T) {
 	}
 }
 
+// TestBulkReplayReadsItsRunLocked: a batch that writes reads a run it
+// replays only once it holds it. Run r1 is claimed and a CompleteTx of it
+// is open when a batch [a replay of order-1, n1] starts: the batch waits
+// for the worker's transaction and returns r1 as that commit left it,
+// completed (a read before the lock saw it running).
+func TestBulkReplayReadsItsRunLocked(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	dsn, schema, cfg := retiredRuns(ctx, t)
+	worker := openOn(t, dsn, schema, postgres.Options{Config: cfg, Clock: clock.NewManual(t0)})
+	lease := admitAndClaim(ctx, t, worker, "r1")[0]
+	tx, err := pgtest.Conn(t, dsn, schema).Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback(context.Background())
+	if _, err := worker.CompleteTx(ctx, tx, spec.CompleteRequest{Lease: lease.Ref(), Result: []byte(`{"ok":1}`)}); err != nil {
+		t.Fatal(err)
+	}
+	admitter := openOn(t, dsn, schema, postgres.Options{Config: cfg, Clock: clock.NewManual(t0 + 1_000)})
+	bulk := createRunsAsync(ctx, admitter, retiredRequest("r1"), acmeRequest("k-n", "n1"))
+	waitForLockWaits(ctx, t, admitter, 1)
+	if err := tx.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	b := <-bulk
+	if b.err != nil || len(b.outs) != 2 || !b.outs[0].Result.Replayed || b.outs[0].Result.Run.State != spec.RunCompleted ||
+		b.outs[1].Err != nil || b.outs[1].Result.Run.ID != "n1" {
+		t.Fatalf("CreateRuns: %+v, %v; want r1 replayed completed (the run at the batch's commit), n1 created", b.outs, b.err)
+	}
+}
+
+// TestBulkReplayLocksJobBeforeRun: a batch locks a run it replays job row
+// first, as a purge does (lockPurged). While a plain transaction holds
+// r1's job row, a batch replaying r1 waits for it holding no lock on r1's
+// run row: had it locked the run row first, a purge queued for the job row
+// would take it and then wait for the run row the batch holds, a deadlock.
+func TestBulkReplayLocksJobBeforeRun(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	dsn, schema, cfg := retiredRuns(ctx, t)
+	setup := openOn(t, dsn, schema, postgres.Options{Config: cfg, Clock: clock.NewManual(t0)})
+	if _, err := setup.CreateRun(ctx, retiredRequest("r1")); err != nil {
+		t.Fatal(err)
+	}
+	holder, err := pgtest.Conn(t, dsn, schema).Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer holder.Rollback(context.Background())
+	if _, err := holder.Exec(ctx, `SELECT FROM jobs WHERE tenant = 'acme' AND run_id = 'r1' FOR NO KEY UPDATE`); err != nil {
+		t.Fatal(err)
+	}
+	admitter := openOn(t, dsn, schema, postgres.Options{Config: cfg, Clock: clock.NewManual(t0 + 1_000)})
+	bulk := createRunsAsync(ctx, admitter, retiredRequest("r1"), acmeRequest("k-n", "n1"))
+	waitForLockWaits(ctx, t, admitter, 1)
+	probe, err := pgtest.Conn(t, dsn, schema).Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := probe.Exec(ctx, `SELECT FROM runs WHERE tenant = 'acme' AND run_id = 'r1' FOR UPDATE NOWAIT`); err != nil {
+		t.Fatalf("r1's run row while the batch waits for r1's job row: %v; want it free (the job row is locked first)", err)
+	}
+	if err := probe.Rollback(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := holder.Rollback(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if b := <-bulk; b.err != nil || len(b.outs) != 2 || !b.outs[0].Result.Replayed || b.outs[1].Err != nil {
+		t.Fatalf("CreateRuns: %+v, %v; want r1 replayed, n1 created", b.outs, b.err)
+	}
+}
+
+// TestWorkersWaitForAHeldReplay: workers' writes to jobs a held batch
+// replays wait for its commit and then succeed: a CompleteBatch of r1 and
+// r2, a Renew of r3.
+func TestWorkersWaitForAHeldReplay(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	dsn, schema, cfg := retiredRuns(ctx, t)
+	worker := openOn(t, dsn, schema, postgres.Options{Config: cfg, Clock: clock.NewManual(t0), RuntimeParams: map[string]string{"lock_timeout": "10s"}})
+	leases := admitAndClaim(ctx, t, worker, "r1", "r2", "r3")
+	admitter, held, release := commitHeldAdmitter(t, dsn, schema, cfg)
+	bulk := createRunsAsync(ctx, admitter, retiredRequest("r3"), retiredRequest("r1"), retiredRequest("r2"), acmeRequest("k-n", "n1"))
+	<-held
+	type completed struct {
+		outs []spec.BatchOutcome
+		err  error
+	}
+	done := make(chan completed, 1)
+	go func() {
+		reqs := []spec.CompleteRequest{{Lease: leases[0].Ref(), Result: []byte(`{}`)}, {Lease: leases[1].Ref(), Result: []byte(`{}`)}}
+		outs, err := worker.CompleteBatch(ctx, reqs)
+		done <- completed{outs, err}
+	}()
+	renewed := make(chan error, 1)
+	go func() {
+		_, err := worker.Renew(ctx, spec.RenewRequest{Lease: leases[2].Ref(), LeaseMs: 60_000})
+		renewed <- err
+	}()
+	waitForLockWaits(ctx, t, worker, 2)
+	release()
+	b := <-bulk
+	if b.err != nil || len(b.outs) != 4 || b.outs[3].Err != nil {
+		t.Fatalf("CreateRuns: %+v, %v; want r3, r1, r2 replayed and n1 created", b.outs, b.err)
+	}
+	for i, id := range []string{"r3", "r1", "r2"} {
+		if o := b.outs[i]; !o.Result.Replayed || o.Result.Run.ID != id || o.Result.Run.State != spec.RunRunning {
+			t.Fatalf("CreateRuns member %d: %+v; want %s replayed running (the workers' writes came after)", i, o, id)
+		}
+	}
+	c := <-done
+	if c.err != nil || len(c.outs) != 2 {
+		t.Fatalf("CompleteBatch after the batch: %+v, %v", c.outs, c.err)
+	}
+	for _, o := range c.outs {
+		if o.Err != nil || o.Run.State != spec.RunCompleted {
+			t.Fatalf("CompleteBatch member: %+v; want completed", o)
+		}
+	}
+	if err := <-renewed; err != nil {
+		t.Fatalf("Renew after the batch: %v", err)
+	}
+}
+
+// TestBulkDuplicateDecisions: a batch deciding several members from one
+// run (a replay of its record, a conflict with it, its run id proposed
+// under another key, each twice) locks and checks that run once, in its
+// strongest mode, and runs nothing again, whether it writes (n1) or not.
+func TestBulkDuplicateDecisions(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	dsn, schema, cfg := retiredRuns(ctx, t)
+	setup := openOn(t, dsn, schema, postgres.Options{Config: cfg, Clock: clock.NewManual(t0)})
+	if _, err := setup.CreateRun(ctx, retiredRequest("r1")); err != nil {
+		t.Fatal(err)
+	}
+	admitter := openOn(t, dsn, schema, postgres.Options{Config: cfg, Clock: clock.NewManual(t0 + 1_000)})
+	conflict := retiredRequest("r1")
+	conflict.Payload = []byte(`{"other":true}`)
+	taken := acmeRequest("k-t", "r1")
+	members := []spec.CreateRunRequest{retiredRequest("r1"), conflict, taken, retiredRequest("r1"), conflict, taken}
+	wantCodes := []spec.Code{"", spec.CodeIdempotencyConflict, spec.CodeAlreadyExists, "", spec.CodeIdempotencyConflict, spec.CodeAlreadyExists}
+	for _, writes := range []bool{false, true} {
+		reqs := slices.Clone(members)
+		if writes {
+			reqs = append(reqs, acmeRequest("k-n", "n1"))
+		}
+		outs, err := admitter.CreateRuns(ctx, reqs)
+		if err != nil || len(outs) != len(reqs) {
+			t.Fatalf("writes=%v: CreateRuns: %+v, %v", writes, outs, err)
+		}
+		for i, want := range wantCodes {
+			if o := outs[i]; spec.CodeOf(o.Err) != want || want == "" && (!o.Result.Replayed || o.Result.Run.ID != "r1") {
+				t.Fatalf("writes=%v: member %d: %+v; want code %q (r1 replayed if none)", writes, i, o, want)
+			}
+		}
+		if writes && (outs[6].Err != nil || outs[6].Result.Run.ID != "n1") {
+			t.Fatalf("writes=true: n1: %+v; want created", outs[6])
+		}
+	}
+	if got := admitter.AdmissionStats().Retried; got != 0 {
+		t.Errorf("the batches ran again %d times; want none", got)
+	}
+}
+
+// admitAndClaim admits the runs ids (retiredRequest) on s and claims them
+// all for worker w1, with a minute's lease; it returns the leases in id
+// order.
+func admitAndClaim(ctx context.Context, t *testing.T, s *postgres.Store, ids ...string) []spec.Lease {
+	t.Helper()
+	for _, id := range ids {
+		if _, err := s.CreateRun(ctx, retiredRequest(id)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	leases, err := s.Claim(ctx, spec.ClaimRequest{Tenant: "acme", Worker: "w1", LeaseMs: 60_000, Limit: len(ids)})
+	if err != nil || len(leases) != len(ids) {
+		t.Fatalf("claim %v: %+v, %v; want a lease each", ids, leases, err)
+	}
+	slices.SortFunc(leases, func(a, b spec.Lease) int { return strings.Compare(a.RunID, b.RunID) })
+	return leases
+}
+
+// waitForLockWaits waits until at least n of s's calls wait for a lock
+// (Store.LockWaits), for up to 10 s.
+func waitForLockWaits(ctx context.Context, t *testing.T, s *postgres.Store, n int) {
+	t.Helper()
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		got, err := s.LockWaits(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got >= n {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d of the store's calls wait for a lock after 10 s; want %d", got, n)
+		}
+	}
+}
+
 // decidedFromR0 is the members of the bulk admissions of
 // TestBulkDecisionsHoldTheirRuns and TestBulkDecisionsFindTheirRunsPurged,
 // each decided from run r0 of retiredRuns (its record live): a replay of

@@ -648,11 +648,14 @@ const (
 	//   - 2 (lockExpired), an expired record the batch replaces (the guard:
 	//     idempotency_expires_at <= @now): FOR NO KEY UPDATE, the lock of
 	//     its deletion (deleteExpiredRecords), taken here in order.
-	//   - 3 (lockReplayed), a live record replayed: as 1, and FOR SHARE on
-	//     the run's job row too, locked before its run row (the order of
-	//     lockPurged), so that the run the batch returns stays as it is
-	//     read after this until the commit. A claim skips such a job (SKIP
-	//     LOCKED); a worker's write to it waits for the batch.
+	//   - 3 (lockReplayed), a live record replayed: as 1, and FOR NO KEY
+	//     UPDATE on the run's job row, locked before its run row (its
+	//     locking clause comes first, which orders them: the order of
+	//     lockPurged, TestBulkReplayLocksJobBeforeRun), so that the run the
+	//     batch returns stays as it is read after this until the commit. A
+	//     claim skips such a job (SKIP LOCKED); a worker's write to it waits
+	//     for the batch, queued fairly with other batches replaying it
+	//     (under a shared lock, overlapping batches could keep it waiting).
 	// Only 3 touches a job row, and so a worker: workers write job rows.
 	lockDecidedRuns = `SELECT count(*) FROM unnest(@tenants::text[], @run_ids::text[], @operations::text[], @keys::text[],
 			@expires::bigint[], @modes::int[]) AS m(tenant, run_id, operation, idempotency_key, expires_at, mode)
@@ -669,7 +672,7 @@ const (
 			UNION ALL
 			SELECT FROM (SELECT FROM jobs AS j JOIN runs AS r ON r.tenant = j.tenant AND r.run_id = j.run_id
 				WHERE m.mode = 3 AND j.tenant = m.tenant AND j.run_id = m.run_id AND r.tenant = m.tenant AND r.run_id = m.run_id
-				AND ` + heldRecord + ` OFFSET 0 FOR SHARE) AS replayed) AS k`
+				AND ` + heldRecord + ` OFFSET 0 FOR NO KEY UPDATE OF j FOR SHARE OF r) AS replayed) AS k`
 
 	// deleteExpiredRecords deletes the expired records of the scopes a bulk
 	// admission admits again (the guard: idempotency_expires_at <= @now), by

@@ -38,7 +38,7 @@
 //     purge's lock conflicts with; a record replayed or conflicted with FOR
 //     SHARE, which a deletion of that record waits for too; an expired
 //     record it replaces FOR NO KEY UPDATE, its deletion's lock; a run it
-//     replays FOR SHARE on its job row too, which a claim skips), so
+//     replays FOR NO KEY UPDATE on its job row too, which a claim skips), so
 //     nothing changes them before it commits. One that writes nothing
 //     reads them all again in one statement, its single point.
 //   - Every writer of a run locks its job row first (claim, the terminal
