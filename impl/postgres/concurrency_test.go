@@ -1008,10 +1008,7 @@ func TestReadOnlyBatchHasOnePoint(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	dsn, schema, cfg := retiredRuns(ctx, t, "r2")
-	setup := openOn(t, dsn, schema, postgres.Options{Config: cfg, Clock: clock.NewManual(t0)})
-	if _, err := setup.CreateRun(ctx, retiredRequest("r1")); err != nil {
-		t.Fatal(err)
-	}
+	admitQueued(ctx, t, dsn, schema, cfg, "r1")
 	admitter, arrived, resumeAdmission := clockHeldAdmitter(t, dsn, schema, cfg)
 	other := openOn(t, dsn, schema, postgres.Options{Config: cfg, Clock: clock.NewManual(t0 + 20_000), RuntimeParams: noWait})
 
@@ -1049,10 +1046,7 @@ func TestBulkReplayHoldsItsRun(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	dsn, schema, cfg := retiredRuns(ctx, t)
-	setup := openOn(t, dsn, schema, postgres.Options{Config: cfg, Clock: clock.NewManual(t0)})
-	if _, err := setup.CreateRun(ctx, retiredRequest("r1")); err != nil {
-		t.Fatal(err)
-	}
+	admitQueued(ctx, t, dsn, schema, cfg, "r1")
 	admitter, held, releaseAll := commitHeldAdmitter(t, dsn, schema, cfg)
 	worker := openOn(t, dsn, schema, postgres.Options{Config: cfg, Clock: clock.NewManual(t0 + 1_000), RuntimeParams: noWait})
 
@@ -1115,10 +1109,7 @@ func TestBulkReplayLocksJobBeforeRun(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	dsn, schema, cfg := retiredRuns(ctx, t)
-	setup := openOn(t, dsn, schema, postgres.Options{Config: cfg, Clock: clock.NewManual(t0)})
-	if _, err := setup.CreateRun(ctx, retiredRequest("r1")); err != nil {
-		t.Fatal(err)
-	}
+	admitQueued(ctx, t, dsn, schema, cfg, "r1")
 	holder, err := pgtest.Conn(t, dsn, schema).Begin(ctx)
 	if err != nil {
 		t.Fatal(err)
@@ -1208,10 +1199,7 @@ func TestBulkDuplicateDecisions(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	dsn, schema, cfg := retiredRuns(ctx, t)
-	setup := openOn(t, dsn, schema, postgres.Options{Config: cfg, Clock: clock.NewManual(t0)})
-	if _, err := setup.CreateRun(ctx, retiredRequest("r1")); err != nil {
-		t.Fatal(err)
-	}
+	admitQueued(ctx, t, dsn, schema, cfg, "r1")
 	admitter := openOn(t, dsn, schema, postgres.Options{Config: cfg, Clock: clock.NewManual(t0 + 1_000)})
 	conflict := retiredRequest("r1")
 	conflict.Payload = []byte(`{"other":true}`)
@@ -1238,6 +1226,18 @@ func TestBulkDuplicateDecisions(t *testing.T) {
 	}
 	if got := admitter.AdmissionStats().Retried; got != 0 {
 		t.Errorf("the batches ran again %d times; want none", got)
+	}
+}
+
+// admitQueued admits (at t0) the runs ids on schema, each id's admission
+// being retiredRequest(id), and leaves them queued.
+func admitQueued(ctx context.Context, t *testing.T, dsn, schema string, cfg spec.Config, ids ...string) {
+	t.Helper()
+	setup := openOn(t, dsn, schema, postgres.Options{Config: cfg, Clock: clock.NewManual(t0)})
+	for _, id := range ids {
+		if _, err := setup.CreateRun(ctx, retiredRequest(id)); err != nil {
+			t.Fatal(err)
+		}
 	}
 }
 
