@@ -530,12 +530,13 @@ type admissionWrite struct {
 type decidedRun struct {
 	jobKey
 	lock      lockMode
-	scope     scopeKey // the record's scope (lockRecord, lockExpired)
-	expiresAt int64    // the record's expiry (lockRecord)
+	scope     scopeKey // the record's scope (but lockTaken)
+	expiresAt int64    // the record's expiry (lockRecord, lockReplayed)
 }
 
-// lockMode is how lockDecidedRuns locks a decided run, weakest first; its
-// value is the statement's m.mode.
+// lockMode is how lockDecidedRuns locks a decided run; its value is the
+// statement's m.mode, and a larger one is the stronger lock of a row
+// (strongest).
 type lockMode int32
 
 const (
@@ -550,8 +551,8 @@ const (
 	lockExpired
 	// lockReplayed: a member of a batch that writes replays the run's
 	// record (lockRecord, and FOR NO KEY UPDATE on its job row: the run it
-	// returns cannot move before the commit). Never with lockExpired on one row: a
-	// record is live or expired at the batch's time.
+	// returns cannot move before the commit). Never with lockExpired on
+	// one row: a record is live or expired at the batch's time.
 	lockReplayed
 )
 
