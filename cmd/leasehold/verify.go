@@ -105,6 +105,7 @@ func etcdFixed() []string {
 
 var checks = []check{
 	{Name: "conformance", Store: "sqlite", Package: "./impl/sqlite", Tests: []string{"TestConformance", "TestClaimPlanUsesIndex", "TestStatementCacheOneConnection",
+		"TestPiecesCoverTheBatch", "TestBulkAdmissionAcrossPieces",
 		"TestMigrationDerivesQueuedEvents", "TestMigrationRefusesUnderivableQueuedEvents",
 		"TestMigrationMovesIdempotencyRecords", "TestMigrationRefusesUnderivableIdempotencyRecords"}},
 	{Name: "conformance", Store: "postgres", Package: "./impl/postgres", Tests: []string{"TestConformance", "TestConformanceCoalesced"}, NeedsPG: true},

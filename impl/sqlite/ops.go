@@ -54,81 +54,18 @@ func exec(ctx context.Context, tx *txn, query string, a args) (int64, error) {
 	return res.RowsAffected()
 }
 
-// CreateRun implements spec.Store.
+// CreateRun implements spec.Store: admit with one member, which returns a
+// refusal as the call's error, having written nothing.
 func (s *Store) CreateRun(ctx context.Context, req spec.CreateRunRequest) (res spec.CreateRunResult, err error) {
 	err = s.write(ctx, spec.OpCreateRun, func(tx *txn, now int64) error {
-		res, err = s.createIn(ctx, tx, req, now, false)
-		return err
+		outcomes, err := s.admit(ctx, tx, []spec.CreateRunRequest{req}, now, false)
+		if err != nil {
+			return err
+		}
+		res = outcomes[0].Result
+		return outcomes[0].Err
 	})
 	return res, err
-}
-
-// createIn is CreateRun's body inside the caller's transaction. Every
-// contract refusal (a *spec.Error) comes before its first write, so that a
-// bulk admission (bulk) can record it and go on with its next member.
-func (s *Store) createIn(ctx context.Context, tx *txn, req spec.CreateRunRequest, now int64, bulk bool) (res spec.CreateRunResult, err error) {
-	n, err := s.cfg.NormalizeCreate(req, now)
-	if err != nil {
-		return res, err
-	}
-	scope := args{"tenant": n.Tenant, "operation": n.Operation, "key": n.Key}
-	var fingerprint, runID string
-	var expiresAt int64
-	err = tx.QueryRowContext(ctx, selectIdempotency, scope.list()...).Scan(&fingerprint, &runID, &expiresAt)
-	expired := err == nil && expiresAt <= now
-	switch {
-	case err == nil && !expired:
-		ignore := mutant.On(mutant.IdempotencyIgnoresFingerprint) || bulk && mutant.On(mutant.BulkIgnoresFingerprint)
-		if fingerprint != n.Fingerprint && !ignore {
-			return res, spec.Errorf(spec.CodeIdempotencyConflict,
-				"idempotency key #%s of operation %q is bound to a different request (fingerprint %s); use a new key for a new request",
-				spec.ShortHash(n.Key), n.Operation, spec.ShortHash(fingerprint))
-		}
-		run, err := getRun(ctx, tx, n.Tenant, runID)
-		return spec.CreateRunResult{Run: run, Replayed: true}, err
-	case err != nil && !errors.Is(err, sql.ErrNoRows):
-		return res, err
-	}
-	a := scope.with(args{"run_id": n.RunID, "payload": n.Payload, "fingerprint": n.Fingerprint, "max_attempts": n.MaxAttempts,
-		"now": now, "deadline_at": n.DeadlineAt, "expires_at": n.ExpiresAt, "replay_of": nil, "replay_depth": 0,
-		"queued_payload": nil, "generation": 0, "available_at": n.AvailableAt})
-	taken := func() error {
-		return spec.Errorf(spec.CodeAlreadyExists, "run %s already exists for tenant %s; propose a new run id", n.RunID, n.Tenant)
-	}
-	if expired {
-		// Expired but not yet purged: the key is free again. The run's
-		// insert sets the key, so the record goes first, but only once the
-		// run id is known to be free: a refused member of a bulk admission
-		// must have written nothing.
-		if exists, err := runExists(ctx, tx, n.Tenant, n.RunID); err != nil || exists {
-			if err == nil {
-				err = taken()
-			}
-			return res, err
-		}
-		if deleted, err := exec(ctx, tx, deleteIdempotency, a); err != nil || deleted != 1 {
-			if err == nil {
-				err = fmt.Errorf("sqlite: the expired idempotency record #%s of operation %q was read but not deleted", spec.ShortHash(n.Key), n.Operation)
-			}
-			return res, err
-		}
-	}
-	// Without an expired record the run is the member's first write: a
-	// taken run id writes nothing. Its row is its run_queued event and its
-	// idempotency record too (insertRun).
-	if inserted, err := exec(ctx, tx, insertAdmittedRun, a); err != nil || inserted == 0 {
-		if err == nil {
-			err = taken()
-		}
-		return res, err
-	}
-	if _, err := exec(ctx, tx, insertJob, a); err != nil {
-		return res, err
-	}
-	if err := writeOutbox(ctx, tx, n.Tenant, n.RunID, now, 0, now, n.Outbox); err != nil {
-		return res, err
-	}
-	return spec.CreateRunResult{Run: n.QueuedRun(now)}, nil
 }
 
 // Claim implements spec.Store.

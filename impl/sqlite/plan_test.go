@@ -2,6 +2,7 @@ package sqlite
 
 import (
 	"context"
+	"fmt"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -17,6 +18,22 @@ import (
 // the idempotency records on the run rows to runs_idempotency, and the
 // event reads, which merge the run rows' run_queued events with
 // run_events, to their keys' order.
+// admissionLookupPlan is the plan of an admission's lookup: each branch
+// searches by its index, one probe per member.
+var admissionLookupPlan = []string{
+	"SEARCH runs USING INDEX runs_idempotency (tenant=? AND operation=? AND idempotency_key=?)",
+	"SEARCH runs USING PRIMARY KEY (tenant=? AND run_id=?)",
+}
+
+// strings5 is the parameters of an admission lookup of n members.
+func strings5(n int) []any {
+	a := make([]any, 5*n)
+	for i := range a {
+		a[i] = fmt.Sprint("p", i)
+	}
+	return a
+}
+
 func TestClaimPlanUsesIndex(t *testing.T) {
 	s, err := Open(context.Background(), filepath.Join(t.TempDir(), "plan.db"), Options{Config: spec.DefaultConfig()})
 	if err != nil {
@@ -31,7 +48,8 @@ func TestClaimPlanUsesIndex(t *testing.T) {
 	}{
 		{"claim", claimCandidates, []string{"INDEX jobs_due", "INDEX jobs_reap"}, 1, nil},
 		{"reap", selectReapable, []string{"INDEX jobs_reap"}, 0, nil},
-		{"admission lookup", selectIdempotency, []string{"SEARCH runs USING INDEX runs_idempotency (tenant=? AND operation=? AND idempotency_key=?)"}, 0, nil},
+		{"admission lookup of one", admissionTexts[1][0], admissionLookupPlan, 0, strings5(1)},
+		{"admission lookup of a piece", admissionTexts[pieceMax][0], admissionLookupPlan, 0, strings5(pieceMax)},
 		{"expired record replaced", deleteIdempotency, []string{"SEARCH runs USING INDEX runs_idempotency (tenant=? AND operation=? AND idempotency_key=?)"}, 0, nil},
 		{"purge", purgeIdempotency, []string{"SEARCH runs USING COVERING INDEX runs_idempotency_expiry (idempotency_expires_at<?)", "SEARCH runs USING PRIMARY KEY"}, 0, nil},
 		{"purge runs", selectRetiredLeaves, []string{"INDEX run_events_finished", "SEARCH r USING PRIMARY KEY"}, 0, nil},

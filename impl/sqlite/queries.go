@@ -63,9 +63,6 @@ const outboxColumns = `tenant, run_id, seq, message_id, subject, payload, genera
 const outboxClaimable = `state = 'pending' AND (relay IS NULL OR claim_expires_at <= :now)`
 
 const (
-	// selectIdempotency reads the record of one scope (runs_idempotency).
-	selectIdempotency = `SELECT fingerprint, run_id, expires_at FROM ` + idempotencyRecords + `
-		WHERE tenant = :tenant AND operation = :operation AND idempotency_key = :key`
 	// deleteIdempotency deletes the expired record of one scope, which a
 	// new admission of the scope replaces.
 	deleteIdempotency = `UPDATE runs SET ` + clearRecord + `
@@ -79,9 +76,35 @@ const (
 		max_attempts, created_at, deadline_at, replay_of, replay_depth, queued_payload, idempotency_key, idempotency_expires_at)
 		VALUES (:tenant, :run_id, :operation, 'queued', 1, 1, :payload, :fingerprint,
 		:max_attempts, :now, :deadline_at, :replay_of, :replay_depth, :queued_payload, :key, :expires_at)`
-	// insertAdmittedRun is insertRun for an admission: a run id already
-	// taken inserts nothing (already_exists), instead of failing.
-	insertAdmittedRun = insertRun + ` ON CONFLICT (tenant, run_id) DO NOTHING`
+	// selectAdmissionRecords, with scopeRow per member, then
+	// selectAdmissionTakenHead, with runIDRow per member, is an admission's
+	// lookup of a piece of members (admit, multiRow): the records of their
+	// scopes (runs_idempotency; INDEXED BY, since with no statistics SQLite
+	// would rather read the tenant's primary key range), then which of their
+	// proposed run ids are taken (the primary key). Rows: is-a-record,
+	// tenant, operation, key, fingerprint, run id, expiry.
+	selectAdmissionRecords = `SELECT 1, tenant, operation, idempotency_key, fingerprint, run_id, idempotency_expires_at
+		FROM runs INDEXED BY runs_idempotency
+		WHERE idempotency_key IS NOT NULL AND (tenant, operation, idempotency_key) IN (VALUES `
+	scopeRow                 = `(?, ?, ?)`
+	selectAdmissionTakenHead = `)
+		UNION ALL
+		SELECT 0, tenant, '', '', '', run_id, 0 FROM runs WHERE (tenant, run_id) IN (VALUES `
+	runIDRow = `(?, ?)`
+	// insertAdmittedRunsHead with admittedRunRow per member inserts the
+	// runs of a piece of created members: insertRun's row for an
+	// admission (no replay link, no audit payload), positional: tenant,
+	// run id, operation, payload, fingerprint, max attempts, now,
+	// deadline, key, record expiry. Every run id was checked free under
+	// the writer lock, so a conflict is an error, never a refusal.
+	insertAdmittedRunsHead = `INSERT INTO runs (tenant, run_id, operation, state, version, last_event_seq, payload, fingerprint,
+		max_attempts, created_at, deadline_at, replay_of, replay_depth, queued_payload, idempotency_key, idempotency_expires_at) VALUES `
+	admittedRunRow = `(?, ?, ?, 'queued', 1, 1, ?, ?, ?, ?, ?, NULL, 0, NULL, ?, ?)`
+	// insertAdmittedJobsHead with admittedJobRow per member inserts their
+	// jobs, as insertJob at generation 0: tenant, run id, operation,
+	// available at, max attempts.
+	insertAdmittedJobsHead = `INSERT INTO jobs (tenant, run_id, operation, state, available_at, lease_generation, attempts, max_attempts) VALUES `
+	admittedJobRow         = `(?, ?, ?, 'queued', ?, 0, 0, ?)`
 	// insertEvent inserts a terminal event; run_events holds no other kind.
 	insertEvent = `INSERT INTO run_events (tenant, run_id, seq, kind, at, payload)
 		VALUES (:tenant, :run_id, :seq, :kind, :now, :payload)`

@@ -37,7 +37,7 @@ func TestStatementCacheOneConnection(t *testing.T) {
 	}
 	round(0)
 	s.stmts.pending.Wait()
-	for _, q := range []string{insertAdmittedRun, claimCandidates, claimJob, finishJob, finishRun} {
+	for _, q := range []string{admissionTexts[1][1], admissionTexts[1][2], claimCandidates, claimJob, finishJob, finishRun} {
 		s.stmts.mu.Lock()
 		st := s.stmts.stmts[q]
 		s.stmts.mu.Unlock()
