@@ -107,6 +107,21 @@ func TerminalError(state RunState, runID string) *Error {
 	return &Error{Code: CodeAlreadyTerminal, State: state, Message: fmt.Sprintf("run %s is already %s", runID, state)}
 }
 
+// IdempotencyConflict returns the error for an admission whose key's live
+// record is bound to another request: CodeIdempotencyConflict, naming the
+// key (hashed), the operation and the record's fingerprint (hashed).
+func IdempotencyConflict(key, operation, boundFingerprint string) *Error {
+	return Errorf(CodeIdempotencyConflict,
+		"idempotency key #%s of operation %q is bound to a different request (fingerprint %s); use a new key for a new request",
+		ShortHash(key), operation, ShortHash(boundFingerprint))
+}
+
+// RunExists returns the error for a write that proposes a run id the tenant
+// already has: CodeAlreadyExists.
+func RunExists(tenant, runID string) *Error {
+	return Errorf(CodeAlreadyExists, "run %s already exists for tenant %s; propose a new run id", runID, tenant)
+}
+
 // CodeOf returns the code of err: "" for nil, the *Error's code when err
 // wraps one, and CodeUnavailable for any other error (a store must not leak
 // untyped errors; this keeps callers safe if one does).

@@ -79,9 +79,7 @@ func (w *wtx) admit(n spec.NormalizedCreate, now int64, bulk bool) (spec.CreateR
 	}
 	if found && rec.ExpiresAt > now {
 		if rec.Fingerprint != n.Fingerprint && !(bulk && mutant(mutantBulkIgnoresFingerprint)) {
-			return spec.CreateRunResult{}, spec.Errorf(spec.CodeIdempotencyConflict,
-				"idempotency key #%s of operation %q is bound to a different request (fingerprint %s); use a new key for a new request",
-				spec.ShortHash(n.Key), n.Operation, spec.ShortHash(rec.Fingerprint))
+			return spec.CreateRunResult{}, spec.IdempotencyConflict(n.Key, n.Operation, rec.Fingerprint)
 		}
 		run, err := w.mustRun(n.Tenant, rec.RunID)
 		if err != nil {
@@ -91,7 +89,7 @@ func (w *wtx) admit(n spec.NormalizedCreate, now int64, bulk bool) (spec.CreateR
 	}
 	if _, exists, err := w.getRunRec(n.Tenant, n.RunID); err != nil || exists {
 		if err == nil {
-			err = spec.Errorf(spec.CodeAlreadyExists, "run %s already exists for tenant %s; propose a new run id", n.RunID, n.Tenant)
+			err = spec.RunExists(n.Tenant, n.RunID)
 		}
 		return spec.CreateRunResult{}, err
 	}
@@ -682,7 +680,7 @@ func (s *Store) Replay(ctx context.Context, req spec.ReplayRequest) (run spec.Ru
 		}
 		if _, exists, err := w.getRunRec(req.Tenant, req.NewRunID); err != nil || exists {
 			if err == nil {
-				err = spec.Errorf(spec.CodeAlreadyExists, "run %s already exists for tenant %s; propose a new run id", req.NewRunID, req.Tenant)
+				err = spec.RunExists(req.Tenant, req.NewRunID)
 			}
 			return err
 		}

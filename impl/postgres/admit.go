@@ -213,9 +213,7 @@ func (s *Store) admit(t *txn, br pgx.BatchResults, p *admissionPlan, reqs []spec
 		if found && rec.expiresAt > now {
 			ignore := mutant.On(mutant.IdempotencyIgnoresFingerprint) || bulk && mutant.On(mutant.BulkIgnoresFingerprint)
 			if rec.fingerprint != n.Fingerprint && !ignore {
-				outcomes[i].Err = spec.Errorf(spec.CodeIdempotencyConflict,
-					"idempotency key #%s of operation %q is bound to a different request (fingerprint %s); use a new key for a new request",
-					spec.ShortHash(n.Key), n.Operation, spec.ShortHash(rec.fingerprint))
+				outcomes[i].Err = spec.IdempotencyConflict(n.Key, n.Operation, rec.fingerprint)
 				if rec.member < 0 {
 					w.decidedFrom = append(w.decidedFrom, decidedRun{jobKey{n.Tenant, rec.runID}, lockRecord, scope, rec.expiresAt})
 				}
@@ -232,7 +230,7 @@ func (s *Store) admit(t *txn, br pgx.BatchResults, p *admissionPlan, reqs []spec
 		}
 		k := jobKey{n.Tenant, n.RunID}
 		if taken[k] || creating[k] {
-			outcomes[i].Err = spec.Errorf(spec.CodeAlreadyExists, "run %s already exists for tenant %s; propose a new run id", n.RunID, n.Tenant)
+			outcomes[i].Err = spec.RunExists(n.Tenant, n.RunID)
 			refused = append(refused, scope)
 			if taken[k] {
 				w.decidedFrom = append(w.decidedFrom, decidedRun{jobKey: k, lock: lockTaken})
@@ -731,7 +729,7 @@ func (s *Store) writeAdmissions(t *txn, w *admissionWrite, bulk bool, now int64,
 			case !errors.Is(err, pgx.ErrNoRows):
 				return err
 			}
-			return spec.Errorf(spec.CodeAlreadyExists, "run %s already exists for tenant %s; propose a new run id", n.RunID, n.Tenant)
+			return spec.RunExists(n.Tenant, n.RunID)
 		}
 		if err != nil {
 			return err

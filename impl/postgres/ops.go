@@ -675,7 +675,7 @@ func (s *Store) Replay(ctx context.Context, req spec.ReplayRequest) (run spec.Ru
 		// insertRun's ON CONFLICT still catches an id taken concurrently.
 		if exists, err := runExists(ctx, t, req.Tenant, req.NewRunID); err != nil || exists {
 			if err == nil {
-				err = spec.Errorf(spec.CodeAlreadyExists, "run %s already exists for tenant %s; propose a new run id", req.NewRunID, req.Tenant)
+				err = spec.RunExists(req.Tenant, req.NewRunID)
 			}
 			return err
 		}
@@ -689,7 +689,7 @@ func (s *Store) Replay(ctx context.Context, req spec.ReplayRequest) (run spec.Ru
 			"queued_payload": spec.QueuedPayload(orig.ID, req.Actor, depth)}
 		run, err = scanRun(t.QueryRow(ctx, insertRun, a))
 		if errors.Is(err, pgx.ErrNoRows) {
-			return spec.Errorf(spec.CodeAlreadyExists, "run %s already exists for tenant %s; propose a new run id", req.NewRunID, req.Tenant)
+			return spec.RunExists(req.Tenant, req.NewRunID)
 		}
 		if err != nil {
 			return err

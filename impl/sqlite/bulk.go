@@ -133,9 +133,7 @@ func (s *Store) admit(ctx context.Context, tx *txn, reqs []spec.CreateRunRequest
 		if found && rec.expiresAt > now {
 			ignore := mutant.On(mutant.IdempotencyIgnoresFingerprint) || bulk && mutant.On(mutant.BulkIgnoresFingerprint)
 			if rec.fingerprint != n.Fingerprint && !ignore {
-				outcomes[i].Err = spec.Errorf(spec.CodeIdempotencyConflict,
-					"idempotency key #%s of operation %q is bound to a different request (fingerprint %s); use a new key for a new request",
-					spec.ShortHash(n.Key), n.Operation, spec.ShortHash(rec.fingerprint))
+				outcomes[i].Err = spec.IdempotencyConflict(n.Key, n.Operation, rec.fingerprint)
 				continue
 			}
 			outcomes[i].Result.Replayed = true
@@ -148,7 +146,7 @@ func (s *Store) admit(ctx context.Context, tx *txn, reqs []spec.CreateRunRequest
 		}
 		k := runKey{n.Tenant, n.RunID}
 		if taken[k] {
-			outcomes[i].Err = spec.Errorf(spec.CodeAlreadyExists, "run %s already exists for tenant %s; propose a new run id", n.RunID, n.Tenant)
+			outcomes[i].Err = spec.RunExists(n.Tenant, n.RunID)
 			continue
 		}
 		taken[k] = true

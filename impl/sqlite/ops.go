@@ -593,7 +593,7 @@ func (s *Store) Replay(ctx context.Context, req spec.ReplayRequest) (run spec.Ru
 		}
 		if exists, err := runExists(ctx, tx, req.Tenant, req.NewRunID); err != nil || exists {
 			if err == nil {
-				err = spec.Errorf(spec.CodeAlreadyExists, "run %s already exists for tenant %s; propose a new run id", req.NewRunID, req.Tenant)
+				err = spec.RunExists(req.Tenant, req.NewRunID)
 			}
 			return err
 		}
