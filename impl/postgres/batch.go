@@ -73,13 +73,23 @@ func (s *Store) CompleteBatch(ctx context.Context, reqs []spec.CompleteRequest) 
 	})
 	lockList = slices.Compact(lockList)
 
-	err = s.write(ctx, spec.OpCompleteBatch, func(t *txn) error {
-		if mutant.On(mutant.CompleteIgnoresGeneration) {
-			// The mutant lives in Complete's statements (finish): keep
-			// the batch on them so that it is broken the same way.
+	if mutant.On(mutant.CompleteIgnoresGeneration) {
+		// The mutant lives in Complete's statements (finish): keep the
+		// batch on them so that it is broken the same way.
+		err = s.write(ctx, spec.OpCompleteBatch, func(t *txn) error {
 			return s.mutantCompleteBatch(t, reqs, invalid, lockList, &outcomes)
+		})
+		if err != nil {
+			return nil, err
 		}
-		jobs, err := t.lockJobs(lockList)
+		return outcomes, nil
+	}
+	// Two round trips and the COMMIT: BEGIN, the lock and the clock in one
+	// pipelined batch (the clock's statement starts after the lock's has
+	// taken every lock), the write and the commit marker in another.
+	first := func(b *pgx.Batch) { queueLockJobs(b, lockList, s.clock == nil) }
+	err = s.writePipelined(ctx, spec.OpCompleteBatch, first, func(t *txn, br pgx.BatchResults) error {
+		jobs, err := t.readLockJobs(br)
 		if err != nil {
 			return err
 		}
@@ -125,6 +135,7 @@ func (s *Store) CompleteBatch(ctx context.Context, reqs []spec.CompleteRequest) 
 				continue
 			}
 			apply.add(i, ref, result, job.ctid)
+			apply.outbox = apply.outbox || len(req.Outbox) > 0
 			// What a later member of the same run will find.
 			job.State, job.LeaseOwner, job.LeaseExpiresAt = spec.JobCompleted, "", 0
 			jobs[k] = job
@@ -136,12 +147,29 @@ func (s *Store) CompleteBatch(ctx context.Context, reqs []spec.CompleteRequest) 
 		if err != nil {
 			return err
 		}
-		rows, err := t.Query(ctx, completeBatchSQL, planEachTime, a)
+		// The commit marker joins the write's round trip unless outbox
+		// messages are still to be written after it.
+		var b pgx.Batch
+		b.Queue(completeBatchSQL, a)
+		marks := !apply.outbox
+		if marks {
+			b.Queue(markCommitQuery)
+		}
+		br = t.SendBatch(ctx, &b)
+		defer br.Close()
+		rows, err := br.Query()
 		if err != nil {
 			return err
 		}
 		runs, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (spec.Run, error) { return scanRun(row) })
 		if err != nil {
+			return err
+		}
+		if marks {
+			if err := t.readMark(br); err != nil {
+				return err
+			}
+		} else if err := br.Close(); err != nil {
 			return err
 		}
 		if len(runs) != len(apply.index) {
@@ -186,14 +214,36 @@ type lockedJob struct {
 	ctid pgtype.TID
 }
 
-// lockJobs locks the job rows of keys (sorted, distinct) in one statement,
-// in (tenant, run_id) order, and returns the ones that exist.
-func (t *txn) lockJobs(keys []jobKey) (map[jobKey]lockedJob, error) {
+// queueLockJobs queues, after the batch's BEGIN, the lock of the job rows
+// of keys (sorted, distinct) in one statement, in (tenant, run_id) order,
+// then the plan setting of the statements after it and, with the database
+// clock (dbClock), the clock: read after every lock is held. The lock is
+// planned for its arguments at every call (a generic plan of it made while
+// jobs was small read the whole table as it grew; TestBatchPlansAfterGrowth,
+// bench/findings.md §9); the write after it runs its generic plan (its rows
+// are found by ctid, a TID scan at any size).
+func queueLockJobs(b *pgx.Batch, keys []jobKey, dbClock bool) {
 	tenants, runIDs := make([]string, len(keys)), make([]string, len(keys))
 	for i, k := range keys {
 		tenants[i], runIDs[i] = k.tenant, k.runID
 	}
-	rows, err := t.Query(t.ctx, lockJobsSQL, planEachTime, args{"tenants": tenants, "run_ids": runIDs})
+	b.Queue(customPlans)
+	b.Queue(lockJobsSQL, args{"tenants": tenants, "run_ids": runIDs})
+	b.Queue(genericPlans)
+	if dbClock {
+		b.Queue(clockQuery)
+	}
+}
+
+// readLockJobs reads the answers of queueLockJobs from br, and closes it: the
+// locked job rows that exist, and with the database clock the operation's
+// one clock reading.
+func (t *txn) readLockJobs(br pgx.BatchResults) (map[jobKey]lockedJob, error) {
+	defer br.Close()
+	if _, err := br.Exec(); err != nil {
+		return nil, err
+	}
+	rows, err := br.Query()
 	if err != nil {
 		return nil, err
 	}
@@ -210,7 +260,7 @@ func (t *txn) lockJobs(keys []jobKey) (map[jobKey]lockedJob, error) {
 	for _, j := range list {
 		jobs[jobKey{j.Tenant, j.RunID}] = j
 	}
-	return jobs, nil
+	return jobs, t.readFirst(br)
 }
 
 // withCtid scans a row's leading ctid column into ctid and the rest as row's
@@ -226,6 +276,8 @@ func (w withCtid) Scan(dest ...any) error { return w.row.Scan(append([]any{w.cti
 // per ctid the member's lease, result and event payload (completeBatchSQL's
 // @members); index maps them back to request positions.
 type completeSet struct {
+	// outbox: some member has outbox messages to write.
+	outbox  bool
 	index   []int
 	keys    []jobKey
 	ctids   []pgtype.TID

@@ -7,7 +7,7 @@ import "time"
 
 // Statements whose plans the plan test checks, exactly as the store runs them.
 var (
-	ClaimSQL       = claimJobs // by limit
+	ClaimSQL       = claimJobs
 	ReapSQL        = selectReapable
 	IdempotencySQL = selectIdempotency
 	PurgeSQL       = purgeIdempotency

@@ -7,7 +7,7 @@ import (
 
 // mutantClaimIgnoresExpired is the claim statement without its
 // expired-lease branch: it only takes queued jobs.
-var mutantClaimIgnoresExpired = claimStatement("@limit", claimDue)
+var mutantClaimIgnoresExpired = claimStatement(claimDue)
 
 // The mutants' statements (see package mutant) are the store's own with one
 // part changed, so that they cannot drift from what they break.

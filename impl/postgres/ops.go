@@ -64,14 +64,26 @@ func (s *Store) admissionScope(tenant, operation, key string) string {
 	return "leasehold.admit/" + s.schema + "/" + tenant + "/" + operation + "/" + key
 }
 
-// Claim implements spec.Store.
+// Claim implements spec.Store in two round trips and the COMMIT: BEGIN, the
+// generic-plan setting and the clock are sent as one pipelined batch, then
+// the claim statement and the commit marker as another.
 func (s *Store) Claim(ctx context.Context, req spec.ClaimRequest) (leases []spec.Lease, err error) {
 	if err := s.precheck(func(now int64) error { _, err := s.cfg.CheckClaim(req, now); return err }); err != nil {
 		return nil, err
 	}
-	err = s.write(ctx, spec.OpClaim, func(t *txn) error {
-		// No ordering lock to take first: the claim statement locks its
-		// rows with SKIP LOCKED and never waits for one.
+	// No ordering lock to take first: the claim statement locks its rows
+	// with SKIP LOCKED and never waits for one, so the clock may be read
+	// in the first batch.
+	first := func(b *pgx.Batch) {
+		b.Queue(genericPlans)
+		if s.clock == nil {
+			b.Queue(clockQuery)
+		}
+	}
+	err = s.writePipelined(ctx, spec.OpClaim, first, func(t *txn, br pgx.BatchResults) error {
+		if err := t.readFirst(br); err != nil {
+			return err
+		}
 		now, err := t.clock()
 		if err != nil {
 			return err
@@ -80,11 +92,16 @@ func (s *Store) Claim(ctx context.Context, req spec.ClaimRequest) (leases []spec
 		if err != nil {
 			return err
 		}
-		query := claimJobs(req.Limit)
+		query := claimJobs
 		if mutant.On(mutant.ClaimIgnoresExpired) {
 			query = mutantClaimIgnoresExpired
 		}
-		rows, err := t.Query(ctx, query, args{"tenant": req.Tenant, "worker": req.Worker, "now": now, "expires_at": expiresAt, "limit": req.Limit})
+		var b pgx.Batch
+		b.Queue(query, args{"tenant": req.Tenant, "worker": req.Worker, "now": now, "expires_at": expiresAt, "limit": req.Limit})
+		b.Queue(markCommitQuery)
+		br = t.SendBatch(ctx, &b)
+		defer br.Close()
+		rows, err := br.Query()
 		if err != nil {
 			return err
 		}
@@ -93,10 +110,13 @@ func (s *Store) Claim(ctx context.Context, req spec.ClaimRequest) (leases []spec
 			err := row.Scan(&l.RunID, &l.Operation, &l.Generation, &l.Attempt, &l.MaxAttempts, &l.Payload, &l.DeadlineAt)
 			return l, err
 		})
+		if err != nil {
+			return err
+		}
 		if leases == nil {
 			leases = []spec.Lease{}
 		}
-		return err
+		return t.readMark(br)
 	})
 	if err != nil {
 		return nil, err

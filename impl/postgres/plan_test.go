@@ -166,25 +166,31 @@ func TestPlansAtDepth(t *testing.T) {
 		// branch that stops at the limit, rather than reading every match
 		// and sorting it.
 		indexRows float64
+		// generic: the store runs the statement with its generic plan
+		// (the claim, genericPlans), so that is the plan analyzed.
+		generic bool
 	}{
-		{"claim 1", postgres.ClaimSQL(1), pgx.NamedArgs{"tenant": "acme", "worker": "w2", "now": depthNow, "expires_at": depthNow + 30_000, "limit": 1},
-			"jobs_due", 1, 0},
-		{"claim batch of 100", postgres.ClaimSQL(100), pgx.NamedArgs{"tenant": "acme", "worker": "w2", "now": depthNow, "expires_at": depthNow + 30_000, "limit": 100},
-			"jobs_due", 100, 0},
-		{"claim batch of 100 reclaiming expired leases", postgres.ClaimSQL(100), pgx.NamedArgs{"tenant": "beta", "worker": "w2", "now": depthNow, "expires_at": depthNow + 30_000, "limit": 100},
-			"jobs_expired", 100, 100},
-		{"reap", postgres.ReapSQL, pgx.NamedArgs{"tenant": "acme", "now": depthNow, "limit": 100}, "jobs_reap", 100, 0},
+		{"claim 1", postgres.ClaimSQL, pgx.NamedArgs{"tenant": "acme", "worker": "w2", "now": depthNow, "expires_at": depthNow + 30_000, "limit": 1},
+			"jobs_due", 1, 0, true},
+		{"claim batch of 100", postgres.ClaimSQL, pgx.NamedArgs{"tenant": "acme", "worker": "w2", "now": depthNow, "expires_at": depthNow + 30_000, "limit": 100},
+			"jobs_due", 100, 0, true},
+		{"claim batch of 100 reclaiming expired leases", postgres.ClaimSQL, pgx.NamedArgs{"tenant": "beta", "worker": "w2", "now": depthNow, "expires_at": depthNow + 30_000, "limit": 100},
+			"jobs_expired", 100, 100, true},
+		{"reap", postgres.ReapSQL, pgx.NamedArgs{"tenant": "acme", "now": depthNow, "limit": 100}, "jobs_reap", 100, 0, false},
 		{"idempotency lookup", postgres.IdempotencySQL, pgx.NamedArgs{"tenant": "acme", "operation": "work", "key": "key-4242"},
-			"runs_idempotency", 1, 0},
-		{"purge", postgres.PurgeSQL, pgx.NamedArgs{"now": depthNow, "limit": 100}, "runs_idempotency_expiry", 0, 0},
+			"runs_idempotency", 1, 0, false},
+		{"purge", postgres.PurgeSQL, pgx.NamedArgs{"now": depthNow, "limit": 100}, "runs_idempotency_expiry", 0, 0, false},
 		// The completed runs finished at 0 and their records have expired by
 		// 1+depthTotal: a purge of runs reads the first 100 in finishing order.
 		{"purge runs", postgres.RetiredSQL, pgx.NamedArgs{"tenant": "acme", "retired_by": depthNow, "now": 1_000_000,
-			"after_at": int64(-1), "after_id": "", "limit": 100}, "jobs_finished", 100, 100},
+			"after_at": int64(-1), "after_id": "", "limit": 100}, "jobs_finished", 100, 100, false},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			plan, raw := explain(t, ctx, conn, c.query, c.args)
+			if c.generic {
+				plan, raw = explainGeneric(t, ctx, conn, "ANALYZE, BUFFERS, FORMAT JSON", c.query, c.args)
+			}
 			var seq []string
 			var buffers int64
 			usesIndex := false
@@ -233,6 +239,15 @@ func TestPlansAtDepth(t *testing.T) {
 // so that plan must be good too.
 func genericPlan(t *testing.T, ctx context.Context, conn *pgx.Conn, query string, a pgx.NamedArgs) planNode {
 	t.Helper()
+	plan, _ := explainGeneric(t, ctx, conn, "FORMAT JSON", query, a)
+	return plan.Plan
+}
+
+// explainGeneric runs EXPLAIN (options) of query's generic plan with a's
+// values, in a transaction it rolls back: the plan Claim runs
+// (genericPlans), or any prepared statement's once it is cached.
+func explainGeneric(t *testing.T, ctx context.Context, conn *pgx.Conn, options, query string, a pgx.NamedArgs) (explained, string) {
+	t.Helper()
 	sql, list, err := a.RewriteQuery(ctx, conn, query, nil)
 	if err != nil {
 		t.Fatal(err)
@@ -258,14 +273,14 @@ func genericPlan(t *testing.T, ctx context.Context, conn *pgx.Conn, query string
 	}
 	defer tx.Exec(ctx, "DEALLOCATE lh_generic") // PREPARE outlives a rollback
 	var raw []byte
-	if err := tx.QueryRow(ctx, "EXPLAIN (FORMAT JSON) EXECUTE lh_generic("+strings.Join(lits, ", ")+")").Scan(&raw); err != nil {
+	if err := tx.QueryRow(ctx, "EXPLAIN ("+options+") EXECUTE lh_generic("+strings.Join(lits, ", ")+")").Scan(&raw); err != nil {
 		t.Fatal(err)
 	}
 	var out []explained
 	if err := json.Unmarshal(raw, &out); err != nil || len(out) != 1 {
 		t.Fatalf("EXPLAIN JSON: %v", err)
 	}
-	return out[0].Plan
+	return out[0], string(raw)
 }
 
 // printPlan writes an indented one-line-per-node summary of a plan.
@@ -454,16 +469,29 @@ func TestBatchPlansAfterGrowth(t *testing.T) {
 		}
 		check(round, "the reclaim", p2, pagesRead())
 	}
-	// The claim is a prepared statement: it must have run a plan cached
-	// before the tables grew, or the rounds above did not test one.
-	var generic, custom int64
-	if err := s.Pool().QueryRow(ctx, `SELECT generic_plans, custom_plans FROM pg_prepared_statements
-		WHERE statement LIKE '%branch0%'`).Scan(&generic, &custom); err != nil {
-		t.Fatalf("the claim's prepared statement: %v", err)
-	}
-	t.Logf("the claim ran %d generic and %d custom plans", generic, custom)
-	if generic == 0 {
-		t.Errorf("the claim never ran a generic (cached) plan; the test no longer covers one")
+	// The claim and the batch's write run the plans cached before the
+	// tables grew (genericPlans), or the rounds above did not test them; the
+	// batch's lock is planned for its arguments at every call.
+	for _, c := range []struct {
+		name, like string
+		generic    bool
+	}{
+		{"the claim", "%branch0%", true},
+		{"CompleteBatch's write", "%ctid = ANY%", true},
+		{"CompleteBatch's lock", "%FOR NO KEY UPDATE", false},
+	} {
+		var generic, custom int64
+		if err := s.Pool().QueryRow(ctx, `SELECT generic_plans, custom_plans FROM pg_prepared_statements
+			WHERE statement LIKE $1`, c.like).Scan(&generic, &custom); err != nil {
+			t.Fatalf("%s's prepared statement: %v", c.name, err)
+		}
+		t.Logf("%s ran %d generic and %d custom plans", c.name, generic, custom)
+		switch {
+		case c.generic && (generic == 0 || custom != 0):
+			t.Errorf("%s ran %d generic and %d custom plans, want only generic (cached) ones", c.name, generic, custom)
+		case !c.generic && (generic != 0 || custom == 0):
+			t.Errorf("%s ran %d generic and %d custom plans, want only plans for its arguments", c.name, generic, custom)
+		}
 	}
 }
 

@@ -2,11 +2,7 @@ package postgres
 
 import (
 	"fmt"
-	"strconv"
 	"strings"
-	"sync"
-
-	"github.com/jackc/pgx/v5"
 )
 
 // SQL for the PostgreSQL store. Parameters are named (@name, see args). Each
@@ -169,8 +165,8 @@ const attemptEnds = `attempt_outcome = @outcome, attempt_finished_at = @now, att
 // attempt (closed as expired if it was still running: its lease expired)
 // in attempts, and returns the leases in claim order.
 //
-// Each branch takes up to lockLimit (@limit, or its value) rows in its order
-// with FOR NO KEY UPDATE SKIP LOCKED; "picked" keeps the first @limit of
+// Each branch takes up to @limit rows in its order with FOR NO KEY UPDATE
+// SKIP LOCKED; "picked" keeps the first @limit of
 // their union by (eligible since, run id), which is the first @limit
 // eligible jobs. A branch row cut by that final LIMIT stays locked,
 // unclaimed, until this transaction ends: a concurrent claim skips it
@@ -189,7 +185,7 @@ const attemptEnds = `attempt_outcome = @outcome, attempt_finished_at = @now, att
 // Data-modifying CTEs all see the statement's snapshot, so the final SELECT
 // reads the run's payload and deadline (which never change) from runs and
 // everything else from "claimed".
-func claimStatement(lockLimit string, branches ...claimBranch) string {
+func claimStatement(branches ...claimBranch) string {
 	picked := make([]string, len(latestAttempt))
 	for i, c := range latestAttempt {
 		picked[i] = c + " AS p_" + strings.TrimPrefix(c, "attempt_")
@@ -203,9 +199,9 @@ func claimStatement(lockLimit string, branches ...claimBranch) string {
 		SELECT run_id AS picked_run_id, %s AS picked_at, %s FROM jobs
 		WHERE %s
 		ORDER BY %s, run_id
-		LIMIT %s
+		LIMIT @limit
 		FOR NO KEY UPDATE SKIP LOCKED
-	), `, i, br.at, strings.Join(picked, ", "), br.pred, br.at, lockLimit)
+	), `, i, br.at, strings.Join(picked, ", "), br.pred, br.at)
 	}
 	b.WriteString(`picked AS (
 		SELECT * FROM (`)
@@ -242,18 +238,6 @@ func claimStatement(lockLimit string, branches ...claimBranch) string {
 	return b.String()
 }
 
-// planEachTime runs a statement with a plan made for its arguments and the
-// tables' current sizes (pgx's unnamed statement), never with a cached
-// generic plan. CompleteBatch's two statements use it: the lock joins a list
-// of jobs to the jobs table in (tenant, run id) order, and a generic plan of
-// it made while jobs was small read the whole table as it grew, even with
-// indexPlans (a full scan of the primary key gives that order;
-// TestBatchPlansAfterGrowth; figures and the cost of planning in
-// bench/findings.md §9-10). Every other statement is
-// prepared and cached: the claim (see claimStatements) and the single-row
-// statements, whose plans indexPlans keeps on their indexes.
-const planEachTime = pgx.QueryExecModeCacheDescribe
-
 // indexPlans are the planner settings of the store's connections. Every
 // statement of this store reads and writes rows through an index (or a
 // ctid), so scans of whole tables, bitmap scans and hash or merge joins are
@@ -271,33 +255,25 @@ var indexPlans = map[string]string{
 	"jit": "off",
 }
 
-// claimStatements caches the claim statement (claimStatement) by limit for
-// limits up to cachedClaimLimit: there the branch limit is a constant, the
-// claim's @limit itself. A constant limit is what lets PostgreSQL cache the
-// claim's plan: with LIMIT @limit a generic plan must assume a tenth of the
-// table, so it chose to plan every claim again, a measurable part of the
-// server's time in the benchmark (bench/findings.md §9).
-// Larger claims, rarer, run the statement with LIMIT @limit, planned each
-// time. Each limit used is one prepared statement per connection.
-var (
-	claimStatements sync.Map // int -> string
-	claimWithParam  = claimStatement("@limit", claimDue, claimExpired)
+// claimJobs is the claim statement, its limit a parameter. It runs with a
+// generic plan (genericPlans, set by Claim's transaction): PostgreSQL plans it
+// once per connection and keeps that plan for every limit. Left to choose,
+// PostgreSQL planned each claim again (a generic plan's LIMIT @limit must
+// assume a tenth of the table, which made it look dearer than a plan for the
+// limit at hand), which was a measurable part of the server's time in the
+// benchmark (bench/findings.md §9, §20). The generic plan stays on the
+// claim's indexes because indexPlans leaves it nothing else
+// (TestBatchPlansAfterGrowth holds it there as the tables grow).
+var claimJobs = claimStatement(claimDue, claimExpired)
+
+// genericPlans makes the statements after it in the transaction run their
+// generic (cached) plans, never planning them for their arguments, and
+// customPlans plan them for their arguments at every call. SET LOCAL: the
+// setting ends with the transaction.
+const (
+	genericPlans = `SET LOCAL plan_cache_mode = force_generic_plan`
+	customPlans  = `SET LOCAL plan_cache_mode = force_custom_plan`
 )
-
-// cachedClaimLimit is the largest limit with a statement of its own.
-const cachedClaimLimit = 128
-
-// claimJobs returns the claim statement for a claim of limit jobs.
-func claimJobs(limit int) string {
-	if limit > cachedClaimLimit {
-		return claimWithParam
-	}
-	if q, ok := claimStatements.Load(limit); ok {
-		return q.(string)
-	}
-	q, _ := claimStatements.LoadOrStore(limit, claimStatement(strconv.Itoa(limit), claimDue, claimExpired))
-	return q.(string)
-}
 
 const (
 	// lockJob takes the job row's lock before an operation on one run reads

@@ -488,6 +488,38 @@ func (t *txn) clock() (int64, error) {
 	return t.now, t.QueryRow(t.ctx, clockQuery).Scan(&t.now)
 }
 
+// readFirst reads the answers of genericPlans and, with the database clock,
+// clockQuery, queued last in br, and closes br: the clock's answer becomes
+// the operation's one reading.
+func (t *txn) readFirst(br pgx.BatchResults) error {
+	defer br.Close()
+	if _, err := br.Exec(); err != nil {
+		return err
+	}
+	if t.s.clock == nil {
+		if err := br.QueryRow().Scan(&t.now); err != nil {
+			return err
+		}
+		t.timed = true
+	}
+	return br.Close()
+}
+
+// readMark reads the answer of markCommitQuery, queued last in br, and
+// closes br: the commit then needs no marker of its own (txn.marked).
+func (t *txn) readMark(br pgx.BatchResults) error {
+	defer br.Close()
+	var locked bool
+	switch err := br.QueryRow().Scan(&t.xid, &locked); {
+	case errors.Is(err, pgx.ErrNoRows):
+		t.xid = "" // nothing written: the COMMIT cannot change anything
+	case err != nil:
+		return err
+	}
+	t.marked = true
+	return br.Close()
+}
+
 // precheck runs an operation's validation before any database access, so
 // malformed input never reaches SQL. check is the spec.Config.Check* function
 // at a given time; at time 0 only the time-independent checks can fail. When
