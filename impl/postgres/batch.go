@@ -214,14 +214,13 @@ type lockedJob struct {
 	ctid pgtype.TID
 }
 
-// queueLockJobs queues, after the batch's BEGIN, the lock of the job rows
-// of keys (sorted, distinct) in one statement, in (tenant, run_id) order,
-// then the plan setting of the statements after it and, with the database
-// clock (dbClock), the clock: read after every lock is held. The lock is
-// planned for its arguments at every call (a generic plan of it made while
-// jobs was small read the whole table as it grew; TestBatchPlansAfterGrowth,
-// bench/findings.md §9); the write after it runs its generic plan (its rows
-// are found by ctid, a TID scan at any size).
+// queueLockJobs queues, after the batch's BEGIN, the plan setting of the
+// transaction (customPlans), the lock of the job rows of keys (sorted,
+// distinct) in one statement, in (tenant, run_id) order, and, with the
+// database clock (dbClock), the clock: read after every lock is held. The
+// lock and the write after it are planned for their arguments at every call:
+// a generic plan of the lock made while jobs was small read the whole table
+// as it grew (TestBatchPlansAfterGrowth, bench/findings.md §9, §20).
 func queueLockJobs(b *pgx.Batch, keys []jobKey, dbClock bool) {
 	tenants, runIDs := make([]string, len(keys)), make([]string, len(keys))
 	for i, k := range keys {
@@ -229,7 +228,6 @@ func queueLockJobs(b *pgx.Batch, keys []jobKey, dbClock bool) {
 	}
 	b.Queue(customPlans)
 	b.Queue(lockJobsSQL, args{"tenants": tenants, "run_ids": runIDs})
-	b.Queue(genericPlans)
 	if dbClock {
 		b.Queue(clockQuery)
 	}
@@ -260,7 +258,7 @@ func (t *txn) readLockJobs(br pgx.BatchResults) (map[jobKey]lockedJob, error) {
 	for _, j := range list {
 		jobs[jobKey{j.Tenant, j.RunID}] = j
 	}
-	return jobs, t.readFirst(br)
+	return jobs, t.readClock(br)
 }
 
 // withCtid scans a row's leading ctid column into ctid and the rest as row's

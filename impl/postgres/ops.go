@@ -65,8 +65,8 @@ func (s *Store) admissionScope(tenant, operation, key string) string {
 }
 
 // Claim implements spec.Store in two round trips and the COMMIT: BEGIN, the
-// generic-plan setting and the clock are sent as one pipelined batch, then
-// the claim statement and the commit marker as another.
+// plan setting (customPlans, see claimJobs) and the clock are sent as one
+// pipelined batch, then the claim statement and the commit marker as another.
 func (s *Store) Claim(ctx context.Context, req spec.ClaimRequest) (leases []spec.Lease, err error) {
 	if err := s.precheck(func(now int64) error { _, err := s.cfg.CheckClaim(req, now); return err }); err != nil {
 		return nil, err
@@ -75,13 +75,17 @@ func (s *Store) Claim(ctx context.Context, req spec.ClaimRequest) (leases []spec
 	// with SKIP LOCKED and never waits for one, so the clock may be read
 	// in the first batch.
 	first := func(b *pgx.Batch) {
-		b.Queue(genericPlans)
+		b.Queue(customPlans)
 		if s.clock == nil {
 			b.Queue(clockQuery)
 		}
 	}
 	err = s.writePipelined(ctx, spec.OpClaim, first, func(t *txn, br pgx.BatchResults) error {
-		if err := t.readFirst(br); err != nil {
+		if _, err := br.Exec(); err != nil {
+			br.Close()
+			return err
+		}
+		if err := t.readClock(br); err != nil {
 			return err
 		}
 		now, err := t.clock()

@@ -255,25 +255,21 @@ var indexPlans = map[string]string{
 	"jit": "off",
 }
 
-// claimJobs is the claim statement, its limit a parameter. It runs with a
-// generic plan (genericPlans, set by Claim's transaction): PostgreSQL plans it
-// once per connection and keeps that plan for every limit. Left to choose,
-// PostgreSQL planned each claim again (a generic plan's LIMIT @limit must
-// assume a tenth of the table, which made it look dearer than a plan for the
-// limit at hand), which was a measurable part of the server's time in the
-// benchmark (bench/findings.md §9, §20). The generic plan stays on the
-// claim's indexes because indexPlans leaves it nothing else
-// (TestBatchPlansAfterGrowth holds it there as the tables grow).
+// claimJobs is the claim statement, its limit a parameter. It is prepared
+// once per connection and planned for its arguments and the tables' current
+// sizes at every call (customPlans, set by Claim's transaction). A generic
+// plan is never safe for it: made while the tables were empty (a worker that
+// starts before its jobs arrive), the generic plan joined the picked jobs to
+// a scan of the tenant's jobs and runs, and each claim read the whole table
+// as it grew (bench/findings.md §20). With the limit as a constant, one
+// statement per limit, half the claims were planned anyway and every new
+// limit was parsed and prepared again.
 var claimJobs = claimStatement(claimDue, claimExpired)
 
-// genericPlans makes the statements after it in the transaction run their
-// generic (cached) plans, never planning them for their arguments, and
-// customPlans plan them for their arguments at every call. SET LOCAL: the
-// setting ends with the transaction.
-const (
-	genericPlans = `SET LOCAL plan_cache_mode = force_generic_plan`
-	customPlans  = `SET LOCAL plan_cache_mode = force_custom_plan`
-)
+// customPlans makes the statements after it in the transaction run plans
+// made for their arguments at every call, never a cached generic plan (see
+// claimJobs). SET LOCAL: the setting ends with the transaction.
+const customPlans = `SET LOCAL plan_cache_mode = force_custom_plan`
 
 const (
 	// lockJob takes the job row's lock before an operation on one run reads

@@ -488,14 +488,10 @@ func (t *txn) clock() (int64, error) {
 	return t.now, t.QueryRow(t.ctx, clockQuery).Scan(&t.now)
 }
 
-// readFirst reads the answers of genericPlans and, with the database clock,
-// clockQuery, queued last in br, and closes br: the clock's answer becomes
-// the operation's one reading.
-func (t *txn) readFirst(br pgx.BatchResults) error {
+// readClock reads, with the database clock, the answer of clockQuery, queued
+// last in br, and closes br: it becomes the operation's one clock reading.
+func (t *txn) readClock(br pgx.BatchResults) error {
 	defer br.Close()
-	if _, err := br.Exec(); err != nil {
-		return err
-	}
 	if t.s.clock == nil {
 		if err := br.QueryRow().Scan(&t.now); err != nil {
 			return err
