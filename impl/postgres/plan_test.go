@@ -233,15 +233,6 @@ func TestPlansAtDepth(t *testing.T) {
 // so that plan must be good too.
 func genericPlan(t *testing.T, ctx context.Context, conn *pgx.Conn, query string, a pgx.NamedArgs) planNode {
 	t.Helper()
-	plan, _ := explainGeneric(t, ctx, conn, "FORMAT JSON", query, a)
-	return plan.Plan
-}
-
-// explainGeneric runs EXPLAIN (options) of query's generic plan with a's
-// values, in a transaction it rolls back: the plan Claim runs
-// or any prepared statement's once it is cached.
-func explainGeneric(t *testing.T, ctx context.Context, conn *pgx.Conn, options, query string, a pgx.NamedArgs) (explained, string) {
-	t.Helper()
 	sql, list, err := a.RewriteQuery(ctx, conn, query, nil)
 	if err != nil {
 		t.Fatal(err)
@@ -267,14 +258,14 @@ func explainGeneric(t *testing.T, ctx context.Context, conn *pgx.Conn, options, 
 	}
 	defer tx.Exec(ctx, "DEALLOCATE lh_generic") // PREPARE outlives a rollback
 	var raw []byte
-	if err := tx.QueryRow(ctx, "EXPLAIN ("+options+") EXECUTE lh_generic("+strings.Join(lits, ", ")+")").Scan(&raw); err != nil {
+	if err := tx.QueryRow(ctx, "EXPLAIN (FORMAT JSON) EXECUTE lh_generic("+strings.Join(lits, ", ")+")").Scan(&raw); err != nil {
 		t.Fatal(err)
 	}
 	var out []explained
 	if err := json.Unmarshal(raw, &out); err != nil || len(out) != 1 {
 		t.Fatalf("EXPLAIN JSON: %v", err)
 	}
-	return out[0], string(raw)
+	return out[0].Plan
 }
 
 // printPlan writes an indented one-line-per-node summary of a plan.

@@ -166,9 +166,8 @@ const attemptEnds = `attempt_outcome = @outcome, attempt_finished_at = @now, att
 // in attempts, and returns the leases in claim order.
 //
 // Each branch takes up to @limit rows in its order with FOR NO KEY UPDATE
-// SKIP LOCKED; "picked" keeps the first @limit of
-// their union by (eligible since, run id), which is the first @limit
-// eligible jobs. A branch row cut by that final LIMIT stays locked,
+// SKIP LOCKED; "picked" keeps the first @limit of their union by (eligible
+// since, run id), which is the first @limit eligible jobs. A branch row cut by that final LIMIT stays locked,
 // unclaimed, until this transaction ends: a concurrent claim skips it
 // meanwhile, which SKIP LOCKED allows anyway.
 //
@@ -262,8 +261,8 @@ var indexPlans = map[string]string{
 // starts before its jobs arrive), the generic plan joined the picked jobs to
 // a scan of the tenant's jobs and runs, and each claim read the whole table
 // as it grew (bench/findings.md §20). With the limit as a constant, one
-// statement per limit, half the claims were planned anyway and every new
-// limit was parsed and prepared again.
+// statement per limit, most claims were planned anyway and every new limit
+// was parsed and prepared again.
 var claimJobs = claimStatement(claimDue, claimExpired)
 
 // customPlans makes the statements after it in the transaction run plans
