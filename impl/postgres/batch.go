@@ -214,13 +214,15 @@ type lockedJob struct {
 	ctid pgtype.TID
 }
 
-// queueLockJobs queues, after the batch's BEGIN, the plan setting of the
-// transaction (customPlans), the lock of the job rows of keys (sorted,
-// distinct) in one statement, in (tenant, run_id) order, and, with the
-// database clock (dbClock), the clock: read after every lock is held. The
-// lock and the write after it are planned for their arguments at every call:
-// a generic plan of the lock made while jobs was small read the whole table
-// as it grew (TestBatchPlansAfterGrowth, bench/findings.md §9, §20).
+// queueLockJobs queues, after the batch's BEGIN, the lock of the job rows
+// of keys (sorted, distinct) in one statement, in (tenant, run_id) order,
+// then the plan setting of the statements after it and, with the database
+// clock (dbClock), the clock: read after every lock is held. The lock is
+// planned for its arguments at every call (customPlans: a generic plan of it
+// made while jobs was small read the whole table as it grew;
+// TestBatchPlansAfterGrowth, bench/findings.md §9); the write after it runs
+// its generic plan (genericPlans: its rows are found by ctid, a TID scan, and
+// their runs by key, at any size).
 func queueLockJobs(b *pgx.Batch, keys []jobKey, dbClock bool) {
 	tenants, runIDs := make([]string, len(keys)), make([]string, len(keys))
 	for i, k := range keys {
@@ -228,6 +230,7 @@ func queueLockJobs(b *pgx.Batch, keys []jobKey, dbClock bool) {
 	}
 	b.Queue(customPlans)
 	b.Queue(lockJobsSQL, args{"tenants": tenants, "run_ids": runIDs})
+	b.Queue(genericPlans)
 	if dbClock {
 		b.Queue(clockQuery)
 	}
@@ -257,6 +260,9 @@ func (t *txn) readLockJobs(br pgx.BatchResults) (map[jobKey]lockedJob, error) {
 	jobs := make(map[jobKey]lockedJob, len(list))
 	for _, j := range list {
 		jobs[jobKey{j.Tenant, j.RunID}] = j
+	}
+	if _, err := br.Exec(); err != nil {
+		return nil, err
 	}
 	return jobs, t.readClock(br)
 }

@@ -65,7 +65,7 @@ func (s *Store) admissionScope(tenant, operation, key string) string {
 }
 
 // Claim implements spec.Store in two round trips and the COMMIT: BEGIN, the
-// plan setting (customPlans, see claimJobs) and the clock are sent as one
+// plan setting (genericPlans, see claimJobs) and the clock are sent as one
 // pipelined batch, then the claim statement and the commit marker as another.
 func (s *Store) Claim(ctx context.Context, req spec.ClaimRequest) (leases []spec.Lease, err error) {
 	if err := s.precheck(func(now int64) error { _, err := s.cfg.CheckClaim(req, now); return err }); err != nil {
@@ -75,7 +75,7 @@ func (s *Store) Claim(ctx context.Context, req spec.ClaimRequest) (leases []spec
 	// with SKIP LOCKED and never waits for one, so the clock may be read
 	// in the first batch.
 	first := func(b *pgx.Batch) {
-		b.Queue(customPlans)
+		b.Queue(genericPlans)
 		if s.clock == nil {
 			b.Queue(clockQuery)
 		}

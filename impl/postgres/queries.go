@@ -67,9 +67,12 @@ const runsJoined = `runs AS r JOIN jobs AS j ON j.tenant = r.tenant AND j.run_id
 
 // returningRun turns a statement that updates job rows into one that
 // returns their runs (runRow) — one round trip, not an update and a read.
+// Each run is a lookup by its key for its job row: a lateral subquery that
+// OFFSET 0 keeps from being flattened into a join, so no plan, whatever
+// statistics it was made from, can read the runs of the tenant instead.
 func returningRun(update string) string {
-	return `WITH j AS (` + update + ` RETURNING jobs.*) SELECT ` + runRow + ` FROM j JOIN runs AS r
-	ON r.tenant = j.tenant AND r.run_id = j.run_id`
+	return `WITH j AS (` + update + ` RETURNING jobs.*) SELECT ` + runRow + ` FROM j,
+	LATERAL (SELECT * FROM runs WHERE tenant = j.tenant AND run_id = j.run_id OFFSET 0) AS r`
 }
 
 // latestAttempt is the job row's latest attempt, in attempts' column order
@@ -184,6 +187,17 @@ const attemptEnds = `attempt_outcome = @outcome, attempt_finished_at = @now, att
 // Data-modifying CTEs all see the statement's snapshot, so the final SELECT
 // reads the run's payload and deadline (which never change) from runs and
 // everything else from "claimed".
+//
+// The statement has no join of a table for a planner to order: the update
+// finds each picked row by the ctid its lock returned (a TID scan; a locked
+// row cannot move), and each run is a lookup by its key for its claimed row
+// (a lateral subquery that OFFSET 0 keeps from being flattened into a
+// join). A generic plan of it made on empty tables is therefore the plan
+// for any size (claimJobs). When a picked row had been updated after the
+// statement's snapshot (its lock then returns the newest version, which the
+// snapshot cannot see) the update finds nothing at that ctid and the job is
+// not claimed this time: it stays locked, unclaimed, until the transaction
+// ends, like a row cut by the final LIMIT.
 func claimStatement(branches ...claimBranch) string {
 	picked := make([]string, len(latestAttempt))
 	for i, c := range latestAttempt {
@@ -195,7 +209,7 @@ func claimStatement(branches ...claimBranch) string {
 	for i, br := range branches {
 		preds[i] = br.pred
 		fmt.Fprintf(&b, `branch%d AS (
-		SELECT run_id AS picked_run_id, %s AS picked_at, %s FROM jobs
+		SELECT ctid AS picked_ctid, run_id AS picked_run_id, %s AS picked_at, %s FROM jobs
 		WHERE %s
 		ORDER BY %s, run_id
 		LIMIT @limit
@@ -221,7 +235,7 @@ func claimStatement(branches ...claimBranch) string {
 			attempt_claimed_at = @now, attempt_renewed_at = @now, attempt_finished_at = NULL,
 			attempt_outcome = 'running', attempt_error_code = NULL, attempt_error_class = NULL, attempt_retry_at = NULL
 		FROM picked
-		WHERE run_id = picked_run_id AND ((` + strings.Join(preds, ") OR (") + `))
+		WHERE ctid = picked_ctid AND ((` + strings.Join(preds, ") OR (") + `))
 		RETURNING picked.*, operation, lease_generation, attempts AS claimed_attempt, max_attempts
 	), filed AS (
 		INSERT INTO attempts (` + attemptColumns + `)
@@ -232,7 +246,8 @@ func claimStatement(branches ...claimBranch) string {
 		FROM claimed WHERE p_generation IS NOT NULL
 	)
 	SELECT c.picked_run_id, c.operation, c.lease_generation, c.claimed_attempt, c.max_attempts, r.payload, r.deadline_at
-	FROM claimed AS c JOIN runs AS r ON r.tenant = @tenant AND r.run_id = c.picked_run_id
+	FROM claimed AS c, LATERAL (SELECT payload, deadline_at FROM runs
+		WHERE tenant = @tenant AND run_id = c.picked_run_id OFFSET 0) AS r
 	ORDER BY c.picked_at, c.picked_run_id`)
 	return b.String()
 }
@@ -254,21 +269,24 @@ var indexPlans = map[string]string{
 	"jit": "off",
 }
 
-// claimJobs is the claim statement, its limit a parameter. It is prepared
-// once per connection and planned for its arguments and the tables' current
-// sizes at every call (customPlans, set by Claim's transaction). A generic
-// plan is never safe for it: made while the tables were empty (a worker that
-// starts before its jobs arrive), the generic plan joined the picked jobs to
-// a scan of the tenant's jobs and runs, and each claim read the whole table
-// as it grew (bench/findings.md §20). With the limit as a constant, one
-// statement per limit, most claims were planned anyway and every new limit
-// was parsed and prepared again.
+// claimJobs is the claim statement, its limit a parameter. It runs its
+// generic plan (genericPlans, set by Claim's transaction), made once per
+// connection for every limit and every table size: planned for its
+// arguments, each claim cost the server more than its rows did
+// (bench/findings.md §20). That plan is safe only because the statement
+// leaves the planner nothing to order (claimStatement): a generic plan of
+// the claim's earlier joins, made on empty tables, read the tenant's jobs
+// and runs whole at every claim as they grew (TestBatchPlansAfterGrowth).
 var claimJobs = claimStatement(claimDue, claimExpired)
 
-// customPlans makes the statements after it in the transaction run plans
-// made for their arguments at every call, never a cached generic plan (see
-// claimJobs). SET LOCAL: the setting ends with the transaction.
-const customPlans = `SET LOCAL plan_cache_mode = force_custom_plan`
+// genericPlans makes the statements after it in the transaction run their
+// generic (cached) plans, never planning them for their arguments, and
+// customPlans plans them for their arguments at every call. SET LOCAL: the
+// setting ends with the transaction.
+const (
+	genericPlans = `SET LOCAL plan_cache_mode = force_generic_plan`
+	customPlans  = `SET LOCAL plan_cache_mode = force_custom_plan`
+)
 
 const (
 	// lockJob takes the job row's lock before an operation on one run reads
