@@ -71,7 +71,7 @@ var postgresTests = []string{
 	"TestMigrateConcurrentlyAndAgain", "TestMigrateRefusesAnEditedMigration", "TestSchemasAreIsolated", "TestOpenRejectsBadOptions",
 	"TestMigrationMovesRunStateToJobRows", "TestMigrationDerivesQueuedEvents", "TestMigrationMovesIdempotencyRecords", "TestPlansAtDepth", "TestBatchPlansAfterGrowth", "TestBulkAdmissionPlans", "TestSweepStaleSchemas",
 	"TestServerNotReady", "TestOpenWaitsForServer", "TestPurgeRunsWaitsForAReplay", "TestPurgeRunsTakesNoAdmissionLock", "TestPurgeRunsLocksRunRowsFirst",
-	"TestCoalescedRunIDRace", "TestCoalescedCallAbandoned", "TestBulkAdmissionsOutgrowTheLockTable", "TestPurgeRunsOutgrowsNoLockTable", "TestCreateRunRacesAnUnlockedBulkAdmission", "TestBulkRefusalHoldsItsScope",
+	"TestCoalescedRunIDRace", "TestCoalescedCallAbandoned", "TestBulkAdmissionsOutgrowTheLockTable", "TestPurgeRunsOutgrowsNoLockTable", "TestCreateRunRacesAnUnlockedBulkAdmission", "TestBulkRefusalHoldsItsScope", "TestBulkRefusalHoldsItsScopeFromBatches",
 	"TestBulkDecisionsHoldTheirRuns", "TestBulkDecisionsFindTheirRunsPurged", "TestReplayFindsItsRunAdmittedAgain",
 	"TestReadOnlyBatchHasOnePoint", "TestStrongestKeepsEachRunOnce", "TestBulkReplayHoldsItsRun",
 	"TestBulkReplayReadsItsRunLocked", "TestBulkReplayLocksJobBeforeRun", "TestWorkersWaitForAHeldReplay", "TestBulkDuplicateDecisions",

@@ -3,6 +3,8 @@ package postgres
 import (
 	"cmp"
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"slices"
@@ -10,6 +12,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgtype"
 
 	"github.com/leasehold/leasehold/impl/mutant"
 	"github.com/leasehold/leasehold/spec"
@@ -103,9 +106,10 @@ func (s *Store) CreateRuns(ctx context.Context, reqs []spec.CreateRunRequest) ([
 // a write that finds the row gone or the key taken, or as a replayed run
 // missing (raced): the transaction rolls back having written nothing, and
 // the admission runs again under the locks. A member refused
-// already_exists is the exception that no write reveals: its scope's lock
-// is taken before the writes (holdRefusedScopes). CreateRun always holds
-// its lock, and runs again when such an unlocked batch raced it. Every
+// already_exists is the exception that no write reveals: its scope is held
+// from before the writes to the commit, against every other admission,
+// locked or not (holdRefused). CreateRun always holds its lock, and runs
+// again when such an unlocked batch raced it. Every
 // attempt reads the clock after what it decides from; after
 // maxAdmissionAttempts the last attempt's error (unavailable) is returned.
 func (s *Store) admitAll(ctx context.Context, op spec.Op, reqs []spec.CreateRunRequest, bulk bool) (outcomes []spec.CreateOutcome, err error) {
@@ -168,16 +172,18 @@ type admitted struct {
 //     it, from what was read and from the members before it: invalid, a
 //     replay or a conflict of a live record, already_exists, or created
 //     (an expired record of its scope is then deleted). A refused member
-//     writes nothing. The created members are written in one pipelined
-//     batch: the deletions, the rows (one statement), their outbox
-//     messages and the commit marker (markCommit). Their notifications
+//     writes nothing, but a bulk admission holds the scope of one refused
+//     already_exists (holdRefused). The created members are written in one
+//     pipelined batch: the scopes held, the locks of the runs decided from,
+//     the deletions, the rows (one statement), their outbox messages and
+//     the commit marker (markCommit). Their notifications
 //     are announced once the transaction commits (listen.go).
 //
 // With one member (CreateRun, bulk false) the run's insert is ON CONFLICT
 // DO NOTHING: a run id taken by a concurrent admission under another key
 // is already_exists. A bulk admission checks the run ids it read instead;
 // one taken meanwhile aborts the whole batch (unavailable).
-func (s *Store) admit(t *txn, br pgx.BatchResults, p *admissionPlan, reqs []spec.CreateRunRequest) ([]spec.CreateOutcome, error) {
+func (s *Store) admit(t *txn, br pgx.BatchResults, p *admissionPlan, reqs []spec.CreateRunRequest) (_ []spec.CreateOutcome, err error) {
 	bulk, reach := p.bulk, p.reach
 	outcomes := make([]spec.CreateOutcome, len(reqs))
 	records := map[scopeKey]admitted{}
@@ -241,18 +247,29 @@ func (s *Store) admit(t *txn, br pgx.BatchResults, p *admissionPlan, reqs []spec
 		records[scope] = admitted{fingerprint: n.Fingerprint, expiresAt: n.ExpiresAt, member: i}
 		w.add(i, n, now, found, rec.runID)
 	}
-	if !p.locked && len(refused) > 0 {
-		if err := s.holdRefusedScopes(t, refused, now); err != nil {
-			return nil, err
-		}
+	if bulk {
+		w.holdRefused(refused, records)
 	}
 	if len(w.members) == 0 {
+		if len(w.hold) > 0 {
+			ctids, err := t.holdScopes(w.hold)
+			if err != nil {
+				return nil, err
+			}
+			defer func() {
+				if err == nil {
+					_, err = t.exec(releaseScopes, args{"ctids": ctids})
+				}
+			}()
+		}
 		if err := t.readDecided(w.stored, w.storedRuns, w.decidedFrom, outcomes); err != nil {
 			return nil, err
 		}
-		// Nothing written (an advisory lock assigns no transaction id), so
-		// the commit needs no marker.
-		t.marked = true
+		if len(w.hold) == 0 {
+			// Nothing written (an advisory lock assigns no transaction
+			// id), so the commit needs no marker.
+			t.marked = true
+		}
 		return outcomes, nil
 	}
 	if err := s.writeAdmissions(t, &w, bulk, now, outcomes); err != nil {
@@ -272,47 +289,6 @@ func scopeArgs(scopes []scopeKey) args {
 		ts[i], os[i], ks[i] = sc.tenant, sc.operation, sc.key
 	}
 	return args{"tenants": ts, "operations": os, "keys": ks}
-}
-
-// holdRefusedScopes takes the admission locks of scopes, those of members
-// refused already_exists by a bulk admission that runs without the locks
-// (admitAll), then reads their records again. Such a refusal rests on its
-// scope having no record, which none of the batch's writes guards: without
-// the lock, an admission of the scope could commit while this one is
-// still in flight, and a client that then found one of this batch's
-// created runs missing would have seen this batch come after that
-// admission, whose record the refusal did not see. Held to the commit, the
-// lock makes such an admission wait, if it takes the lock (CreateRun, a
-// bulk admission's second attempt; another batch's first attempt does not,
-// a gap bench/findings.md §18 describes); a record live at now that
-// appeared before it was taken is errRaced (an expired one is no record at
-// now, as when the batch read it).
-func (s *Store) holdRefusedScopes(t *txn, scopes []scopeKey, now int64) error {
-	locks := make([]string, len(scopes))
-	for i, sc := range scopes {
-		locks[i] = s.admissionScope(sc.tenant, sc.operation, sc.key)
-	}
-	slices.Sort(locks)
-	if _, err := t.exec(lockAdmissions, args{"scopes": slices.Compact(locks)}); err != nil {
-		return err
-	}
-	rows, err := t.Query(t.ctx, selectAdmissionRecords, scopeArgs(scopes))
-	if err != nil {
-		return err
-	}
-	defer rows.Close()
-	for rows.Next() {
-		var sc scopeKey
-		var fingerprint, runID string
-		var expiresAt int64
-		if err := rows.Scan(&sc.tenant, &sc.operation, &sc.key, &fingerprint, &runID, &expiresAt); err != nil {
-			return err
-		}
-		if expiresAt > now {
-			return fmt.Errorf("%w: a live record of %s/%s appeared before its lock was taken", errRaced, sc.tenant, sc.operation)
-		}
-	}
-	return rows.Err()
 }
 
 // readDecided reads, in one statement (selectDecidedRuns), the runs the
@@ -521,6 +497,70 @@ type admissionWrite struct {
 	replays                                                   [][2]int
 	stored                                                    []int
 	storedRuns, decidedFrom                                   []decidedRun
+	hold                                                      []scopeKey // refused scopes with no record (holdRefused)
+}
+
+// holdRefused makes a bulk admission hold, until its commit, the scopes of
+// its members refused already_exists (refused): such a refusal rests on its
+// scope having no live record, which no write of the batch otherwise
+// guards, and an admission of the scope committed between the batch's
+// reads and its commit would place the batch both before that admission
+// (the refusal) and after it (the batch's created runs, visible only at the
+// commit). A scope the batch itself admits (a later member) is held by its
+// record; one whose expired record the lookups found is held by that
+// record's row (lockRecord: a replacement of the record waits for it);
+// any other is held by a placeholder in the scope's unique index
+// (w.hold, holdScopes).
+func (w *admissionWrite) holdRefused(refused []scopeKey, records map[scopeKey]admitted) {
+	for _, sc := range refused {
+		switch rec, found := records[sc]; {
+		case found && rec.member >= 0:
+		case found:
+			w.decidedFrom = append(w.decidedFrom, decidedRun{jobKey{sc.tenant, rec.runID}, lockRecord, sc, rec.expiresAt})
+		default:
+			w.hold = append(w.hold, sc)
+		}
+	}
+	slices.SortFunc(w.hold, func(a, b scopeKey) int {
+		return cmp.Or(strings.Compare(a.tenant, b.tenant), strings.Compare(a.operation, b.operation), strings.Compare(a.key, b.key))
+	})
+	w.hold = slices.Compact(w.hold)
+}
+
+// holdArgs is the arguments of holdScopes for scopes: each a placeholder
+// run, its id one no admitted run can have (run ids start with a letter or
+// a digit) and the same for every holder of the scope, so two holders
+// conflict on it too.
+func holdArgs(scopes []scopeKey) args {
+	ids := make([]string, len(scopes))
+	for i, sc := range scopes {
+		sum := sha256.Sum256([]byte(sc.operation + "\x00" + sc.key))
+		ids[i] = "#scope:" + hex.EncodeToString(sum[:16])
+	}
+	return scopeArgs(scopes).with(args{"run_ids": ids})
+}
+
+// holdScopes inserts the placeholders of scopes (sorted; see holdRefused)
+// and returns their ctids, for releaseScopes. One not inserted is a record
+// of its scope, or another holder, committed since the lookups: errRaced.
+func (t *txn) holdScopes(scopes []scopeKey) ([]pgtype.TID, error) {
+	rows, err := t.Query(t.ctx, holdScopes, holdArgs(scopes))
+	if err != nil {
+		return nil, err
+	}
+	return readHeld(rows, len(scopes))
+}
+
+// readHeld reads holdScopes' ctids from rows, wanting n.
+func readHeld(rows pgx.Rows, n int) ([]pgtype.TID, error) {
+	ctids, err := pgx.CollectRows(rows, pgx.RowTo[pgtype.TID])
+	if err != nil {
+		return nil, err
+	}
+	if len(ctids) != n {
+		return nil, fmt.Errorf("%w: held %d of the %d scopes of members refused already_exists: a record of one was admitted since the lookups", errRaced, len(ctids), n)
+	}
+	return ctids, nil
 }
 
 // decidedRun is a stored run an admission decided a member from, and how
@@ -616,10 +656,14 @@ type expiredRecord struct {
 // read once locked. (CreateRun needs no such lock: when it writes, it was decided
 // from no run but the one whose expired record it deletes, which locks
 // that row.)
-func (s *Store) writeAdmissions(t *txn, w *admissionWrite, bulk bool, now int64, outcomes []spec.CreateOutcome) error {
+func (s *Store) writeAdmissions(t *txn, w *admissionWrite, bulk bool, now int64, outcomes []spec.CreateOutcome) (err error) {
 	ctx := t.ctx
+	var held []pgtype.TID
 	var b pgx.Batch
 	var decided, replayed []decidedRun
+	if len(w.hold) > 0 {
+		b.Queue(holdScopes, holdArgs(w.hold))
+	}
 	if bulk {
 		if decided = w.decided(); len(decided) > 0 {
 			b.Queue(lockDecidedRuns, decidedArgs(decided).with(args{"now": now}))
@@ -666,10 +710,28 @@ func (s *Store) writeAdmissions(t *txn, w *admissionWrite, bulk bool, now int64,
 			return err
 		}
 	}
+	if len(w.hold) > 0 {
+		// The placeholders are inserted first in the batch; their ctids are
+		// known only once read, so the release goes after this batch.
+		defer func() {
+			if err == nil {
+				_, err = t.exec(releaseScopes, args{"ctids": held})
+			}
+		}()
+	}
 	b.Queue(markCommitQuery)
 
 	br := t.SendBatch(ctx, &b)
 	defer br.Close()
+	if len(w.hold) > 0 {
+		rows, err := br.Query()
+		if err != nil {
+			return err
+		}
+		if held, err = readHeld(rows, len(w.hold)); err != nil {
+			return err
+		}
+	}
 	if len(decided) > 0 {
 		var locked int
 		if err := br.QueryRow().Scan(&locked); err != nil {

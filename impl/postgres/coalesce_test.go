@@ -307,10 +307,94 @@ func TestBulkRefusalHoldsItsScope(t *testing.T) {
 	}
 }
 
+// TestBulkRefusalHoldsItsScopeFromBatches: as TestBulkRefusalHoldsItsScope,
+// but the scope is admitted by another bulk admission, whose first attempt
+// takes no admission lock (admitAll), and for each way the refused member's
+// scope can stand: without a record (held by a placeholder in the scope's
+// unique index), and with an expired record (held by that record's row),
+// in a batch that creates a run beside the refusal, and without a record
+// in one that writes nothing else. The second batch must wait for the held
+// one, not reach its own commit, and then create its run; the held batch's
+// outcomes stand. (A batch that writes nothing is placed at its reading of
+// the runs it decided from, readDecided, which finds an expired record
+// still there or runs again: it need not hold that record to its commit.)
+func TestBulkRefusalHoldsItsScopeFromBatches(t *testing.T) {
+	for _, c := range []struct {
+		name    string
+		expired bool // k-m has an expired record (run old) when the batches run
+		alone   bool // the held batch is the refused member alone
+	}{
+		{"no record", false, false},
+		{"expired record", true, false},
+		{"no record, nothing else written", false, true},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			clk := clock.NewManual(1_000)
+			s, held, release := heldBulkStoreOn(t, clk)
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			defer cancel()
+			if c.expired {
+				if _, err := s.CreateRun(ctx, acmeRequest("k-m", "old")); err != nil {
+					t.Fatal(err)
+				}
+				if _, err := clk.Advance(spec.DefaultConfig().IdempotencyRetentionMs); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if _, err := s.CreateRun(ctx, acmeRequest("k-t", "taken")); err != nil {
+				t.Fatal(err)
+			}
+			type bulkResult struct {
+				outs []spec.CreateOutcome
+				err  error
+			}
+			first, second := make(chan bulkResult, 1), make(chan bulkResult, 1)
+			reqs := []spec.CreateRunRequest{acmeRequest("k-m", "taken"), acmeRequest("k-n", "n1")}
+			if c.alone {
+				reqs = reqs[:1]
+			}
+			go func() {
+				outs, err := s.CreateRuns(ctx, reqs)
+				first <- bulkResult{outs, err}
+			}()
+			<-held
+			go func() {
+				outs, err := s.CreateRuns(ctx, []spec.CreateRunRequest{acmeRequest("k-m", "m1"), acmeRequest("k-o", "o1")})
+				second <- bulkResult{outs, err}
+			}()
+			for waited := false; !waited; {
+				select {
+				case <-held:
+					t.Fatal("the second batch, admitting the refused member's scope, reached its commit while the first was held; want it to wait for the first")
+				case <-ctx.Done():
+					t.Fatal("gave up waiting for the second batch to wait for the first")
+				default:
+				}
+				n, _ := s.LockWaits(ctx)
+				waited = n > 0
+				time.Sleep(2 * time.Millisecond)
+			}
+			release()
+			if b := <-first; b.err != nil || len(b.outs) != len(reqs) || spec.CodeOf(b.outs[0].Err) != spec.CodeAlreadyExists ||
+				!c.alone && (b.outs[1].Err != nil || b.outs[1].Result.Run.ID != "n1") {
+				t.Fatalf("the held batch: %+v, %v; want already_exists (and n1 created)", b.outs, b.err)
+			}
+			if b := <-second; b.err != nil || len(b.outs) != 2 || b.outs[0].Err != nil || b.outs[0].Result.Replayed || b.outs[0].Result.Run.ID != "m1" || b.outs[1].Err != nil {
+				t.Fatalf("the second batch: %+v, %v; want [m1 created, o1 created]", b.outs, b.err)
+			}
+		})
+	}
+}
+
 // heldBulkStore opens a store at time 1,000 whose CreateRuns calls wait
 // before their commit: held receives when one arrives there, and release
 // lets them all go (also when t ends).
 func heldBulkStore(t *testing.T) (s *postgres.Store, held chan struct{}, release func()) {
+	return heldBulkStoreOn(t, clock.NewManual(1_000))
+}
+
+// heldBulkStoreOn is heldBulkStore with the clock clk.
+func heldBulkStoreOn(t *testing.T, clk *clock.Manual) (s *postgres.Store, held chan struct{}, release func()) {
 	gates, open := newGates()
 	held = make(chan struct{}, 1)
 	hook := func(ctx context.Context, op spec.Op, point spec.HookPoint) error {
@@ -321,7 +405,7 @@ func heldBulkStore(t *testing.T) (s *postgres.Store, held chan struct{}, release
 		return nil
 	}
 	h := pgtest.FactoryWith(postgres.Options{MaxConns: 4})(t,
-		storetest.Options{Config: spec.DefaultConfig(), Clock: clock.NewManual(1_000), Hook: hook})
+		storetest.Options{Config: spec.DefaultConfig(), Clock: clk, Hook: hook})
 	release = func() { open(0) }
 	t.Cleanup(release)
 	return h.Store.(*postgres.Store), held, release

@@ -663,6 +663,24 @@ const (
 				WHERE m.mode = 3 AND j.tenant = m.tenant AND j.run_id = m.run_id AND r.tenant = m.tenant AND r.run_id = m.run_id
 				AND ` + heldRecord + ` OFFSET 0 FOR NO KEY UPDATE OF j FOR SHARE OF r) AS replayed) AS k`
 
+	// holdScopes inserts a placeholder run per scope (@tenants, @operations,
+	// @keys, its id @run_ids: holdArgs) whose record holds the scope in
+	// runs_idempotency until releaseScopes deletes it, before the commit; it
+	// is never visible to another transaction. The guard is the insert
+	// itself: ON CONFLICT DO NOTHING inserts no placeholder for a scope that
+	// has a record or another holder (after waiting for the transaction of
+	// one being written), and an admission writing the scope's record
+	// meanwhile waits for this transaction. It returns the ctids inserted.
+	holdScopes = `INSERT INTO runs (tenant, run_id, operation, payload, fingerprint, max_attempts, created_at, deadline_at,
+			idempotency_key, idempotency_expires_at)
+		SELECT tenant, run_id, operation, '{}', '', 1, 0, 1, idempotency_key, 1
+		FROM unnest(@tenants::text[], @run_ids::text[], @operations::text[], @keys::text[]) AS m(tenant, run_id, operation, idempotency_key)
+		ON CONFLICT DO NOTHING
+		RETURNING ctid`
+	// releaseScopes deletes holdScopes' placeholders, by the ctids it
+	// returned (this transaction's own rows: nothing else can move them).
+	releaseScopes = `DELETE FROM runs WHERE ctid = ANY (@ctids::tid[])`
+
 	// deleteExpiredRecords deletes the expired records of the scopes a bulk
 	// admission admits again (the guard: idempotency_expires_at <= @now), by
 	// ctid (a TID scan, as purgeIdempotency). The rows are locked first, one
