@@ -807,16 +807,13 @@ func (s *Store) writeAdmissions(t *txn, w *admissionWrite, bulk bool, now int64,
 			return fmt.Errorf("postgres: wrote %d outbox messages of %d", tag.RowsAffected(), len(ow.tenants))
 		}
 	}
-	var xid string
-	var locked bool
-	switch err := br.QueryRow().Scan(&xid, &locked); {
-	case errors.Is(err, pgx.ErrNoRows):
-		return errors.New("postgres: an admission that wrote rows has no transaction id")
-	case err != nil:
+	if err := t.readMark(br); err != nil {
 		return err
 	}
-	t.marked, t.xid = true, xid
-	return br.Close()
+	if t.xid == "" {
+		return errors.New("postgres: an admission that wrote rows has no transaction id")
+	}
+	return nil
 }
 
 // AdmissionStats counts what this Store's admissions did.
