@@ -183,7 +183,7 @@ type admitted struct {
 // DO NOTHING: a run id taken by a concurrent admission under another key
 // is already_exists. A bulk admission checks the run ids it read instead;
 // one taken meanwhile aborts the whole batch (unavailable).
-func (s *Store) admit(t *txn, br pgx.BatchResults, p *admissionPlan, reqs []spec.CreateRunRequest) (_ []spec.CreateOutcome, err error) {
+func (s *Store) admit(t *txn, br pgx.BatchResults, p *admissionPlan, reqs []spec.CreateRunRequest) ([]spec.CreateOutcome, error) {
 	bulk, reach := p.bulk, p.reach
 	outcomes := make([]spec.CreateOutcome, len(reqs))
 	records := map[scopeKey]admitted{}
@@ -251,24 +251,24 @@ func (s *Store) admit(t *txn, br pgx.BatchResults, p *admissionPlan, reqs []spec
 		w.holdRefused(refused, records)
 	}
 	if len(w.members) == 0 {
-		if len(w.hold) > 0 {
-			ctids, err := t.holdScopes(w.hold)
-			if err != nil {
+		if len(w.hold) == 0 {
+			if err := t.readDecided(w.stored, w.storedRuns, w.decidedFrom, outcomes); err != nil {
 				return nil, err
 			}
-			defer func() {
-				if err == nil {
-					_, err = t.exec(releaseScopes, args{"ctids": ctids})
-				}
-			}()
+			// Nothing written (an advisory lock assigns no transaction
+			// id), so the commit needs no marker.
+			t.marked = true
+			return outcomes, nil
+		}
+		ctids, err := t.holdScopes(w.hold)
+		if err != nil {
+			return nil, err
 		}
 		if err := t.readDecided(w.stored, w.storedRuns, w.decidedFrom, outcomes); err != nil {
 			return nil, err
 		}
-		if len(w.hold) == 0 {
-			// Nothing written (an advisory lock assigns no transaction
-			// id), so the commit needs no marker.
-			t.marked = true
+		if err := t.releaseScopes(ctids); err != nil {
+			return nil, err
 		}
 		return outcomes, nil
 	}
@@ -551,6 +551,19 @@ func (t *txn) holdScopes(scopes []scopeKey) ([]pgtype.TID, error) {
 	return readHeld(rows, len(scopes))
 }
 
+// releaseScopes deletes the placeholders holdScopes inserted (ctids), all
+// of them or the transaction fails: one left would commit.
+func (t *txn) releaseScopes(ctids []pgtype.TID) error {
+	n, err := t.exec(releaseScopes, args{"ctids": ctids})
+	if err != nil {
+		return err
+	}
+	if n != int64(len(ctids)) {
+		return fmt.Errorf("postgres: deleted %d of the %d placeholders that held refused scopes", n, len(ctids))
+	}
+	return nil
+}
+
 // readHeld reads holdScopes' ctids from rows, wanting n.
 func readHeld(rows pgx.Rows, n int) ([]pgtype.TID, error) {
 	ctids, err := pgx.CollectRows(rows, pgx.RowTo[pgtype.TID])
@@ -715,7 +728,7 @@ func (s *Store) writeAdmissions(t *txn, w *admissionWrite, bulk bool, now int64,
 		// known only once read, so the release goes after this batch.
 		defer func() {
 			if err == nil {
-				_, err = t.exec(releaseScopes, args{"ctids": held})
+				err = t.releaseScopes(held)
 			}
 		}()
 	}

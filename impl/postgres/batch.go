@@ -147,16 +147,23 @@ func (s *Store) CompleteBatch(ctx context.Context, reqs []spec.CompleteRequest) 
 		if err != nil {
 			return err
 		}
-		// The commit marker joins the write's round trip unless outbox
-		// messages are still to be written after it.
+		// The write runs its generic plan (see queueLockJobs). The commit
+		// marker joins its round trip unless outbox messages are still to
+		// be written after it, planned for their arguments again.
 		var b pgx.Batch
+		b.Queue(genericPlans)
 		b.Queue(completeBatchSQL, a)
 		marks := !apply.outbox
 		if marks {
 			b.Queue(markCommitQuery)
+		} else {
+			b.Queue(customPlans)
 		}
 		br = t.SendBatch(ctx, &b)
 		defer br.Close()
+		if _, err := br.Exec(); err != nil {
+			return err
+		}
 		rows, err := br.Query()
 		if err != nil {
 			return err
@@ -169,8 +176,13 @@ func (s *Store) CompleteBatch(ctx context.Context, reqs []spec.CompleteRequest) 
 			if err := t.readMark(br); err != nil {
 				return err
 			}
-		} else if err := br.Close(); err != nil {
-			return err
+		} else {
+			if _, err := br.Exec(); err != nil {
+				return err
+			}
+			if err := br.Close(); err != nil {
+				return err
+			}
 		}
 		if len(runs) != len(apply.index) {
 			return fmt.Errorf("postgres: batch completion wrote %d runs for %d members whose leases were current under lock", len(runs), len(apply.index))
@@ -214,15 +226,16 @@ type lockedJob struct {
 	ctid pgtype.TID
 }
 
-// queueLockJobs queues, after the batch's BEGIN, the lock of the job rows
-// of keys (sorted, distinct) in one statement, in (tenant, run_id) order,
-// then the plan setting of the statements after it and, with the database
-// clock (dbClock), the clock: read after every lock is held. The lock is
-// planned for its arguments at every call (customPlans: a generic plan of it
+// queueLockJobs queues, after the batch's BEGIN, the plan setting of the
+// statements after it, the lock of the job rows of keys (sorted, distinct)
+// in one statement, in (tenant, run_id) order, and, with the database clock
+// (dbClock), the clock: read after every lock is held. The lock is planned
+// for its arguments at every call (customPlans: a generic plan of it
 // made while jobs was small read the whole table as it grew;
-// TestBatchPlansAfterGrowth, bench/findings.md §9); the write after it runs
-// its generic plan (genericPlans: its rows are found by ctid, a TID scan, and
-// their runs by key, at any size).
+// TestBatchPlansAfterGrowth, bench/findings.md §9). The write, in the next
+// round trip, runs its generic plan (genericPlans: its rows are found by
+// ctid, a TID scan, and their runs by key, at any size); nothing else of
+// CompleteBatch does.
 func queueLockJobs(b *pgx.Batch, keys []jobKey, dbClock bool) {
 	tenants, runIDs := make([]string, len(keys)), make([]string, len(keys))
 	for i, k := range keys {
@@ -230,7 +243,6 @@ func queueLockJobs(b *pgx.Batch, keys []jobKey, dbClock bool) {
 	}
 	b.Queue(customPlans)
 	b.Queue(lockJobsSQL, args{"tenants": tenants, "run_ids": runIDs})
-	b.Queue(genericPlans)
 	if dbClock {
 		b.Queue(clockQuery)
 	}
@@ -260,9 +272,6 @@ func (t *txn) readLockJobs(br pgx.BatchResults) (map[jobKey]lockedJob, error) {
 	jobs := make(map[jobKey]lockedJob, len(list))
 	for _, j := range list {
 		jobs[jobKey{j.Tenant, j.RunID}] = j
-	}
-	if _, err := br.Exec(); err != nil {
-		return nil, err
 	}
 	return jobs, t.readClock(br)
 }

@@ -382,6 +382,16 @@ func TestBulkRefusalHoldsItsScopeFromBatches(t *testing.T) {
 			if b := <-second; b.err != nil || len(b.outs) != 2 || b.outs[0].Err != nil || b.outs[0].Result.Replayed || b.outs[0].Result.Run.ID != "m1" || b.outs[1].Err != nil {
 				t.Fatalf("the second batch: %+v, %v; want [m1 created, o1 created]", b.outs, b.err)
 			}
+			// The second batch waited and went on: it did not meet a
+			// placeholder left committed (an expired record it would have
+			// replaced after running again).
+			if st := s.AdmissionStats(); st.Retried != 0 {
+				t.Fatalf("AdmissionStats() = %+v, want no admission run again", st)
+			}
+			var left int
+			if err := s.Pool().QueryRow(ctx, `SELECT count(*) FROM runs WHERE run_id LIKE '#%'`).Scan(&left); err != nil || left != 0 {
+				t.Fatalf("%d placeholder runs left after the commit (%v), want none", left, err)
+			}
 		})
 	}
 }
