@@ -3,6 +3,7 @@ package postgres_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -282,18 +283,14 @@ func TestBulkRefusalHoldsItsScope(t *testing.T) {
 		res, err = s.CreateRun(ctx, acmeRequest("k-m", "m1"))
 		single <- err
 	}()
-	for waited := false; !waited; {
+	waitForLockWait(t, ctx, s, func() string {
 		select {
 		case err := <-single:
-			t.Fatalf("CreateRun of the refused member's scope returned (%+v, %v) while the batch was held; want it to wait for the batch", res, err)
-		case <-ctx.Done():
-			t.Fatal("gave up waiting for CreateRun to wait for the batch's admission lock")
+			return fmt.Sprintf("CreateRun of the refused member's scope returned (%+v, %v) while the batch was held; want it to wait for the batch", res, err)
 		default:
+			return ""
 		}
-		n, _ := s.LockWaits(ctx)
-		waited = n > 0
-		time.Sleep(2 * time.Millisecond)
-	}
+	})
 	release()
 	b := <-bulk
 	if b.err != nil || len(b.outs) != 2 || spec.CodeOf(b.outs[0].Err) != spec.CodeAlreadyExists || b.outs[1].Err != nil || b.outs[1].Result.Run.ID != "n1" {
@@ -362,18 +359,14 @@ func TestBulkRefusalHoldsItsScopeFromBatches(t *testing.T) {
 				outs, err := s.CreateRuns(ctx, []spec.CreateRunRequest{acmeRequest("k-m", "m1"), acmeRequest("k-o", "o1")})
 				second <- bulkResult{outs, err}
 			}()
-			for waited := false; !waited; {
+			waitForLockWait(t, ctx, s, func() string {
 				select {
 				case <-held:
-					t.Fatal("the second batch, admitting the refused member's scope, reached its commit while the first was held; want it to wait for the first")
-				case <-ctx.Done():
-					t.Fatal("gave up waiting for the second batch to wait for the first")
+					return "the second batch, admitting the refused member's scope, reached its commit while the first was held; want it to wait for the first"
 				default:
+					return ""
 				}
-				n, _ := s.LockWaits(ctx)
-				waited = n > 0
-				time.Sleep(2 * time.Millisecond)
-			}
+			})
 			release()
 			if b := <-first; b.err != nil || len(b.outs) != len(reqs) || spec.CodeOf(b.outs[0].Err) != spec.CodeAlreadyExists ||
 				!c.alone && (b.outs[1].Err != nil || b.outs[1].Result.Run.ID != "n1") {
@@ -393,6 +386,25 @@ func TestBulkRefusalHoldsItsScopeFromBatches(t *testing.T) {
 				t.Fatalf("%d placeholder runs left after the commit (%v), want none", left, err)
 			}
 		})
+	}
+}
+
+// waitForLockWait returns once a session of s's server waits for a lock,
+// failing the test when early names a call that went on instead of
+// waiting, or when ctx ends first.
+func waitForLockWait(t *testing.T, ctx context.Context, s *postgres.Store, early func() string) {
+	t.Helper()
+	for {
+		if msg := early(); msg != "" {
+			t.Fatal(msg)
+		}
+		if ctx.Err() != nil {
+			t.Fatal("gave up waiting for the call to wait for a lock")
+		}
+		if n, _ := s.LockWaits(ctx); n > 0 {
+			return
+		}
+		time.Sleep(2 * time.Millisecond)
 	}
 }
 
