@@ -251,21 +251,20 @@ func (s *Store) admit(t *txn, br pgx.BatchResults, p *admissionPlan, reqs []spec
 		w.holdRefused(refused, records)
 	}
 	if len(w.members) == 0 {
-		if len(w.hold) == 0 {
-			if err := t.readDecided(w.stored, w.storedRuns, w.decidedFrom, outcomes); err != nil {
+		var ctids []pgtype.TID
+		if len(w.hold) > 0 {
+			if ctids, err = t.holdScopes(w.hold); err != nil {
 				return nil, err
 			}
+		}
+		if err := t.readDecided(w.stored, w.storedRuns, w.decidedFrom, outcomes); err != nil {
+			return nil, err
+		}
+		if len(w.hold) == 0 {
 			// Nothing written (an advisory lock assigns no transaction
 			// id), so the commit needs no marker.
 			t.marked = true
 			return outcomes, nil
-		}
-		ctids, err := t.holdScopes(w.hold)
-		if err != nil {
-			return nil, err
-		}
-		if err := t.readDecided(w.stored, w.storedRuns, w.decidedFrom, outcomes); err != nil {
-			return nil, err
 		}
 		if err := t.releaseScopes(ctids); err != nil {
 			return nil, err
