@@ -209,42 +209,56 @@ func TestCoalescedCallAbandoned(t *testing.T) {
 // TestCreateRunRacesAnUnlockedBulkAdmission: a bulk admission runs without
 // the admission locks, so a CreateRun of one of its members' scopes and run
 // id can read no record, then find the run id taken when the batch
-// commits. That CreateRun is the batch member's replay, not already_exists:
-// it runs again and reads the record. The batch is held before its commit
-// while the CreateRun waits for its run row.
+// commits. That CreateRun is the batch member's replay, not already_exists.
+// The batch is held before its commit while the CreateRun waits for its
+// run row. Decided under the lock, the CreateRun runs again and reads the
+// record (Retried 1); as a fresh admission (createFresh), its insert waits
+// for the batch's rows and writes nothing, and the CreateRun is then
+// decided under the lock from the committed record (Retried 0, Fresh 0).
 func TestCreateRunRacesAnUnlockedBulkAdmission(t *testing.T) {
-	s, held, release := heldBulkStore(t)
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	bulk := make(chan error, 1)
-	go func() {
-		_, err := s.CreateRuns(ctx, []spec.CreateRunRequest{acmeRequest("k", "r1"), acmeRequest("k2", "r2")})
-		bulk <- err
-	}()
-	<-held
-	single := make(chan error, 1)
-	var res spec.CreateRunResult
-	go func() {
-		var err error
-		res, err = s.CreateRun(ctx, acmeRequest("k", "r1"))
-		single <- err
-	}()
-	for n := 0; n == 0; {
-		if ctx.Err() != nil {
-			t.Fatal("gave up waiting for CreateRun to wait for the batch's run row")
-		}
-		n, _ = s.LockWaits(ctx)
-		time.Sleep(2 * time.Millisecond)
-	}
-	release()
-	if err := <-bulk; err != nil {
-		t.Fatalf("CreateRuns: %v", err)
-	}
-	if err := <-single; err != nil || !res.Replayed || res.Run.ID != "r1" {
-		t.Fatalf("CreateRun of the batch member's scope and run id: (%+v, %v), want the replay of run r1", res, err)
-	}
-	if st := s.AdmissionStats(); st.Retried != 1 {
-		t.Fatalf("AdmissionStats() = %+v, want the CreateRun run again once", st)
+	for _, tc := range []struct {
+		name           string
+		locked         bool
+		retried, fresh int64
+	}{{"fresh first", false, 0, 0}, {"under the lock", true, 1, 0}} {
+		t.Run(tc.name, func(t *testing.T) {
+			s, held, release := heldBulkStore(t)
+			if tc.locked {
+				postgres.LockedCreateRun(s)
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			defer cancel()
+			bulk := make(chan error, 1)
+			go func() {
+				_, err := s.CreateRuns(ctx, []spec.CreateRunRequest{acmeRequest("k", "r1"), acmeRequest("k2", "r2")})
+				bulk <- err
+			}()
+			<-held
+			single := make(chan error, 1)
+			var res spec.CreateRunResult
+			go func() {
+				var err error
+				res, err = s.CreateRun(ctx, acmeRequest("k", "r1"))
+				single <- err
+			}()
+			for n := 0; n == 0; {
+				if ctx.Err() != nil {
+					t.Fatal("gave up waiting for CreateRun to wait for the batch's run row")
+				}
+				n, _ = s.LockWaits(ctx)
+				time.Sleep(2 * time.Millisecond)
+			}
+			release()
+			if err := <-bulk; err != nil {
+				t.Fatalf("CreateRuns: %v", err)
+			}
+			if err := <-single; err != nil || !res.Replayed || res.Run.ID != "r1" {
+				t.Fatalf("CreateRun of the batch member's scope and run id: (%+v, %v), want the replay of run r1", res, err)
+			}
+			if st := s.AdmissionStats(); st.Retried != tc.retried || st.Fresh != tc.fresh {
+				t.Fatalf("AdmissionStats() = %+v, want Retried %d, Fresh %d", st, tc.retried, tc.fresh)
+			}
+		})
 	}
 }
 

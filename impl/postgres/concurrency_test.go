@@ -436,7 +436,9 @@ func sumValues(m map[string]int) int {
 // idempotency_conflict; nothing else (never a unique violation surfacing as
 // unavailable). One run id under many keys: exactly one is admitted, the
 // others get already_exists, and no idempotency record is left behind by a
-// loser.
+// loser. The winner is a fresh admission (createFresh) and no other is;
+// with an injected clock and with the database clock, which the fresh
+// admission reads inside its statement.
 func TestConcurrentAdmission(t *testing.T) {
 	const n = 16
 	cases := []struct {
@@ -453,71 +455,83 @@ func TestConcurrentAdmission(t *testing.T) {
 		}},
 	}
 	for _, c := range cases {
-		t.Run(c.name, func(t *testing.T) {
-			dsn, schema := pgtest.Schema(t)
-			clk := clock.NewManual(t0)
-			var stores []spec.Store
-			for range 4 {
-				stores = append(stores, openOn(t, dsn, schema, postgres.Options{Clock: clk, RuntimeParams: noWait}))
-			}
-			results := make([]spec.CreateRunResult, n)
-			errs := make([]error, n)
-			start := make(chan struct{})
-			var wg sync.WaitGroup
-			for i := 0; i < n; i++ {
-				wg.Add(1)
-				go func() {
-					defer wg.Done()
-					<-start
-					results[i], errs[i] = stores[i%len(stores)].CreateRun(context.Background(), c.req(i))
-				}()
-			}
-			close(start)
-			wg.Wait()
-			winner := -1
-			for i := range results {
-				if errs[i] == nil && !results[i].Replayed {
-					if winner >= 0 {
-						t.Fatalf("requests %d and %d both created a run (%s, %s)", winner, i, results[winner].Run.ID, results[i].Run.ID)
-					}
-					winner = i
+		for _, dbClock := range []bool{false, true} {
+			t.Run(fmt.Sprintf("%s/database_clock=%v", c.name, dbClock), func(t *testing.T) {
+				dsn, schema := pgtest.Schema(t)
+				var clk clock.Clock = clock.NewManual(t0)
+				if dbClock {
+					clk = nil
 				}
-			}
-			if winner < 0 {
-				t.Fatalf("no request created the run: %v", errs)
-			}
-			won := results[winner].Run
-			for i := range results {
-				if i == winner {
-					continue
+				var stores []*postgres.Store
+				for range 4 {
+					stores = append(stores, openOn(t, dsn, schema, postgres.Options{Clock: clk, RuntimeParams: noWait}))
 				}
-				sameKey := c.req(i).IdempotencyKey == c.req(winner).IdempotencyKey
-				sameRequest := string(c.req(i).Payload) == string(c.req(winner).Payload)
-				switch {
-				case sameKey && sameRequest:
-					if errs[i] != nil || !results[i].Replayed || results[i].Run.ID != won.ID {
-						t.Errorf("request %d (same key and request as the winner): %+v, %v; want the replay of %s", i, results[i], errs[i], won.ID)
-					}
-				case sameKey:
-					if spec.CodeOf(errs[i]) != spec.CodeIdempotencyConflict {
-						t.Errorf("request %d (same key, other request): %v; want idempotency_conflict", i, errs[i])
-					}
-				default:
-					if spec.CodeOf(errs[i]) != spec.CodeAlreadyExists {
-						t.Errorf("request %d (other key, same run id): %v; want already_exists", i, errs[i])
+				results := make([]spec.CreateRunResult, n)
+				errs := make([]error, n)
+				start := make(chan struct{})
+				var wg sync.WaitGroup
+				for i := 0; i < n; i++ {
+					wg.Add(1)
+					go func() {
+						defer wg.Done()
+						<-start
+						results[i], errs[i] = stores[i%len(stores)].CreateRun(context.Background(), c.req(i))
+					}()
+				}
+				close(start)
+				wg.Wait()
+				winner := -1
+				for i := range results {
+					if errs[i] == nil && !results[i].Replayed {
+						if winner >= 0 {
+							t.Fatalf("requests %d and %d both created a run (%s, %s)", winner, i, results[winner].Run.ID, results[i].Run.ID)
+						}
+						winner = i
 					}
 				}
-			}
-			snap, err := stores[0].Snapshot(context.Background())
-			if err != nil {
-				t.Fatal(err)
-			}
-			if len(snap.Runs) != 1 || len(snap.Jobs) != 1 || len(snap.Events) != 1 || len(snap.Idempotency) != 1 ||
-				snap.Idempotency[0].Key != c.req(winner).IdempotencyKey {
-				t.Fatalf("after the race: %d runs, %d jobs, %d events, idempotency %+v; want one of each, the winner's key",
-					len(snap.Runs), len(snap.Jobs), len(snap.Events), snap.Idempotency)
-			}
-		})
+				if winner < 0 {
+					t.Fatalf("no request created the run: %v", errs)
+				}
+				won := results[winner].Run
+				for i := range results {
+					if i == winner {
+						continue
+					}
+					sameKey := c.req(i).IdempotencyKey == c.req(winner).IdempotencyKey
+					sameRequest := string(c.req(i).Payload) == string(c.req(winner).Payload)
+					switch {
+					case sameKey && sameRequest:
+						if errs[i] != nil || !results[i].Replayed || results[i].Run.ID != won.ID {
+							t.Errorf("request %d (same key and request as the winner): %+v, %v; want the replay of %s", i, results[i], errs[i], won.ID)
+						}
+					case sameKey:
+						if spec.CodeOf(errs[i]) != spec.CodeIdempotencyConflict {
+							t.Errorf("request %d (same key, other request): %v; want idempotency_conflict", i, errs[i])
+						}
+					default:
+						if spec.CodeOf(errs[i]) != spec.CodeAlreadyExists {
+							t.Errorf("request %d (other key, same run id): %v; want already_exists", i, errs[i])
+						}
+					}
+				}
+				snap, err := stores[0].Snapshot(context.Background())
+				if err != nil {
+					t.Fatal(err)
+				}
+				if len(snap.Runs) != 1 || len(snap.Jobs) != 1 || len(snap.Events) != 1 || len(snap.Idempotency) != 1 ||
+					snap.Idempotency[0].Key != c.req(winner).IdempotencyKey {
+					t.Fatalf("after the race: %d runs, %d jobs, %d events, idempotency %+v; want one of each, the winner's key",
+						len(snap.Runs), len(snap.Jobs), len(snap.Events), snap.Idempotency)
+				}
+				var fresh int64
+				for _, s := range stores {
+					fresh += s.AdmissionStats().Fresh
+				}
+				if fresh != 1 {
+					t.Fatalf("%d admissions were fresh; want 1, the winner", fresh)
+				}
+			})
+		}
 	}
 }
 
@@ -706,18 +720,29 @@ func TestPurgeRunsWaitsForAReplay(t *testing.T) {
 //     behind (t0+1000, the record live), r1 is gone when it reads it.
 //     Either way the admission runs again (Retried 1) and finds no record:
 //     r1-retry is created.
+//
+// Each case runs twice: with CreateRun decided under the admission lock,
+// as above, and as it runs by default, a fresh admission first
+// (createFresh). The fresh admission finds r1's record before the purge
+// (it writes nothing; the lock then decides as above, and replays r1), or
+// reads its clock (held) before its one statement, which then finds the
+// key without a record and admits r1-retry fresh (Retried 0, Fresh 1).
 func TestPurgeRunsTakesNoAdmissionLock(t *testing.T) {
 	for _, tc := range []struct {
-		name       string
-		admitClock int64
-		atClock    bool // hold the admission at its clock read, else before its commit
-		replayed   bool
-		wantRun    string
-		retried    int64
+		name           string
+		admitClock     int64
+		atClock        bool // hold the admission at its clock read, else before its commit
+		locked         bool // LockedCreateRun
+		replayed       bool
+		wantRun        string
+		retried, fresh int64
 	}{
-		{"held before its commit", t0 + 1000, false, true, "r1", 0},
-		{"held at its clock read, the clock at the janitor's", t0 + 20_000, true, false, "r1-retry", 1},
-		{"held at its clock read, the clock behind", t0 + 1000, true, false, "r1-retry", 1},
+		{"held before its commit", t0 + 1000, false, true, true, "r1", 0, 0},
+		{"held at its clock read, the clock at the janitor's", t0 + 20_000, true, true, false, "r1-retry", 1, 0},
+		{"held at its clock read, the clock behind", t0 + 1000, true, true, false, "r1-retry", 1, 0},
+		{"fresh first, held before its commit", t0 + 1000, false, false, true, "r1", 0, 0},
+		{"fresh first, held at its clock read, the clock at the janitor's", t0 + 20_000, true, false, false, "r1-retry", 0, 1},
+		{"fresh first, held at its clock read, the clock behind", t0 + 1000, true, false, false, "r1-retry", 0, 1},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
@@ -734,6 +759,9 @@ func TestPurgeRunsTakesNoAdmissionLock(t *testing.T) {
 				o.Hook = onceAt(spec.OpCreateRun, spec.BeforeCommit, func(context.Context) error { hold(); return nil })
 			}
 			admitter := openOn(t, dsn, schema, o)
+			if tc.locked {
+				postgres.LockedCreateRun(admitter)
+			}
 			janitor := openOn(t, dsn, schema, postgres.Options{Config: cfg, Clock: clock.NewManual(t0 + 20_000), RuntimeParams: noWait})
 			t.Cleanup(resumeAdmission) // before the stores close, even when the test fails
 
@@ -757,8 +785,8 @@ func TestPurgeRunsTakesNoAdmissionLock(t *testing.T) {
 			if a.err != nil || a.res.Replayed != tc.replayed || a.res.Run.ID != tc.wantRun {
 				t.Fatalf("the retried request: %+v, %v; want run %s, replayed %v", a.res, a.err, tc.wantRun, tc.replayed)
 			}
-			if got := admitter.AdmissionStats().Retried; got != tc.retried {
-				t.Errorf("the admission ran again %d times; want %d", got, tc.retried)
+			if st := admitter.AdmissionStats(); st.Retried != tc.retried || st.Fresh != tc.fresh {
+				t.Errorf("AdmissionStats() = %+v; want Retried %d, Fresh %d", st, tc.retried, tc.fresh)
 			}
 		})
 	}
@@ -945,15 +973,25 @@ func TestBulkDecisionsHoldTheirRuns(t *testing.T) {
 // r0, while r0 was purged and its run id admitted again under another key:
 // the run now named r0 is not the one the record named, and must not be
 // replayed. The admission runs again (Retried 1) and finds no record and
-// r0 taken: already_exists. Once as CreateRun, once as a member of a bulk
-// admission beside n1.
+// r0 taken: already_exists. Once as CreateRun decided under its lock, once
+// as a member of a bulk admission beside n1. As it runs by default, a
+// CreateRun is a fresh admission first (createFresh), held at its clock
+// reading before its one statement, which then finds r0 taken, writes
+// nothing, and is decided under the lock: already_exists, Retried 0.
 func TestReplayFindsItsRunAdmittedAgain(t *testing.T) {
-	for _, bulk := range []bool{false, true} {
-		t.Run(fmt.Sprintf("bulk=%v", bulk), func(t *testing.T) {
+	for _, tc := range []struct {
+		bulk, fresh bool
+		retried     int64
+	}{{false, false, 1}, {true, false, 1}, {false, true, 0}} {
+		bulk := tc.bulk
+		t.Run(fmt.Sprintf("bulk=%v/fresh=%v", bulk, tc.fresh), func(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 			defer cancel()
 			dsn, schema, cfg := retiredRuns(ctx, t, "r0")
 			admitter, arrived, resumeAdmission := clockHeldAdmitter(t, dsn, schema, cfg)
+			if !tc.fresh {
+				postgres.LockedCreateRun(admitter)
+			}
 			other := openOn(t, dsn, schema, postgres.Options{Config: cfg, Clock: clock.NewManual(t0 + 20_000), RuntimeParams: noWait})
 
 			type admitted struct {
@@ -987,8 +1025,8 @@ func TestReplayFindsItsRunAdmittedAgain(t *testing.T) {
 			if bulk && (len(a.outs) != 2 || a.outs[1].Err != nil || a.outs[1].Result.Run.ID != "n1") {
 				t.Fatalf("CreateRuns: %+v; want n1 created beside the refusal", a.outs)
 			}
-			if got := admitter.AdmissionStats().Retried; got != 1 {
-				t.Errorf("the admission ran again %d times; want 1", got)
+			if st := admitter.AdmissionStats(); st.Retried != tc.retried || st.Fresh != 0 {
+				t.Errorf("AdmissionStats() = %+v; want Retried %d, Fresh 0", st, tc.retried)
 			}
 		})
 	}

@@ -10,6 +10,7 @@ var (
 	ClaimSQL       = claimJobs
 	ReapSQL        = selectReapable
 	IdempotencySQL = selectIdempotency
+	FreshSQL       = insertFresh
 	PurgeSQL       = purgeIdempotency
 	RetiredSQL     = selectRetiredLeaves
 	LockJobSQL     = lockJob
@@ -36,3 +37,9 @@ func SetMaxAnnounceBatch(n int) (restore func()) {
 	maxAnnounceBatch = n
 	return func() { maxAnnounceBatch = old }
 }
+
+// LockedCreateRun makes s's CreateRun skip the fresh admission
+// (createFresh) and decide every call under its scope's admission lock, so
+// that a test reaches that path with a request that would be admitted
+// fresh. Call it before s is used.
+func LockedCreateRun(s *Store) { s.lockedOnly = true }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"math"
 	"strings"
 	"testing"
 	"time"
@@ -141,10 +142,11 @@ func explain(t *testing.T, ctx context.Context, conn *pgx.Conn, query string, a 
 
 // TestPlansAtDepth loads a deep queue and checks, on the exact statements the
 // store runs and with its parameters, that claim (including expiry
-// reclaim), reap, admission's idempotency lookup and purge are index scans:
-// no Seq Scan on any table, in the plan for these parameters (run with
-// EXPLAIN ANALYZE in a rolled-back transaction, and logged) and in the
-// generic plan a prepared statement may cache; and the intended index used.
+// reclaim), reap, admission's idempotency lookup, the fresh admission and
+// purge are index scans: no Seq Scan on any table, in the plan for these
+// parameters (run with EXPLAIN ANALYZE in a rolled-back transaction, and
+// logged) and in the generic plan a prepared statement may cache; and the
+// intended index used.
 func TestPlansAtDepth(t *testing.T) {
 	ctx := context.Background()
 	dsn, schema := pgtest.Schema(t)
@@ -178,6 +180,10 @@ func TestPlansAtDepth(t *testing.T) {
 			"jobs_expired", 100, 100, true},
 		{"reap", postgres.ReapSQL, pgx.NamedArgs{"tenant": "acme", "now": depthNow, "limit": 100}, "jobs_reap", 100, 0, false},
 		{"idempotency lookup", postgres.IdempotencySQL, pgx.NamedArgs{"tenant": "acme", "operation": "work", "key": "key-4242"},
+			"runs_idempotency", 1, 0, false},
+		{"fresh admission", postgres.FreshSQL, pgx.NamedArgs{"now": depthNow, "latest": int64(math.MaxInt64 / 2),
+			"tenant": "acme", "run_id": "fresh-1", "operation": "work", "key": "fresh-key-1", "payload": "{}", "fingerprint": "f",
+			"max_attempts": 3, "deadline_in": 60_000, "expires_in": 86_400_000, "available_in": 0},
 			"runs_idempotency", 1, 0, false},
 		{"purge", postgres.PurgeSQL, pgx.NamedArgs{"now": depthNow, "limit": 100}, "runs_idempotency_expiry", 0, 0, false},
 		// The completed runs finished at 0 and their records have expired by

@@ -596,6 +596,37 @@ const (
 	)
 	SELECT ` + runRow + ` FROM r JOIN j ON j.tenant = r.tenant AND j.run_id = r.run_id`
 
+	// insertFresh is CreateRun's fresh admission (createFresh), one
+	// statement: the run with its record, and its job, only where the
+	// statement's snapshot holds no record of the scope and no run of the
+	// run id, at the time read after that snapshot (@now, or the database
+	// clock), within [0, @latest]; ON CONFLICT DO NOTHING on every unique
+	// key, so that a record or run id a concurrent admission wrote since
+	// (or is writing: the insert waits for it) writes nothing either. Its
+	// times are that time plus the request's offsets (NormalizeCreate at
+	// time 0). It returns the time and the commit marker (markCommitQuery's
+	// columns) once both rows are written, no row when nothing was.
+	insertFresh = `WITH c AS (
+		SELECT t.now FROM (SELECT COALESCE(@now::bigint, ` + clockMs + `) AS now) AS t
+		WHERE t.now BETWEEN 0 AND @latest
+			AND NOT EXISTS (SELECT FROM runs WHERE tenant = @tenant AND operation = @operation AND idempotency_key = @key)
+			AND NOT EXISTS (SELECT FROM runs WHERE tenant = @tenant AND run_id = @run_id)
+	), r AS (
+		INSERT INTO runs (tenant, run_id, operation, payload, fingerprint, max_attempts, created_at, deadline_at,
+			replay_of, replay_depth, idempotency_key, idempotency_expires_at)
+		SELECT @tenant, @run_id, @operation, @payload, @fingerprint, @max_attempts, c.now, c.now + @deadline_in, NULL, 0,
+			@key, c.now + @expires_in FROM c
+		ON CONFLICT DO NOTHING
+		RETURNING tenant, run_id, operation, max_attempts, created_at
+	), j AS (
+		INSERT INTO jobs (tenant, run_id, operation, state, available_at, lease_generation, attempts, max_attempts,
+			run_state, run_version, run_last_seq)
+		SELECT tenant, run_id, operation, 'queued', created_at + @available_in, 0, 0, max_attempts, 'queued', 1, 1 FROM r
+		RETURNING tenant, run_id
+	)
+	SELECT r.created_at, x::text, pg_try_advisory_xact_lock(` + markLockClass + `, ` + markLockKey + `)
+	FROM r JOIN j ON j.tenant = r.tenant AND j.run_id = r.run_id, LATERAL (SELECT pg_current_xact_id() AS x) AS current`
+
 	// insertAdmissions is a bulk admission's write: every created member's
 	// run (with its idempotency record) and job, each table in one
 	// multi-row insert from the same arrays. A record or run id that a

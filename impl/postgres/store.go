@@ -221,6 +221,9 @@ type Store struct {
 	// transaction; Options.CoalesceCreateRun).
 	admissions *coalesce.Group[spec.CreateRunRequest, spec.CreateOutcome]
 	retried    atomic.Int64 // admission attempts run again (AdmissionStats)
+	fresh      atomic.Int64 // CreateRun calls admitted fresh (AdmissionStats)
+	// lockedOnly: CreateRun never tries the fresh admission (tests only).
+	lockedOnly bool
 }
 
 var _ spec.Store = (*Store)(nil)
