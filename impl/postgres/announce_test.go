@@ -207,7 +207,7 @@ func TestAnnouncerOwnConnection(t *testing.T) {
 			if pids := announcerBackends(ctx, t, listener.Pool(), schema); len(pids) != 1 {
 				t.Errorf("backends named %s-announce: %v, want exactly one", schema, pids)
 			}
-			expectStats(t, s, postgres.NotifyStats{Queued: 0, Peak: 1, Sent: 1, Connections: 1}, "one sent on one connection")
+			expectStats(t, s, postgres.NotifyStats{Queued: 0, Peak: 1, Sent: 1, Connections: 1, Announcements: 1}, "one sent on one connection")
 		})
 	}
 }
@@ -245,7 +245,7 @@ func TestAnnouncerReconnects(t *testing.T) {
 				}
 				expectNotes(t, got, 5*time.Second, created(id))
 			}
-			expectStats(t, s, postgres.NotifyStats{Peak: 1, Sent: int64(kills + 1), Connections: int64(kills + 1)},
+			expectStats(t, s, postgres.NotifyStats{Peak: 1, Sent: int64(kills + 1), Connections: int64(kills + 1), Announcements: int64(kills + 1)},
 				"one connection per kill more than the first, nothing failed")
 			expectNone(t, got, 200*time.Millisecond)
 		})
@@ -288,7 +288,7 @@ func TestAnnouncerBacksOff(t *testing.T) {
 		t.Fatal(err)
 	}
 	expectNotes(t, got, 5*time.Second, created("after"))
-	expectStats(t, s, postgres.NotifyStats{Peak: 1, Sent: 2, Connections: 1}, "two sent on one connection, none dropped or failed")
+	expectStats(t, s, postgres.NotifyStats{Peak: 1, Sent: 2, Connections: 1, Announcements: 2}, "two sent on one connection, none dropped or failed")
 }
 
 // TestNotifyQueueBound: with the announcer's connection held (a proxy
@@ -380,8 +380,8 @@ func TestNotifyQueueBound(t *testing.T) {
 			proxy.resume()
 			expectNotes(t, got, 5*time.Second, append([]spec.Notification{created("probe")}, all[dropped:]...)...)
 			expectNone(t, got, 200*time.Millisecond)
-			expectStats(t, s, postgres.NotifyStats{Peak: limit, Sent: int64(1 + limit), Dropped: int64(dropped), Connections: 1},
-				"the probe and the newest NotifyQueue sent")
+			expectStats(t, s, postgres.NotifyStats{Peak: limit, Sent: int64(1 + limit), Dropped: int64(dropped), Connections: 1,
+				Announcements: 2}, "the probe, then the newest NotifyQueue in one announcement")
 		})
 	}
 }
@@ -428,4 +428,33 @@ func TestCloseGivesUpInTime(t *testing.T) {
 	if want := (postgres.NotifyStats{Peak: 3, Failed: 4}); st != want {
 		t.Errorf("NotifyStats after Close (but Connections): %+v, want %+v", st, want)
 	}
+}
+
+// TestAnnouncementsSpaced: an announcement starts no sooner than
+// announceInterval (here 3 s) after the one before, and what arrives
+// meanwhile waits and goes together: the first notification after a quiet
+// interval goes at once, the ten admitted right after it in one second
+// announcement.
+func TestAnnouncementsSpaced(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	defer postgres.SetAnnounceInterval(3 * time.Second)()
+	dsn, schema := pgtest.Schema(t)
+	got := intxListen(ctx, t, intxOpen(ctx, t, dsn, schema, false), 16)
+	s := announcerOpen(ctx, t, dsn, schema, postgres.Options{})
+	if _, err := s.CreateRun(ctx, createReq("first")); err != nil {
+		t.Fatal(err)
+	}
+	expectNotes(t, got, 2*time.Second, created("first"))
+	var rest []spec.Notification
+	for i := range 10 {
+		id := fmt.Sprintf("r%d", i)
+		if _, err := s.CreateRun(ctx, createReq(id)); err != nil {
+			t.Fatal(err)
+		}
+		rest = append(rest, created(id))
+	}
+	expectNotes(t, got, 10*time.Second, rest...)
+	expectStats(t, s, postgres.NotifyStats{Peak: 10, Sent: 11, Connections: 1, Announcements: 2},
+		"the first at once, the ten after it in one announcement")
 }

@@ -30,6 +30,14 @@ func SetAnnounceTimeout(d time.Duration) (restore func()) {
 	return func() { announceTimeout = old }
 }
 
+// SetAnnounceInterval sets announceInterval, which announcers read as they
+// use it, and returns the function that restores it.
+func SetAnnounceInterval(d time.Duration) (restore func()) {
+	old := announceInterval
+	announceInterval = d
+	return func() { announceInterval = old }
+}
+
 // SetMaxAnnounceBatch sets how many notifications one announcement sends,
 // and returns the function that restores it.
 func SetMaxAnnounceBatch(n int) (restore func()) {

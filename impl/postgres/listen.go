@@ -85,6 +85,15 @@ var maxAnnounceBatch = 1000
 // Close's last flush in all. A variable for tests.
 var announceTimeout = 5 * time.Second
 
+// announceInterval is the least time from the start of one announcement
+// to the start of the next. What arrives meanwhile waits and goes in the
+// next, so a busy store commits at most one announcement transaction per
+// interval (each takes PostgreSQL's notify lock and commits with a
+// transaction id of its own), at the cost of up to that much delay under
+// load; the first notification after a quiet interval goes at once. Close
+// sends what is waiting without it. A variable for tests.
+var announceInterval = 5 * time.Millisecond
+
 // DefaultNotifyQueue is the most notifications that wait to be announced
 // when Options.NotifyQueue is zero.
 const DefaultNotifyQueue = 10000
@@ -121,12 +130,16 @@ type NotifyStats struct {
 	// Connections counts the dedicated connections the announcer opened:
 	// the first, and one per reconnection.
 	Connections int64
+	// Announcements counts the statements that sent notifications and
+	// succeeded, each a transaction of its own (see announceInterval).
+	Announcements int64
 }
 
 // announcer sends committed changes' notifications from one goroutine:
 // everything waiting when it wakes goes out in one notifyEach (at most
-// maxAnnounceBatch per statement), so concurrent admissions share one
-// notifying commit instead of queueing behind one each.
+// maxAnnounceBatch per statement), no sooner than announceInterval after
+// the announcement before, so concurrent admissions share one notifying
+// commit instead of queueing behind one each.
 //
 // It sends on a connection of its own, never one of the pool's, so that a
 // busy pool neither delays announcements nor loses a connection to them.
@@ -158,11 +171,12 @@ type announcer struct {
 	// The run goroutine's own: the connection (nil when there is none),
 	// the batch to send again after a failed send, and the delay before
 	// the next attempt after a failure.
-	conn  *pgx.Conn
-	retry []string
-	delay time.Duration
+	conn     *pgx.Conn
+	retry    []string
+	delay    time.Duration
+	lastSend time.Time // when the last announcement started
 
-	sent, failed, connections atomic.Int64
+	sent, failed, connections, announcements atomic.Int64
 
 	mu      sync.Mutex
 	pending []string
@@ -213,7 +227,7 @@ func (a *announcer) stats() NotifyStats {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	return NotifyStats{Queued: len(a.pending), Peak: a.peak, Dropped: a.dropped,
-		Sent: a.sent.Load(), Failed: a.failed.Load(), Connections: a.connections.Load()}
+		Sent: a.sent.Load(), Failed: a.failed.Load(), Connections: a.connections.Load(), Announcements: a.announcements.Load()}
 }
 
 // close sends what is waiting, giving up announceTimeout after it was
@@ -266,18 +280,23 @@ func (a *announcer) flush(last bool) {
 			}
 			continue
 		}
+		if !last && !a.spaced() {
+			return
+		}
 		batch := a.retry
 		if batch == nil {
 			if batch = a.take(); len(batch) == 0 {
 				return
 			}
 		}
+		a.lastSend = time.Now()
 		sendCtx, cancel := context.WithTimeout(a.ctx, announceTimeout)
 		_, err := a.conn.Exec(sendCtx, notifyEach, args{"channel": a.channel, "payloads": batch})
 		cancel()
 		if err == nil {
 			a.retry = nil
 			a.sent.Add(int64(len(batch)))
+			a.announcements.Add(1)
 			a.delay = announceRetryMin
 			continue
 		}
@@ -293,6 +312,23 @@ func (a *announcer) flush(last bool) {
 		if !a.pause(last) {
 			return
 		}
+	}
+}
+
+// spaced waits until announceInterval has passed since the last
+// announcement started. It reports false, at once, when close is called.
+func (a *announcer) spaced() bool {
+	wait := time.Until(a.lastSend.Add(announceInterval))
+	if wait <= 0 {
+		return true
+	}
+	t := time.NewTimer(wait)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-a.stop:
+		return false
 	}
 }
 
