@@ -58,11 +58,12 @@ var errNotFresh = errors.New("postgres: the scope has a record or the run id is 
 
 // createFresh admits req when its scope has no record and its run id no
 // run, the common case, in one statement (insertFresh) and two round trips
-// with the commit, where admitAll takes seven statements in three. It
-// decides as the locked admission does from the same reads, the records
-// and run ids of one snapshot with the clock read after it, the way a bulk
-// admission's unlocked first attempt does (admitAll); a concurrent
-// admission of the scope or run id is met in their unique indexes.
+// with the commit, where admitAll takes seven statements in three. Like
+// admitAll it holds the scope's admission lock to the commit, so a locked
+// admission of the scope (a CreateRun, a bulk admission's later attempt)
+// waits for it; it decides from the records and run ids of the
+// statement's snapshot, taken before the lock, with the clock read after
+// the lock, and meets what was admitted since in the unique indexes.
 // created is false when it wrote nothing: the scope has a record (a
 // replay, a conflict or an expired record to replace), the run id is
 // taken, either was being written, or the clock is outside what the
@@ -85,7 +86,8 @@ func (s *Store) createFresh(ctx context.Context, req spec.CreateRunRequest) (res
 			v := s.clock.Now()
 			now = &v
 		}
-		b.Queue(insertFresh, args{"now": now, "latest": math.MaxInt64 - max(in.DeadlineAt, in.ExpiresAt, in.AvailableAt),
+		b.Queue(insertFresh, args{"scope": s.admissionScope(in.Tenant, in.Operation, in.Key), "now": now,
+			"latest": math.MaxInt64 - max(in.DeadlineAt, in.ExpiresAt, in.AvailableAt),
 			"tenant": in.Tenant, "run_id": in.RunID, "operation": in.Operation, "key": in.Key, "payload": in.Payload,
 			"fingerprint": in.Fingerprint, "max_attempts": in.MaxAttempts, "deadline_in": in.DeadlineAt,
 			"expires_in": in.ExpiresAt, "available_in": in.AvailableAt})

@@ -438,7 +438,9 @@ func TestCloseGivesUpInTime(t *testing.T) {
 func TestAnnouncementsSpaced(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	defer postgres.SetAnnounceInterval(3 * time.Second)()
+	// Restored after the store is closed (cleanups run last first): its
+	// announcer reads the interval until then.
+	t.Cleanup(postgres.SetAnnounceInterval(3 * time.Second))
 	dsn, schema := pgtest.Schema(t)
 	got := intxListen(ctx, t, intxOpen(ctx, t, dsn, schema, false), 16)
 	s := announcerOpen(ctx, t, dsn, schema, postgres.Options{})

@@ -436,9 +436,10 @@ func sumValues(m map[string]int) int {
 // idempotency_conflict; nothing else (never a unique violation surfacing as
 // unavailable). One run id under many keys: exactly one is admitted, the
 // others get already_exists, and no idempotency record is left behind by a
-// loser. The winner is a fresh admission (createFresh) and no other is;
-// with an injected clock and with the database clock, which the fresh
-// admission reads inside its statement.
+// loser. With an injected clock and with the database clock (which a
+// fresh admission reads inside its statement), and with every store
+// admitting fresh first (createFresh: the winner, and no other, is fresh),
+// none (LockedCreateRun) or two of the four.
 func TestConcurrentAdmission(t *testing.T) {
 	const n = 16
 	cases := []struct {
@@ -456,81 +457,92 @@ func TestConcurrentAdmission(t *testing.T) {
 	}
 	for _, c := range cases {
 		for _, dbClock := range []bool{false, true} {
-			t.Run(fmt.Sprintf("%s/database_clock=%v", c.name, dbClock), func(t *testing.T) {
-				dsn, schema := pgtest.Schema(t)
-				var clk clock.Clock = clock.NewManual(t0)
-				if dbClock {
-					clk = nil
-				}
-				var stores []*postgres.Store
-				for range 4 {
-					stores = append(stores, openOn(t, dsn, schema, postgres.Options{Clock: clk, RuntimeParams: noWait}))
-				}
-				results := make([]spec.CreateRunResult, n)
-				errs := make([]error, n)
-				start := make(chan struct{})
-				var wg sync.WaitGroup
-				for i := 0; i < n; i++ {
-					wg.Add(1)
-					go func() {
-						defer wg.Done()
-						<-start
-						results[i], errs[i] = stores[i%len(stores)].CreateRun(context.Background(), c.req(i))
-					}()
-				}
-				close(start)
-				wg.Wait()
-				winner := -1
-				for i := range results {
-					if errs[i] == nil && !results[i].Replayed {
-						if winner >= 0 {
-							t.Fatalf("requests %d and %d both created a run (%s, %s)", winner, i, results[winner].Run.ID, results[i].Run.ID)
+			for _, lockedStores := range []int{0, 2, 4} {
+				t.Run(fmt.Sprintf("%s/database_clock=%v/locked_stores=%d", c.name, dbClock, lockedStores), func(t *testing.T) {
+					dsn, schema := pgtest.Schema(t)
+					var clk clock.Clock = clock.NewManual(t0)
+					if dbClock {
+						clk = nil
+					}
+					var stores []*postgres.Store
+					for i := range 4 {
+						s := openOn(t, dsn, schema, postgres.Options{Clock: clk, RuntimeParams: noWait})
+						if i < lockedStores {
+							postgres.LockedCreateRun(s)
 						}
-						winner = i
+						stores = append(stores, s)
 					}
-				}
-				if winner < 0 {
-					t.Fatalf("no request created the run: %v", errs)
-				}
-				won := results[winner].Run
-				for i := range results {
-					if i == winner {
-						continue
+					results := make([]spec.CreateRunResult, n)
+					errs := make([]error, n)
+					start := make(chan struct{})
+					var wg sync.WaitGroup
+					for i := 0; i < n; i++ {
+						wg.Add(1)
+						go func() {
+							defer wg.Done()
+							<-start
+							results[i], errs[i] = stores[i%len(stores)].CreateRun(context.Background(), c.req(i))
+						}()
 					}
-					sameKey := c.req(i).IdempotencyKey == c.req(winner).IdempotencyKey
-					sameRequest := string(c.req(i).Payload) == string(c.req(winner).Payload)
+					close(start)
+					wg.Wait()
+					winner := -1
+					for i := range results {
+						if errs[i] == nil && !results[i].Replayed {
+							if winner >= 0 {
+								t.Fatalf("requests %d and %d both created a run (%s, %s)", winner, i, results[winner].Run.ID, results[i].Run.ID)
+							}
+							winner = i
+						}
+					}
+					if winner < 0 {
+						t.Fatalf("no request created the run: %v", errs)
+					}
+					won := results[winner].Run
+					for i := range results {
+						if i == winner {
+							continue
+						}
+						sameKey := c.req(i).IdempotencyKey == c.req(winner).IdempotencyKey
+						sameRequest := string(c.req(i).Payload) == string(c.req(winner).Payload)
+						switch {
+						case sameKey && sameRequest:
+							if errs[i] != nil || !results[i].Replayed || results[i].Run.ID != won.ID {
+								t.Errorf("request %d (same key and request as the winner): %+v, %v; want the replay of %s", i, results[i], errs[i], won.ID)
+							}
+						case sameKey:
+							if spec.CodeOf(errs[i]) != spec.CodeIdempotencyConflict {
+								t.Errorf("request %d (same key, other request): %v; want idempotency_conflict", i, errs[i])
+							}
+						default:
+							if spec.CodeOf(errs[i]) != spec.CodeAlreadyExists {
+								t.Errorf("request %d (other key, same run id): %v; want already_exists", i, errs[i])
+							}
+						}
+					}
+					snap, err := stores[0].Snapshot(context.Background())
+					if err != nil {
+						t.Fatal(err)
+					}
+					if len(snap.Runs) != 1 || len(snap.Jobs) != 1 || len(snap.Events) != 1 || len(snap.Idempotency) != 1 ||
+						snap.Idempotency[0].Key != c.req(winner).IdempotencyKey {
+						t.Fatalf("after the race: %d runs, %d jobs, %d events, idempotency %+v; want one of each, the winner's key",
+							len(snap.Runs), len(snap.Jobs), len(snap.Events), snap.Idempotency)
+					}
+					var fresh int64
+					for _, s := range stores {
+						fresh += s.AdmissionStats().Fresh
+					}
 					switch {
-					case sameKey && sameRequest:
-						if errs[i] != nil || !results[i].Replayed || results[i].Run.ID != won.ID {
-							t.Errorf("request %d (same key and request as the winner): %+v, %v; want the replay of %s", i, results[i], errs[i], won.ID)
-						}
-					case sameKey:
-						if spec.CodeOf(errs[i]) != spec.CodeIdempotencyConflict {
-							t.Errorf("request %d (same key, other request): %v; want idempotency_conflict", i, errs[i])
-						}
-					default:
-						if spec.CodeOf(errs[i]) != spec.CodeAlreadyExists {
-							t.Errorf("request %d (other key, same run id): %v; want already_exists", i, errs[i])
-						}
+					case lockedStores == 0 && fresh != 1:
+						t.Fatalf("%d admissions were fresh; want 1, the winner", fresh)
+					case lockedStores == 4 && fresh != 0:
+						t.Fatalf("%d admissions were fresh with every store deciding under the lock; want 0", fresh)
+					case fresh > 1:
+						t.Fatalf("%d admissions were fresh; want at most 1, the winner", fresh)
 					}
-				}
-				snap, err := stores[0].Snapshot(context.Background())
-				if err != nil {
-					t.Fatal(err)
-				}
-				if len(snap.Runs) != 1 || len(snap.Jobs) != 1 || len(snap.Events) != 1 || len(snap.Idempotency) != 1 ||
-					snap.Idempotency[0].Key != c.req(winner).IdempotencyKey {
-					t.Fatalf("after the race: %d runs, %d jobs, %d events, idempotency %+v; want one of each, the winner's key",
-						len(snap.Runs), len(snap.Jobs), len(snap.Events), snap.Idempotency)
-				}
-				var fresh int64
-				for _, s := range stores {
-					fresh += s.AdmissionStats().Fresh
-				}
-				if fresh != 1 {
-					t.Fatalf("%d admissions were fresh; want 1, the winner", fresh)
-				}
-			})
+				})
+			}
 		}
 	}
 }

@@ -181,7 +181,7 @@ func TestPlansAtDepth(t *testing.T) {
 		{"reap", postgres.ReapSQL, pgx.NamedArgs{"tenant": "acme", "now": depthNow, "limit": 100}, "jobs_reap", 100, 0, false},
 		{"idempotency lookup", postgres.IdempotencySQL, pgx.NamedArgs{"tenant": "acme", "operation": "work", "key": "key-4242"},
 			"runs_idempotency", 1, 0, false},
-		{"fresh admission", postgres.FreshSQL, pgx.NamedArgs{"now": depthNow, "latest": int64(math.MaxInt64 / 2),
+		{"fresh admission", postgres.FreshSQL, pgx.NamedArgs{"scope": "fresh-scope", "now": depthNow, "latest": int64(math.MaxInt64 / 2),
 			"tenant": "acme", "run_id": "fresh-1", "operation": "work", "key": "fresh-key-1", "payload": "{}", "fingerprint": "f",
 			"max_attempts": 3, "deadline_in": 60_000, "expires_in": 86_400_000, "available_in": 0},
 			"runs_idempotency", 1, 0, false},

@@ -597,17 +597,21 @@ const (
 	SELECT ` + runRow + ` FROM r JOIN j ON j.tenant = r.tenant AND j.run_id = r.run_id`
 
 	// insertFresh is CreateRun's fresh admission (createFresh), one
-	// statement: the run with its record, and its job, only where the
+	// statement: it takes the scope's admission lock (as lockAdmission),
+	// then writes the run with its record, and its job, only where the
 	// statement's snapshot holds no record of the scope and no run of the
-	// run id, at the time read after that snapshot (@now, or the database
+	// run id, at the time read after the lock (@now, or the database
 	// clock), within [0, @latest]; ON CONFLICT DO NOTHING on every unique
-	// key, so that a record or run id a concurrent admission wrote since
-	// (or is writing: the insert waits for it) writes nothing either. Its
-	// times are that time plus the request's offsets (NormalizeCreate at
-	// time 0). It returns the time and the commit marker (markCommitQuery's
-	// columns) once both rows are written, no row when nothing was.
-	insertFresh = `WITH c AS (
-		SELECT t.now FROM (SELECT COALESCE(@now::bigint, ` + clockMs + `) AS now) AS t
+	// key, so that a record or run id a concurrent admission wrote since the
+	// snapshot (or is writing: the insert waits for it) writes nothing
+	// either. Its times are that time plus the request's offsets
+	// (NormalizeCreate at time 0). It returns the time and the commit marker
+	// (markCommitQuery's columns) once both rows are written, no row when
+	// nothing was.
+	insertFresh = `WITH l AS MATERIALIZED (
+		SELECT count(pg_advisory_xact_lock(hashtextextended(@scope, 0))) AS held
+	), c AS (
+		SELECT t.now FROM l CROSS JOIN LATERAL (SELECT COALESCE(@now::bigint, ` + clockMs + `) AS now WHERE l.held = 1) AS t
 		WHERE t.now BETWEEN 0 AND @latest
 			AND NOT EXISTS (SELECT FROM runs WHERE tenant = @tenant AND operation = @operation AND idempotency_key = @key)
 			AND NOT EXISTS (SELECT FROM runs WHERE tenant = @tenant AND run_id = @run_id)
