@@ -40,10 +40,15 @@ func (s *Store) CreateRun(ctx context.Context, req spec.CreateRunRequest) (spec.
 }
 
 // createRun is CreateRun in a transaction of its own: a fresh admission
-// first (createFresh), and when that wrote nothing, the admission decided
-// from the scope's record under its admission lock (admitAll).
+// first (createFresh), and when that was not tried or raced a concurrent
+// admission or purge, the admission decided from the scope's record under
+// its admission lock (admitAll).
 func (s *Store) createRun(ctx context.Context, req spec.CreateRunRequest) (spec.CreateRunResult, error) {
-	if res, created, err := s.createFresh(ctx, req); created || err != nil {
+	res, tried, err := s.createFresh(ctx, req)
+	switch {
+	case tried && raced(err) && ctx.Err() == nil:
+		s.retried.Add(1)
+	case tried:
 		return res, err
 	}
 	outs, err := s.admitAll(ctx, spec.OpCreateRun, []spec.CreateRunRequest{req}, false)
@@ -53,9 +58,6 @@ func (s *Store) createRun(ctx context.Context, req spec.CreateRunRequest) (spec.
 	return outs[0].Result, nil
 }
 
-// errNotFresh rolls back a fresh admission that wrote nothing.
-var errNotFresh = errors.New("postgres: the scope has a record or the run id is taken")
-
 // createFresh admits req when its scope has no record and its run id no
 // run, the common case, in one statement (insertFresh) and two round trips
 // with the commit, where admitAll takes seven statements in three. Like
@@ -64,14 +66,17 @@ var errNotFresh = errors.New("postgres: the scope has a record or the run id is 
 // waits for it; it decides from the records and run ids of the
 // statement's snapshot, taken before the lock, with the clock read after
 // the lock, and meets what was admitted since in the unique indexes.
-// created is false when it wrote nothing: the scope has a record (a
-// replay, a conflict or an expired record to replace), the run id is
-// taken, either was being written, or the clock is outside what the
-// request's times can be added to. The transaction is then rolled back
-// and the caller decides under the lock. A request whose times are not the
-// clock plus fixed offsets (an absolute AvailableAt), one with outbox
-// messages, or one NormalizeCreate refuses at time 0 is not tried.
-func (s *Store) createFresh(ctx context.Context, req spec.CreateRunRequest) (res spec.CreateRunResult, created bool, err error) {
+// When the statement wrote nothing (the scope has a record: a replay, a
+// conflict or an expired record to replace; the run id is taken; either
+// was being written; the clock is outside what the request's times can be
+// added to), the request is decided in the same transaction, under the
+// lock the statement took, exactly as admitAll decides it from there: the
+// record read again, then the clock. tried is false when the request was
+// not tried: one whose times are not the clock plus fixed offsets (an
+// absolute AvailableAt), one with outbox messages, or one NormalizeCreate
+// refuses at time 0. A raced err asks the caller to run it again.
+func (s *Store) createFresh(ctx context.Context, req spec.CreateRunRequest) (res spec.CreateRunResult, tried bool, err error) {
+	reqs := []spec.CreateRunRequest{req}
 	if s.lockedOnly || req.AvailableAt != 0 || len(req.Outbox) > 0 || !sqlText(req.Tenant, req.Operation, req.IdempotencyKey, req.RunID) {
 		return res, false, nil
 	}
@@ -80,6 +85,7 @@ func (s *Store) createFresh(ctx context.Context, req spec.CreateRunRequest) (res
 	if err != nil {
 		return res, false, nil
 	}
+	fresh := false
 	queue := func(b *pgx.Batch) {
 		var now *int64
 		if s.clock != nil {
@@ -97,13 +103,26 @@ func (s *Store) createFresh(ctx context.Context, req spec.CreateRunRequest) (res
 		var locked bool
 		switch err := br.QueryRow().Scan(&now, &t.xid, &locked); {
 		case errors.Is(err, pgx.ErrNoRows):
-			return errNotFresh
+			if err := br.Close(); err != nil {
+				return err
+			}
+			// Nothing written, the lock held: decide under it.
+			p := s.planAdmission(reqs, false, false)
+			var b pgx.Batch
+			p.queueReads(&b)
+			outs, err := s.admit(t, t.SendBatch(ctx, &b), p, reqs)
+			if err != nil {
+				return err
+			}
+			res = outs[0].Result
+			return outs[0].Err
 		case err != nil:
 			return err
 		}
 		if err := br.Close(); err != nil {
 			return err
 		}
+		fresh = true
 		t.now, t.timed, t.marked = now, true, true
 		n, err := s.cfg.NormalizeCreate(req, now)
 		if err != nil || n.DeadlineAt != now+in.DeadlineAt || n.ExpiresAt != now+in.ExpiresAt || n.AvailableAt != now+in.AvailableAt {
@@ -112,13 +131,13 @@ func (s *Store) createFresh(ctx context.Context, req spec.CreateRunRequest) (res
 		res.Run = n.QueuedRun(now)
 		return s.notify(t, spec.NotifyRunCreated, n.Tenant, n.RunID, 0)
 	})
-	if errors.Is(err, errNotFresh) {
-		return spec.CreateRunResult{}, false, nil
+	if err != nil {
+		return spec.CreateRunResult{}, true, err
 	}
-	if err == nil {
+	if fresh {
 		s.fresh.Add(1)
 	}
-	return res, err == nil, err
+	return res, true, nil
 }
 
 // admitGroup admits a group of concurrent CreateRun calls
@@ -437,8 +456,9 @@ func sqlText(names ...string) bool {
 // members that reach SQL, the scopes whose locks it takes, in order, and
 // the scopes and run ids it looks up.
 type admissionPlan struct {
-	// locked: the admission locks are taken first (CreateRun always; a
-	// bulk admission on its second attempt, see admitAll).
+	// locked: the admission locks are taken first (CreateRun, but after a
+	// fresh admission's statement, which took it; a bulk admission on its
+	// second attempt, see admitAll).
 	bulk, locked, dbClock             bool
 	reach                             []bool
 	scopes                            []string
@@ -470,7 +490,7 @@ func (p *admissionPlan) queueReads(b *pgx.Batch) {
 	switch {
 	case p.bulk && p.locked:
 		b.Queue(lockAdmissions, args{"scopes": p.scopes})
-	case !p.bulk && len(p.scopes) == 1:
+	case !p.bulk && p.locked && len(p.scopes) == 1:
 		b.Queue(lockAdmission, args{"scope": p.scopes[0]})
 	}
 	switch {

@@ -66,6 +66,33 @@ func BenchmarkCreateRun(b *testing.B) {
 	}
 }
 
+// BenchmarkCreateRunReplay sends again, from eight callers, requests of
+// 1,000 runs admitted before the timer starts: every call is a replay, the
+// path a fresh admission falls back from (createFresh writes nothing, then
+// the call is decided under its lock). It reports replays/s.
+func BenchmarkCreateRunReplay(b *testing.B) {
+	s := benchStore(b, false, 0)
+	const admitted = 1000
+	for i := range int64(admitted) {
+		if _, err := s.CreateRun(context.Background(), admission("p", i)); err != nil {
+			b.Fatal(err)
+		}
+	}
+	var n atomic.Int64
+	b.SetParallelism(max(1, 8/max(1, testingProcs())))
+	b.ResetTimer()
+	b.RunParallel(func(pb *testing.PB) {
+		for pb.Next() {
+			res, err := s.CreateRun(context.Background(), admission("p", n.Add(1)%admitted))
+			if err != nil || !res.Replayed {
+				b.Errorf("replay: %+v, %v; want the replay", res, err)
+				return
+			}
+		}
+	})
+	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "replays/s")
+}
+
 // BenchmarkCreateRuns admits batches of 100 and 1000 runs per call from one
 // caller and reports runs/s; in "half replayed", each batch of 1000 sends
 // the second half of the one before again (replays, which it locks:
