@@ -204,7 +204,8 @@ func (s *Store) CreateRuns(ctx context.Context, reqs []spec.CreateRunRequest) ([
 // locked or not (holdRefused). CreateRun always holds its lock, and runs
 // again when such an unlocked batch raced it. Every
 // attempt reads the clock after what it decides from; after
-// maxAdmissionAttempts the last attempt's error (unavailable) is returned.
+// maxAdmissionAttempts the last attempt's error (unavailable) is returned
+// (for a CreateRun, attempts after its fresh one, see createRun).
 func (s *Store) admitAll(ctx context.Context, op spec.Op, reqs []spec.CreateRunRequest, bulk bool) (outcomes []spec.CreateOutcome, err error) {
 	for attempt := 1; ; attempt++ {
 		p := s.planAdmission(reqs, bulk, !bulk || attempt > 1)
@@ -246,7 +247,8 @@ type admitted struct {
 // members in order) inside t, in two pipelined round trips:
 //
 //  1. The admission locks of every member's scope (sorted: one global
-//     order; none on a bulk admission's first attempt, see admitAll), then
+//     order; none on a bulk admission's first attempt, see admitAll;
+//     CreateRun's taken already when it follows a fresh statement), then
 //     the records of those scopes (and, for a bulk admission, in the same
 //     statement and so from the same snapshot, which proposed run ids are
 //     taken), then the clock. The server runs a batch's statements in
@@ -355,7 +357,9 @@ func (s *Store) admit(t *txn, br pgx.BatchResults, p *admissionPlan, reqs []spec
 		}
 		if len(w.hold) == 0 {
 			// Nothing written (an advisory lock assigns no transaction
-			// id), so the commit needs no marker.
+			// id; a fresh statement's insertion that met a conflict may
+			// have had one, and wrote nothing), so the commit needs no
+			// marker.
 			t.marked = true
 			return outcomes, nil
 		}
@@ -932,9 +936,9 @@ type AdmissionStats struct {
 	// or purge of runs, rolled back and ran again under the admission
 	// locks (see admitAll).
 	Retried int64
-	// Fresh is the CreateRun calls admitted by the fresh admission, which
-	// takes no admission lock (createFresh); every other CreateRun was
-	// decided under its scope's lock.
+	// Fresh is the CreateRun calls admitted by the fresh admission's one
+	// statement (createFresh); every other CreateRun was decided from its
+	// scope's record, read under its lock.
 	Fresh int64
 }
 
