@@ -2,7 +2,10 @@ package postgres_test
 
 import (
 	"context"
+	"math"
 	"testing"
+
+	"github.com/jackc/pgx/v5"
 
 	"github.com/leasehold/leasehold/clock"
 	"github.com/leasehold/leasehold/impl/postgres"
@@ -132,5 +135,73 @@ func TestClockReadAfterTheLock(t *testing.T) {
 	}
 	if events[1].At != later {
 		t.Fatalf("the completion waited for the lock while the clock moved to %d, but recorded %d: the clock was read before the lock", later, events[1].At)
+	}
+}
+
+// TestClaimStatementTimeRange: the claim statement reads its own time and
+// claims only at a time in [0, @latest] (the times whose lease expiry is a
+// valid time); out of range it claims nothing and still returns its time,
+// which Claim then refuses as spec.CheckClaim does. Run on the statement
+// itself, in a transaction rolled back: an out-of-range database clock
+// cannot be made here.
+func TestClaimStatementTimeRange(t *testing.T) {
+	ctx := context.Background()
+	dsn, schema := pgtest.Schema(t)
+	clk := clock.NewManual(t0)
+	s := openOn(t, dsn, schema, postgres.Options{Clock: clk})
+	createRuns(t, s, clk, 3, "r1")
+	conn := pgtest.Conn(t, dsn, schema)
+	const leaseMs = 30_000
+	for _, c := range []struct {
+		name    string
+		now     int64
+		latest  int64
+		claimed int
+	}{
+		{"in range", t0, math.MaxInt64 - leaseMs, 1},
+		{"before 0", -1, math.MaxInt64 - leaseMs, 0},
+		{"past the latest", t0, t0 - 1, 0},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			tx, err := conn.Begin(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer tx.Rollback(ctx)
+			rows, err := tx.Query(ctx, postgres.ClaimSQL, pgx.NamedArgs{"tenant": "acme", "worker": "w", "now": c.now,
+				"lease_ms": leaseMs, "latest": c.latest, "limit": 10})
+			if err != nil {
+				t.Fatal(err)
+			}
+			var claimed []string
+			var at *int64
+			for rows.Next() {
+				vals, err := rows.Values()
+				if err != nil {
+					t.Fatal(err)
+				}
+				if vals[1] == nil {
+					if at != nil {
+						t.Fatalf("two time rows")
+					}
+					v := vals[8].(int64)
+					at = &v
+					continue
+				}
+				if at != nil {
+					t.Fatalf("a lease row after the time row: the time row must come last")
+				}
+				claimed = append(claimed, vals[1].(string))
+			}
+			if err := rows.Err(); err != nil {
+				t.Fatal(err)
+			}
+			if len(claimed) != c.claimed {
+				t.Fatalf("claimed %v at time %d with @latest %d, want %d leases", claimed, c.now, c.latest, c.claimed)
+			}
+			if at == nil || *at != c.now {
+				t.Fatalf("the statement's time row is %v, want %d", at, c.now)
+			}
+		})
 	}
 }

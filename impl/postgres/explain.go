@@ -51,12 +51,10 @@ func (s *Store) explainClaim(ctx context.Context, req spec.ClaimRequest, explain
 		if err != nil {
 			return err
 		}
-		expiresAt, err := s.cfg.CheckClaim(req, now)
-		if err != nil {
+		if _, err := s.cfg.CheckClaim(req, now); err != nil {
 			return err
 		}
-		sql, values, err := args{"tenant": req.Tenant, "worker": req.Worker, "now": now, "expires_at": expiresAt, "limit": req.Limit}.
-			RewriteQuery(ctx, nil, claimJobs, nil)
+		sql, values, err := claimArgs(req, &now).RewriteQuery(ctx, nil, claimJobs, nil)
 		if err != nil {
 			return err
 		}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"sort"
 
 	"github.com/jackc/pgx/v5"
@@ -64,61 +65,87 @@ func (s *Store) admissionScope(tenant, operation, key string) string {
 	return "leasehold.admit/" + s.schema + "/" + tenant + "/" + operation + "/" + key
 }
 
-// Claim implements spec.Store in two round trips and the COMMIT: BEGIN, the
-// plan setting (genericPlans, see claimJobs) and the clock are sent as one
-// pipelined batch, then the claim statement and the commit marker as another.
+// Claim implements spec.Store in one round trip and the COMMIT: BEGIN, the
+// plan setting (genericPlans, see claimJobs), the claim statement, which
+// reads the clock itself, and the commit marker are sent as one pipelined
+// batch. No ordering lock to take first: the claim statement locks its rows
+// with SKIP LOCKED and never waits for one.
 func (s *Store) Claim(ctx context.Context, req spec.ClaimRequest) (leases []spec.Lease, err error) {
 	if err := s.precheck(func(now int64) error { _, err := s.cfg.CheckClaim(req, now); return err }); err != nil {
 		return nil, err
 	}
-	// No ordering lock to take first: the claim statement locks its rows
-	// with SKIP LOCKED and never waits for one, so the clock may be read
-	// in the first batch.
+	// With the injected clock the time is known here; the statement reads
+	// the database clock when @now is NULL.
+	var now *int64
+	if s.clock != nil {
+		n := s.clock.Now()
+		if _, err := s.cfg.CheckClaim(req, n); err != nil {
+			return nil, err
+		}
+		now = &n
+	}
+	query := claimJobs
+	if mutant.On(mutant.ClaimIgnoresExpired) {
+		query = mutantClaimIgnoresExpired
+	}
 	first := func(b *pgx.Batch) {
 		b.Queue(genericPlans)
-		if s.clock == nil {
-			b.Queue(clockQuery)
-		}
+		b.Queue(query, claimArgs(req, now))
+		b.Queue(markCommitQuery)
 	}
 	err = s.writePipelined(ctx, spec.OpClaim, first, func(t *txn, br pgx.BatchResults) error {
 		if _, err := br.Exec(); err != nil {
 			br.Close()
 			return err
 		}
-		if err := t.readClock(br); err != nil {
-			return err
-		}
-		now, err := t.clock()
-		if err != nil {
-			return err
-		}
-		expiresAt, err := s.cfg.CheckClaim(req, now)
-		if err != nil {
-			return err
-		}
-		query := claimJobs
-		if mutant.On(mutant.ClaimIgnoresExpired) {
-			query = mutantClaimIgnoresExpired
-		}
-		var b pgx.Batch
-		b.Queue(query, args{"tenant": req.Tenant, "worker": req.Worker, "now": now, "expires_at": expiresAt, "limit": req.Limit})
-		b.Queue(markCommitQuery)
-		br = t.SendBatch(ctx, &b)
-		defer br.Close()
 		rows, err := br.Query()
 		if err != nil {
+			br.Close()
 			return err
 		}
-		leases, err = pgx.CollectRows(rows, func(row pgx.CollectableRow) (spec.Lease, error) {
-			l := spec.Lease{Tenant: req.Tenant, Owner: req.Worker, ExpiresAt: expiresAt}
-			err := row.Scan(&l.RunID, &l.Operation, &l.Generation, &l.Attempt, &l.MaxAttempts, &l.Payload, &l.DeadlineAt)
-			return l, err
-		})
+		// The leases in claim order, then one row with the statement's time.
+		var claimed []spec.Lease
+		var at *int64
+		for rows.Next() {
+			var l spec.Lease
+			var pickedAt, rowAt *int64
+			var runID *string
+			if err := rows.Scan(&pickedAt, &runID, &l.Operation, &l.Generation, &l.Attempt, &l.MaxAttempts,
+				&l.Payload, &l.DeadlineAt, &rowAt); err != nil {
+				rows.Close()
+				br.Close()
+				return err
+			}
+			if runID == nil {
+				at = rowAt
+				continue
+			}
+			l.Tenant, l.RunID, l.Owner = req.Tenant, *runID, req.Worker
+			claimed = append(claimed, l)
+		}
+		if err := rows.Err(); err != nil {
+			br.Close()
+			return err
+		}
+		if at == nil {
+			br.Close()
+			return fmt.Errorf("postgres: the claim statement returned no time")
+		}
+		t.now, t.timed = *at, true
+		// The statement claimed only at a time in range, so this fails only
+		// when it claimed nothing: the claim is refused for its time.
+		expiresAt, err := s.cfg.CheckClaim(req, *at)
 		if err != nil {
+			br.Close()
+			if len(claimed) > 0 {
+				return fmt.Errorf("postgres: the claim statement claimed %d jobs at time %d, which the spec refuses: %w", len(claimed), *at, err)
+			}
 			return err
 		}
-		if leases == nil {
-			leases = []spec.Lease{}
+		leases = make([]spec.Lease, len(claimed))
+		for i, l := range claimed {
+			l.ExpiresAt = expiresAt
+			leases[i] = l
 		}
 		return t.readMark(br)
 	})
@@ -126,6 +153,13 @@ func (s *Store) Claim(ctx context.Context, req spec.ClaimRequest) (leases []spec
 		return nil, err
 	}
 	return leases, nil
+}
+
+// claimArgs are the claim statement's arguments; now is nil for the
+// database clock.
+func claimArgs(req spec.ClaimRequest, now *int64) args {
+	return args{"tenant": req.Tenant, "worker": req.Worker, "now": now, "lease_ms": req.LeaseMs,
+		"latest": int64(math.MaxInt64) - req.LeaseMs, "limit": req.Limit}
 }
 
 // refused explains why a guarded statement matched no row, from the job row

@@ -172,12 +172,12 @@ func TestPlansAtDepth(t *testing.T) {
 		// (genericPlans), so that plan is the one run and checked here.
 		generic bool
 	}{
-		{"claim 1", postgres.ClaimSQL, pgx.NamedArgs{"tenant": "acme", "worker": "w2", "now": depthNow, "expires_at": depthNow + 30_000, "limit": 1},
-			"jobs_due", 1, 1, true},
-		{"claim batch of 100", postgres.ClaimSQL, pgx.NamedArgs{"tenant": "acme", "worker": "w2", "now": depthNow, "expires_at": depthNow + 30_000, "limit": 100},
-			"jobs_due", 100, 100, true},
-		{"claim batch of 100 reclaiming expired leases", postgres.ClaimSQL, pgx.NamedArgs{"tenant": "beta", "worker": "w2", "now": depthNow, "expires_at": depthNow + 30_000, "limit": 100},
-			"jobs_expired", 100, 100, true},
+		{"claim 1", postgres.ClaimSQL, pgx.NamedArgs{"tenant": "acme", "worker": "w2", "now": depthNow, "lease_ms": 30_000, "latest": int64(math.MaxInt64 - 30_000), "limit": 1},
+			"jobs_due", 2, 1, true}, // the lease and the clock row
+		{"claim batch of 100", postgres.ClaimSQL, pgx.NamedArgs{"tenant": "acme", "worker": "w2", "now": depthNow, "lease_ms": 30_000, "latest": int64(math.MaxInt64 - 30_000), "limit": 100},
+			"jobs_due", 101, 100, true},
+		{"claim batch of 100 reclaiming expired leases", postgres.ClaimSQL, pgx.NamedArgs{"tenant": "beta", "worker": "w2", "now": depthNow, "lease_ms": 30_000, "latest": int64(math.MaxInt64 - 30_000), "limit": 100},
+			"jobs_expired", 101, 100, true},
 		{"reap", postgres.ReapSQL, pgx.NamedArgs{"tenant": "acme", "now": depthNow, "limit": 100}, "jobs_reap", 100, 0, false},
 		{"idempotency lookup", postgres.IdempotencySQL, pgx.NamedArgs{"tenant": "acme", "operation": "work", "key": "key-4242"},
 			"runs_idempotency", 1, 0, false},

@@ -40,12 +40,24 @@ type claimBranch struct {
 
 var (
 	claimDue = claimBranch{
-		pred: `tenant = @tenant AND state = 'queued' AND available_at <= @now AND attempts < max_attempts`,
+		pred: `tenant = @tenant AND state = 'queued' AND available_at <= ` + claimNow + ` AND attempts < max_attempts`,
 		at:   "available_at"}
 	claimExpired = claimBranch{
-		pred: `tenant = @tenant AND state = 'leased' AND lease_expires_at <= @now
-		AND available_at <= @now AND attempts < max_attempts`,
+		pred: `tenant = @tenant AND state = 'leased' AND lease_expires_at <= ` + claimNow + `
+		AND available_at <= ` + claimNow + ` AND attempts < max_attempts`,
 		at: "lease_expires_at"}
+)
+
+// claimNow and claimExpiresAt are the claim's time and its leases' expiry:
+// the claim statement's reading of the clock (@now, or the database clock
+// when @now is NULL) and that plus @lease_ms, from its CTE "ok", which holds
+// them only when the time is in [0, @latest] (@latest: the last time whose
+// expiry is a valid time, as spec.Deadline). Each is an InitPlan, evaluated
+// once per statement; when the time is out of range both are NULL, every
+// comparison with them is unknown, and the statement claims nothing.
+const (
+	claimNow       = `(SELECT now FROM ok)`
+	claimExpiresAt = `(SELECT expires_at FROM ok)`
 )
 
 const jobColumns = `tenant, run_id, operation, state, available_at, lease_owner, lease_expires_at,
@@ -166,7 +178,13 @@ const attemptEnds = `attempt_outcome = @outcome, attempt_finished_at = @now, att
 // for), leases them (generation+1, attempts+1), starts the new attempt on
 // the job row, moves a queued run to running, files the job's previous
 // attempt (closed as expired if it was still running: its lease expired)
-// in attempts, and returns the leases in claim order.
+// in attempts, and returns the leases in claim order, then one row with no
+// run id (its other columns zero) that holds the statement's time.
+//
+// The time is read once, first (the CTE "clock"; see claimNow): the claim
+// waits for no lock, so no writer it must follow can commit between that
+// reading and its rows. Claim needs it even when nothing was claimed, to
+// refuse a time out of range as the model does; hence the time row.
 //
 // Each branch takes up to @limit rows in its order with FOR NO KEY UPDATE
 // SKIP LOCKED; "picked" keeps the first @limit of their union by (eligible
@@ -204,7 +222,11 @@ func claimStatement(branches ...claimBranch) string {
 		picked[i] = c + " AS p_" + strings.TrimPrefix(c, "attempt_")
 	}
 	var b strings.Builder
-	b.WriteString("WITH ")
+	b.WriteString(`WITH clock AS MATERIALIZED (
+		SELECT COALESCE(@now::bigint, ` + clockMs + `) AS now
+	), ok AS MATERIALIZED (
+		SELECT now, now + @lease_ms AS expires_at FROM clock WHERE now BETWEEN 0 AND @latest
+	), `)
 	preds := make([]string, len(branches))
 	for i, br := range branches {
 		preds[i] = br.pred
@@ -228,11 +250,11 @@ func claimStatement(branches ...claimBranch) string {
 		ORDER BY picked_at, picked_run_id
 		LIMIT @limit
 	), claimed AS (
-		UPDATE jobs SET state = 'leased', lease_owner = @worker, lease_expires_at = @expires_at,
+		UPDATE jobs SET state = 'leased', lease_owner = @worker, lease_expires_at = ` + claimExpiresAt + `,
 			lease_generation = lease_generation + 1, attempts = attempts + 1,
 			run_state = 'running', run_version = run_version + CASE WHEN run_state = 'queued' THEN 1 ELSE 0 END,
 			attempt_generation = lease_generation + 1, attempt_number = attempts + 1, attempt_worker = @worker,
-			attempt_claimed_at = @now, attempt_renewed_at = @now, attempt_finished_at = NULL,
+			attempt_claimed_at = ` + claimNow + `, attempt_renewed_at = ` + claimNow + `, attempt_finished_at = NULL,
 			attempt_outcome = 'running', attempt_error_code = NULL, attempt_error_class = NULL, attempt_retry_at = NULL
 		FROM picked
 		WHERE ctid = picked_ctid AND ((` + strings.Join(preds, ") OR (") + `))
@@ -240,15 +262,17 @@ func claimStatement(branches ...claimBranch) string {
 	), filed AS (
 		INSERT INTO attempts (` + attemptColumns + `)
 		SELECT @tenant, picked_run_id, p_generation, p_number, p_worker, p_claimed_at, p_renewed_at,
-			CASE WHEN p_outcome = 'running' THEN @now ELSE p_finished_at END,
+			CASE WHEN p_outcome = 'running' THEN ` + claimNow + ` ELSE p_finished_at END,
 			CASE WHEN p_outcome = 'running' THEN 'expired' ELSE p_outcome END,
 			p_error_code, p_error_class, p_retry_at
 		FROM claimed WHERE p_generation IS NOT NULL
 	)
-	SELECT c.picked_run_id, c.operation, c.lease_generation, c.claimed_attempt, c.max_attempts, r.payload, r.deadline_at
+	SELECT c.picked_at, c.picked_run_id, c.operation, c.lease_generation, c.claimed_attempt, c.max_attempts,
+		r.payload, r.deadline_at, NULL::bigint AS now
 	FROM claimed AS c, LATERAL (SELECT payload, deadline_at FROM runs
 		WHERE tenant = @tenant AND run_id = c.picked_run_id OFFSET 0) AS r
-	ORDER BY c.picked_at, c.picked_run_id`)
+	UNION ALL SELECT NULL, NULL, '', 0, 0, 0, '', 0, now FROM clock
+	ORDER BY picked_at, picked_run_id`)
 	return b.String()
 }
 
