@@ -304,6 +304,12 @@ func testDatabaseRejectsInvalidDomain(t *testing.T, f Factory) {
 		{"run: 65-byte run id", rawRun(l, "t", long(65)), false},
 		{"run: 64-byte run id", rawRun(l, "t", long(64)), true},
 		{"run: duplicate id", rawRun(l, "t", "ok1"), false},
+		{"run: empty operation", strings.Replace(rawRun(l, "t", "b11"), "'work'", "''", 1), false},
+		{"run: 65-byte operation", strings.Replace(rawRun(l, "t", "b11"), "'work'", "'"+long(65)+"'", 1), false},
+		{"run: 64-byte operation", strings.Replace(rawRun(l, "t", "ok4"), "'work'", "'"+long(64)+"'", 1), true},
+		{"run: 65537-byte payload", strings.Replace(rawRun(l, "t", "b12"), "'{}'", "'"+long(65537)+"'", 1), false},
+		{"run: 65536-byte payload", strings.Replace(rawRun(l, "t", "ok5"), "'{}'", "'"+long(65536)+"'", 1), true},
+		{"run: no attempts at all", strings.Replace(rawRun(l, "t", "b13"), "'fp', 3,", "'fp', 0,", 1), false},
 	})
 	if l == LayoutTablePerRecord {
 		// A run's run_queued event is its run row (migration 0005): a
@@ -318,6 +324,9 @@ func testDatabaseRejectsInvalidDomain(t *testing.T, f Factory) {
 			{"run: replay without its queued payload", replay("rp1", "'ok2'", 1, "NULL"), false},
 			{"run: admitted run with a queued payload", replay("rp2", "NULL", 0, "'{}'"), false},
 			{"run: replay with its queued payload", replay("rp1", "'ok2'", 1, `'{"replay_of":"ok2"}'`), true},
+			{"run: replay at depth 0", replay("rp4", "'ok1'", 0, `'{"replay_of":"ok1"}'`), false},
+			{"run: admitted run at depth 1", replay("rp4", "NULL", 1, "NULL"), false},
+			{"run: replay at a negative depth", replay("rp4", "'ok1'", -1, `'{"replay_of":"ok1"}'`), false},
 			{"run: oversized queued payload", replay("rp3", "'ok3'", 1, "'"+long(4097)+"'"), false},
 			{"run: queued payload at the limit", replay("rp3", "'ok3'", 1, "'"+long(4096)+"'"), true},
 			{"event: run_queued in run_events", rawEvent("t", "ok1", 2, "run_queued", 0), false},
@@ -346,6 +355,10 @@ func testDatabaseRejectsInvalidDomain(t *testing.T, f Factory) {
 			{"event: audit payload at the limit", rawReplay("t", "rp1", "ok1", "'"+long(4096)+"'"), true},
 			{"run: a second replay of a run", rawReplay("t", "rp2", "ok1", "'{}'"), false},
 			{"run: a replay of another run", rawReplay("t", "rp2", "ok2", "'{}'"), true},
+			{"run: a replay at depth 0", strings.Replace(rawReplay("t", "rp3", "ok3", "'{}'"), "'ok3', 1,", "'ok3', 0,", 1), false},
+			{"run: an admitted run at depth 1", strings.Replace(rawReplay("t", "rp3", "ok3", "NULL"), "'ok3', 1,", "NULL, 1,", 1), false},
+			{"run: a replay at a negative depth", strings.Replace(rawReplay("t", "rp3", "ok3", "'{}'"), "'ok3', 1,", "'ok3', -1,", 1), false},
+			{"run: a replay at depth 1", rawReplay("t", "rp3", "ok3", "'{}'"), true},
 			{"event: terminal run without its event", terminalEvent("ok1", "completed", "NULL", "NULL"), false},
 			{"event: event of a run not terminal", terminalEvent("ok1", "queued", "0", "'{}'"), false},
 			{"event: terminal event without a payload", terminalEvent("ok1", "completed", "0", "NULL"), false},
@@ -377,7 +390,31 @@ func testDatabaseRejectsInvalidDomain(t *testing.T, f Factory) {
 		attempt := func(set string) string {
 			return `UPDATE jobs SET ` + set + ` WHERE tenant = 't' AND run_id = 'ja'`
 		}
+		// ja queued again after a finished attempt: with ("retried", "1",
+		// "9", "") the twin the last case accepts.
+		finished := func(outcome, finishedAt, retryAt, set string) string {
+			return attempt(`state = 'queued', lease_owner = NULL, lease_expires_at = NULL, attempt_outcome = '` + outcome + `',
+				attempt_finished_at = ` + finishedAt + `, attempt_retry_at = ` + retryAt + `, attempt_error_class = 'retryable'` + set)
+		}
+		retried := func(set string) string { return finished("retried", "1", "9", ", "+set) }
+		noAttempt := func(errorClass string) string {
+			return attempt(`state = 'queued', lease_owner = NULL, lease_expires_at = NULL, attempt_outcome = NULL,
+				attempt_generation = NULL, attempt_number = NULL, attempt_worker = NULL, attempt_claimed_at = NULL,
+				attempt_renewed_at = NULL, attempt_finished_at = NULL, attempt_retry_at = NULL, attempt_error_code = NULL,
+				attempt_error_class = ` + errorClass)
+		}
 		runExecCases(t, e, []execCase{
+			{"job: leased with no attempt counted", attempt(`attempts = 0`), false},
+			{"job: attempt without its generation", retried(`attempt_generation = NULL`), false},
+			{"job: attempt without its number", retried(`attempt_number = NULL`), false},
+			{"job: attempt without its claim time", retried(`attempt_claimed_at = NULL`), false},
+			{"job: attempt without its renewal time", retried(`attempt_renewed_at = NULL`), false},
+			{"job: attempt at generation 0", retried(`attempt_generation = 0`), false},
+			{"job: attempt number 0", retried(`attempt_number = 0`), false},
+			{"job: attempt claimed before time 0", retried(`attempt_claimed_at = -1`), false},
+			{"job: attempt of an unknown outcome", finished("paused", "1", "NULL", ""), false},
+			{"job: running attempt with a finish time", finished("running", "1", "NULL", ""), false},
+			{"job: finished attempt without a finish time", finished("completed", "NULL", "NULL", ""), false},
 			{"job: leased with its attempt finished", attempt(`attempt_outcome = 'completed', attempt_finished_at = 1`), false},
 			{"job: leased with another generation's attempt", attempt(`attempt_generation = 2`), false},
 			{"job: half an attempt", attempt(`attempt_worker = NULL`), false},
@@ -389,6 +426,8 @@ func testDatabaseRejectsInvalidDomain(t *testing.T, f Factory) {
 				attempt_outcome = 'retried', attempt_finished_at = 1, attempt_retry_at = 9, attempt_error_class = 'transient'`), false},
 			{"job: queued after a retried attempt", attempt(`state = 'queued', lease_owner = NULL, lease_expires_at = NULL,
 				attempt_outcome = 'retried', attempt_finished_at = 1, attempt_retry_at = 9, attempt_error_class = 'retryable'`), true},
+			{"job: no attempt, with an error class", noAttempt("'retryable'"), false},
+			{"job: no attempt", noAttempt("NULL"), true},
 		})
 	}
 	runExecCases(t, e, []execCase{

@@ -462,7 +462,7 @@ lines AS (
 	FROM pg_catalog.pg_trigger g JOIN pg_catalog.pg_class c ON c.oid = g.tgrelid
 	WHERE c.relnamespace = (SELECT oid FROM s) AND NOT g.tgisinternal
 	UNION ALL
-	SELECT 'fn ' || p.proname || '(' || pg_catalog.pg_get_function_identity_arguments(p.oid) || ') ' || md5(p.prosrc)
+	SELECT 'fn ' || p.proname || '(' || replace(pg_catalog.pg_get_function_identity_arguments(p.oid), quote_ident($1) || '.', '') || ') ' || md5(p.prosrc)
 	FROM pg_catalog.pg_proc p WHERE p.pronamespace = (SELECT oid FROM s)
 	UNION ALL
 	SELECT 'type ' || t.typname || ' ' || t.typtype::text
