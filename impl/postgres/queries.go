@@ -162,6 +162,17 @@ var (
 	claimOutboxTenant = claimOutboxStatement(true)
 )
 
+// admittedRunColumns are the columns an admission writes of its run's
+// runs row: the run and its idempotency record.
+const admittedRunColumns = `tenant, run_id, operation, payload, fingerprint, max_attempts, created_at, deadline_at,
+	replay_of, replay_depth, idempotency_key, idempotency_expires_at`
+
+// queuedJobColumns are the columns an admission or a replay writes of its
+// run's job row: the job queued, and its run queued at version 1 with its
+// run_queued event (seq 1).
+const queuedJobColumns = `tenant, run_id, operation, state, available_at, lease_generation, attempts, max_attempts,
+	run_state, run_version, run_last_seq`
+
 // runEnds makes the job row's run terminal: its state, its version, and its
 // terminal event (the next sequence, at @now, with @payload).
 const runEnds = `run_state = @run_state, run_version = run_version + 1, run_last_seq = run_last_seq + 1,
@@ -346,8 +357,7 @@ const (
 		ON CONFLICT DO NOTHING
 		RETURNING *
 	), j AS (
-		INSERT INTO jobs (tenant, run_id, operation, state, available_at, lease_generation, attempts, max_attempts,
-			run_state, run_version, run_last_seq)
+		INSERT INTO jobs (` + queuedJobColumns + `)
 		SELECT tenant, run_id, operation, 'queued', @available_at, @generation, 0, max_attempts, 'queued', 1, 1 FROM r
 		RETURNING *
 	)
@@ -606,15 +616,13 @@ const (
 	// statement (raced: ON CONFLICT names the run's key only), and CreateRun
 	// runs again.
 	insertAdmission = `WITH r AS (
-		INSERT INTO runs (tenant, run_id, operation, payload, fingerprint, max_attempts, created_at, deadline_at,
-			replay_of, replay_depth, idempotency_key, idempotency_expires_at)
+		INSERT INTO runs (` + admittedRunColumns + `)
 		VALUES (@tenant, @run_id, @operation, @payload, @fingerprint, @max_attempts, @now, @deadline_at, NULL, 0,
 			@key, @expires_at)
 		ON CONFLICT (tenant, run_id) DO NOTHING
 		RETURNING *
 	), j AS (
-		INSERT INTO jobs (tenant, run_id, operation, state, available_at, lease_generation, attempts, max_attempts,
-			run_state, run_version, run_last_seq)
+		INSERT INTO jobs (` + queuedJobColumns + `)
 		SELECT tenant, run_id, operation, 'queued', @available_at, 0, 0, max_attempts, 'queued', 1, 1 FROM r
 		RETURNING *
 	)
@@ -640,15 +648,13 @@ const (
 			AND NOT EXISTS (SELECT FROM runs WHERE tenant = @tenant AND operation = @operation AND idempotency_key = @key)
 			AND NOT EXISTS (SELECT FROM runs WHERE tenant = @tenant AND run_id = @run_id)
 	), r AS (
-		INSERT INTO runs (tenant, run_id, operation, payload, fingerprint, max_attempts, created_at, deadline_at,
-			replay_of, replay_depth, idempotency_key, idempotency_expires_at)
+		INSERT INTO runs (` + admittedRunColumns + `)
 		SELECT @tenant, @run_id, @operation, @payload, @fingerprint, @max_attempts, c.now, c.now + @deadline_in, NULL, 0,
 			@key, c.now + @expires_in FROM c
 		ON CONFLICT DO NOTHING
 		RETURNING tenant, run_id, operation, max_attempts, created_at
 	), j AS (
-		INSERT INTO jobs (tenant, run_id, operation, state, available_at, lease_generation, attempts, max_attempts,
-			run_state, run_version, run_last_seq)
+		INSERT INTO jobs (` + queuedJobColumns + `)
 		SELECT tenant, run_id, operation, 'queued', created_at + @available_in, 0, 0, max_attempts, 'queued', 1, 1 FROM r
 		RETURNING tenant, run_id
 	)
@@ -669,14 +675,12 @@ const (
 			AS m(tenant, run_id, operation, payload, fingerprint, max_attempts, deadline_at, available_at,
 				idempotency_key, expires_at)
 	), r AS (
-		INSERT INTO runs (tenant, run_id, operation, payload, fingerprint, max_attempts, created_at, deadline_at,
-			replay_of, replay_depth, idempotency_key, idempotency_expires_at)
+		INSERT INTO runs (` + admittedRunColumns + `)
 		SELECT tenant, run_id, operation, payload, fingerprint, max_attempts, @now, deadline_at, NULL, 0,
 			idempotency_key, expires_at FROM m
 		RETURNING 1
 	), j AS (
-		INSERT INTO jobs (tenant, run_id, operation, state, available_at, lease_generation, attempts, max_attempts,
-			run_state, run_version, run_last_seq)
+		INSERT INTO jobs (` + queuedJobColumns + `)
 		SELECT tenant, run_id, operation, 'queued', available_at, 0, 0, max_attempts, 'queued', 1, 1 FROM m
 		RETURNING 1
 	)
