@@ -66,22 +66,18 @@ func (s *Store) admissionScope(tenant, operation, key string) string {
 }
 
 // Claim implements spec.Store in one round trip and the COMMIT: BEGIN, the
-// plan setting (genericPlans, see claimJobs), the claim statement, which
-// reads the clock itself, and the commit marker are sent as one pipelined
-// batch. No ordering lock to take first: the claim statement locks its rows
-// with SKIP LOCKED and never waits for one.
+// plan setting (genericPlans, see claimJobs), the database clock's reading
+// (setClaimNow), the claim statement and the commit marker are sent as one
+// pipelined batch. No ordering lock to take first: the claim statement
+// locks its rows with SKIP LOCKED and never waits for one.
 func (s *Store) Claim(ctx context.Context, req spec.ClaimRequest) (leases []spec.Lease, err error) {
 	if err := s.precheck(func(now int64) error { _, err := s.cfg.CheckClaim(req, now); return err }); err != nil {
 		return nil, err
 	}
-	// With the injected clock the time is known here; the statement reads
-	// the database clock when @now is NULL.
+	// The injected clock is read here; the database clock by setClaimNow.
 	var now *int64
 	if s.clock != nil {
 		n := s.clock.Now()
-		if _, err := s.cfg.CheckClaim(req, n); err != nil {
-			return nil, err
-		}
 		now = &n
 	}
 	query := claimJobs
@@ -90,13 +86,22 @@ func (s *Store) Claim(ctx context.Context, req spec.ClaimRequest) (leases []spec
 	}
 	first := func(b *pgx.Batch) {
 		b.Queue(genericPlans)
+		if now == nil {
+			b.Queue(setClaimNow)
+		}
 		b.Queue(query, claimArgs(req, now))
 		b.Queue(markCommitQuery)
 	}
 	err = s.writePipelined(ctx, spec.OpClaim, first, func(t *txn, br pgx.BatchResults) error {
-		if _, err := br.Exec(); err != nil {
-			br.Close()
-			return err
+		settings := 1 // genericPlans
+		if now == nil {
+			settings++ // setClaimNow
+		}
+		for range settings {
+			if _, err := br.Exec(); err != nil {
+				br.Close()
+				return err
+			}
 		}
 		rows, err := br.Query()
 		if err != nil {
@@ -142,10 +147,9 @@ func (s *Store) Claim(ctx context.Context, req spec.ClaimRequest) (leases []spec
 			}
 			return err
 		}
-		leases = make([]spec.Lease, len(claimed))
-		for i, l := range claimed {
-			l.ExpiresAt = expiresAt
-			leases[i] = l
+		leases = append([]spec.Lease{}, claimed...)
+		for i := range leases {
+			leases[i].ExpiresAt = expiresAt
 		}
 		return t.readMark(br)
 	})

@@ -49,8 +49,8 @@ var (
 )
 
 // claimNow and claimExpiresAt are the claim's time and its leases' expiry:
-// the claim statement's reading of the clock (@now, or the database clock
-// when @now is NULL) and that plus @lease_ms, from its CTE "ok", which holds
+// @now, or when @now is NULL the database clock as setClaimNow read it, and
+// that plus @lease_ms, from the claim statement's CTE "ok", which holds
 // them only when the time is in [0, @latest] (@latest: the last time whose
 // expiry is a valid time, as spec.Deadline). Each is an InitPlan, evaluated
 // once per statement; when the time is out of range both are NULL, every
@@ -59,6 +59,13 @@ const (
 	claimNow       = `(SELECT now FROM ok)`
 	claimExpiresAt = `(SELECT expires_at FROM ok)`
 )
+
+// setClaimNow reads the database clock for the claim statement, which runs
+// next in the same transaction: read before the statement takes its
+// snapshot, the time is one that every job committed before it is visible
+// at, as it is when the clock is read in a round trip of its own. A
+// transaction-local setting carries it, so the two go in one round trip.
+const setClaimNow = `SELECT set_config('leasehold.claim_now', (` + clockMs + `)::text, true)`
 
 const jobColumns = `tenant, run_id, operation, state, available_at, lease_owner, lease_expires_at,
 	lease_generation, attempts, max_attempts, last_error_code`
@@ -179,7 +186,7 @@ const runEnds = `run_state = @run_state, run_version = run_version + 1, run_last
 	run_error_code = @error_code, run_result = @result, run_finished_at = @now, run_event_payload = @payload`
 
 // attemptEnds closes the job row's latest attempt, the lease's (a leased
-// job's latest attempt is its lease's and running: jobs_leased_attempt).
+// job's latest attempt is its lease's and running: jobs_row_valid).
 const attemptEnds = `attempt_outcome = @outcome, attempt_finished_at = @now, attempt_error_code = @error_code,
 	attempt_error_class = @error_class`
 
@@ -190,12 +197,12 @@ const attemptEnds = `attempt_outcome = @outcome, attempt_finished_at = @now, att
 // the job row, moves a queued run to running, files the job's previous
 // attempt (closed as expired if it was still running: its lease expired)
 // in attempts, and returns the leases in claim order, then one row with no
-// run id (its other columns zero) that holds the statement's time.
+// run id (its other columns empty or zero) that holds the claim's time.
 //
-// The time is read once, first (the CTE "clock"; see claimNow): the claim
-// waits for no lock, so no writer it must follow can commit between that
-// reading and its rows. Claim needs it even when nothing was claimed, to
-// refuse a time out of range as the model does; hence the time row.
+// The time is @now, or setClaimNow's reading of the database clock, taken
+// once (the CTE "clock"; see claimNow). Claim needs it even when nothing
+// was claimed, to refuse a time out of range as the model does; hence the
+// time row. A NULL time (neither given) claims nothing and returns NULL.
 //
 // Each branch takes up to @limit rows in its order with FOR NO KEY UPDATE
 // SKIP LOCKED; "picked" keeps the first @limit of their union by (eligible
@@ -234,7 +241,7 @@ func claimStatement(branches ...claimBranch) string {
 	}
 	var b strings.Builder
 	b.WriteString(`WITH clock AS MATERIALIZED (
-		SELECT COALESCE(@now::bigint, ` + clockMs + `) AS now
+		SELECT COALESCE(@now::bigint, current_setting('leasehold.claim_now', true)::bigint) AS now
 	), ok AS MATERIALIZED (
 		SELECT now, now + @lease_ms AS expires_at FROM clock WHERE now BETWEEN 0 AND @latest
 	), `)

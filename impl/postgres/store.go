@@ -67,8 +67,12 @@
 // inside the transaction, after the operation's ordering lock. With
 // Options.Clock nil the store uses the database clock: it runs
 // clockQuery (clock_timestamp(), in milliseconds) once, at the same point
-// inside the transaction. Production should use the database clock: every
-// lease expiry is then decided by the one server's clock and never by a
+// inside the transaction. Two operations read it elsewhere: Claim, which
+// takes no ordering lock, reads an injected clock before its transaction
+// and the database clock in the statement before its claim (setClaimNow);
+// a fresh CreateRun reads it inside its one statement, after the lock that
+// statement takes (insertFresh). Production should use the database clock:
+// every lease expiry is then decided by the one server's clock and never by a
 // worker's wall clock, so clock skew between workers cannot let two of them
 // believe they hold a job. Use an injected clock when a test or harness must
 // own time (crossing expiry boundaries without sleeping).

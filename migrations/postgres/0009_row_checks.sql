@@ -12,6 +12,11 @@
 -- CHECK fails only on false (a NULL passes, as it passed each constraint),
 -- so a row passes exactly when it passed every one. A row that breaks one
 -- is refused with check_violation, naming runs_row_valid or jobs_row_valid.
+--
+-- PostgreSQL does not see which columns a function reads: a later migration
+-- that drops or renames one must replace the function, and one that changes
+-- an invariant must drop and add the constraint (CREATE OR REPLACE checks no
+-- existing row). Writers need EXECUTE on both functions (PUBLIC's default).
 
 CREATE FUNCTION runs_row_valid(r runs) RETURNS boolean LANGUAGE plpgsql IMMUTABLE AS $$
 BEGIN
