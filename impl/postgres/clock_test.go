@@ -159,6 +159,8 @@ func TestClaimStatementTimeRange(t *testing.T) {
 		claimed int
 	}{
 		{"in range", t0, math.MaxInt64 - leaseMs, 1},
+		// No job is due before 0 (available_at >= 0): this case holds the
+		// time row to the time given, which Claim then refuses.
 		{"before 0", -1, math.MaxInt64 - leaseMs, 0},
 		{"past the latest", t0, t0 - 1, 0},
 	} {

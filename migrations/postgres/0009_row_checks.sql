@@ -1,13 +1,12 @@
 -- The row constraints of runs and jobs, each table's in one function.
 --
 -- PostgreSQL reads a table's CHECK constraints from their stored node trees
--- at every statement that writes the table, and compiles them then: for the
--- 20 of jobs and the 11 of runs that was 33 kB of node text per admission,
--- and 24 kB per claim and per batch of completions, more than the rows
--- themselves cost (bench/findings.md, "The row checks"). A plpgsql function
+-- at every statement that writes the table, and compiles them then: the 20
+-- of jobs and the 11 of runs at every admission, claim and batch of
+-- completions (the profile is in bench/findings.md §24). A plpgsql function
 -- is parsed once per connection; the statement's constraint is one call.
 --
--- The invariants are the same, word for word: runs_row_valid and
+-- The invariants are the same: runs_row_valid and
 -- jobs_row_valid return the conjunction of the dropped constraints, and a
 -- CHECK fails only on false (a NULL passes, as it passed each constraint),
 -- so a row passes exactly when it passed every one. A row that breaks one
