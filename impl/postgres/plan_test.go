@@ -142,8 +142,8 @@ func explain(t *testing.T, ctx context.Context, conn *pgx.Conn, query string, a 
 
 // TestPlansAtDepth loads a deep queue and checks, on the exact statements the
 // store runs and with its parameters, that claim (including expiry
-// reclaim), reap, admission's idempotency lookup, the fresh admission and
-// purge are index scans: no Seq Scan on any table, in the plan for these
+// reclaim), reap, admission's idempotency lookup and purge are index scans,
+// and that the fresh admission reads no table: no Seq Scan on any table, in the plan for these
 // parameters (run with EXPLAIN ANALYZE in a rolled-back transaction, and
 // logged) and in the generic plan a prepared statement may cache; and the
 // intended index used.
@@ -162,7 +162,7 @@ func TestPlansAtDepth(t *testing.T) {
 		name      string
 		query     string
 		args      pgx.NamedArgs
-		wantIndex string  // must appear in the plan
+		wantIndex string  // must appear in the plan; "": the plan reads no table at all
 		wantRows  float64 // rows the statement's top node returns
 		// indexRows, when set, bounds the rows the wantIndex scan reads: a
 		// branch that stops at the limit, rather than reading every match
@@ -184,7 +184,7 @@ func TestPlansAtDepth(t *testing.T) {
 		{"fresh admission", postgres.FreshSQL, pgx.NamedArgs{"scope": "fresh-scope", "now": depthNow, "latest": int64(math.MaxInt64 / 2),
 			"tenant": "acme", "run_id": "fresh-1", "operation": "work", "key": "fresh-key-1", "payload": "{}", "fingerprint": "f",
 			"max_attempts": 3, "deadline_in": 60_000, "expires_in": 86_400_000, "available_in": 0},
-			"runs_idempotency", 1, 0, false},
+			"", 1, 0, false}, // its inserts meet a taken key in their unique indexes
 		{"purge", postgres.PurgeSQL, pgx.NamedArgs{"now": depthNow, "limit": 100}, "runs_idempotency_expiry", 0, 0, false},
 		// The completed runs finished at 0 and their records have expired by
 		// 1+depthTotal: a purge of runs reads the first 100 in finishing order.
@@ -197,12 +197,15 @@ func TestPlansAtDepth(t *testing.T) {
 			if c.generic {
 				plan = genericAnalyze(t, ctx, conn, c.query, c.args)
 			}
-			var seq []string
+			var seq, scans []string
 			var buffers int64
 			usesIndex := false
 			plan.Plan.walk(func(n planNode) {
 				if n.NodeType == "Seq Scan" {
 					seq = append(seq, n.RelationName)
+				}
+				if n.RelationName != "" && strings.HasSuffix(n.NodeType, "Scan") {
+					scans = append(scans, n.NodeType+" on "+n.RelationName)
 				}
 				if n.IndexName == c.wantIndex {
 					usesIndex = true
@@ -219,7 +222,10 @@ func TestPlansAtDepth(t *testing.T) {
 			if len(seq) > 0 {
 				t.Errorf("plan has a Seq Scan on %v; want index scans only at depth\n%s", seq, text.String())
 			}
-			if !usesIndex {
+			switch {
+			case c.wantIndex == "" && len(scans) > 0:
+				t.Errorf("plan reads tables (%v); want none\n%s", scans, text.String())
+			case c.wantIndex != "" && !usesIndex:
 				t.Errorf("plan does not use index %s\n%s", c.wantIndex, text.String())
 			}
 			var genericSeq []string

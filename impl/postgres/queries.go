@@ -637,36 +637,35 @@ const (
 
 	// insertFresh is CreateRun's fresh admission (createFresh), one
 	// statement: it takes the scope's admission lock (as lockAdmission),
-	// then writes the run with its record, and its job, only where the
-	// statement's snapshot holds no record of the scope and no run of the
-	// run id, at the time read after the lock (@now, or the database
-	// clock), within [0, @latest]; ON CONFLICT DO NOTHING on every unique
-	// key, so that a record or run id a concurrent admission wrote since the
-	// snapshot (or is writing: the insert waits for it) writes nothing
-	// either. Its times are that time plus the request's offsets
-	// (NormalizeCreate at time 0). It returns the time and the commit marker
-	// (markCommitQuery's columns) once both rows are written, no row when
-	// nothing was.
+	// then writes the run with its record, and its job, at the time read
+	// after the lock (@now, or the database clock), within [0, @latest],
+	// unless a unique key of the run is taken: ON CONFLICT DO NOTHING on
+	// every one, which sees the latest committed rows and waits for a
+	// concurrent writer of one, so a record of the scope (live or expired)
+	// or a run of the run id writes nothing. A record or run deleted after
+	// the statement's snapshot was taken does not stop it: the run is then
+	// admitted after the deletion, as CreateRun admits it once the scope has
+	// no record and the run id is free. Its times are that time plus the
+	// request's offsets (NormalizeCreate at time 0). It returns the time
+	// and the commit marker (markCommitQuery's columns) when the run was
+	// written (its job always is: j inserts a job for each run r returns),
+	// no row when nothing was.
 	insertFresh = `WITH l AS MATERIALIZED (
 		SELECT count(pg_advisory_xact_lock(hashtextextended(@scope, 0))) AS held
 	), c AS (
 		SELECT t.now FROM l CROSS JOIN LATERAL (SELECT COALESCE(@now::bigint, ` + clockMs + `) AS now WHERE l.held = 1) AS t
 		WHERE t.now BETWEEN 0 AND @latest
-			AND NOT EXISTS (SELECT FROM runs WHERE tenant = @tenant AND operation = @operation AND idempotency_key = @key)
-			AND NOT EXISTS (SELECT FROM runs WHERE tenant = @tenant AND run_id = @run_id)
 	), r AS (
 		INSERT INTO runs (` + admittedRunColumns + `)
 		SELECT @tenant, @run_id, @operation, @payload, @fingerprint, @max_attempts, c.now, c.now + @deadline_in, NULL, 0,
 			@key, c.now + @expires_in FROM c
 		ON CONFLICT DO NOTHING
-		RETURNING tenant, run_id, operation, max_attempts, created_at
+		RETURNING tenant, run_id, operation, max_attempts, created_at, pg_current_xact_id() AS x
 	), j AS (
 		INSERT INTO jobs (` + queuedJobColumns + `)
 		SELECT tenant, run_id, operation, 'queued', created_at + @available_in, 0, 0, max_attempts, 'queued', 1, 1 FROM r
-		RETURNING tenant, run_id
 	)
-	SELECT r.created_at, x::text, pg_try_advisory_xact_lock(` + markLockClass + `, ` + markLockKey + `)
-	FROM r JOIN j ON j.tenant = r.tenant AND j.run_id = r.run_id, LATERAL (SELECT pg_current_xact_id() AS x) AS current`
+	SELECT created_at, x::text, pg_try_advisory_xact_lock(` + markLockClass + `, ` + markLockKey + `) FROM r`
 
 	// insertAdmissions is a bulk admission's write: every created member's
 	// run (with its idempotency record) and job, each table in one

@@ -26,11 +26,11 @@
 //     after the other: the second sees the first's record and returns the
 //     replay or idempotency_conflict. A request with no record and a free
 //     run id is written by one statement that takes the lock, then the
-//     clock (createFresh); it writes nothing where its snapshot, or a
-//     unique index, shows a record or the run id, and the request is then
-//     decided as above. A bulk admission first runs without
-//     those locks (a thousand of them, held to the commit, would fill the
-//     server's lock table); a write that then finds a row gone or a key
+//     clock (createFresh); it writes nothing where a unique index shows a
+//     record or the run id, and the request is then decided as above. A
+//     bulk admission first runs without those locks (a thousand of them,
+//     held to the commit, would fill the server's lock table); a write
+//     that then finds a row gone or a key
 //     taken rolls it back, and it runs again under the locks (admitAll), as
 //     does one that refuses a member already_exists (a refusal that rests
 //     on its scope having no record, which no write of the batch guards). A
