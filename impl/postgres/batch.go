@@ -147,11 +147,10 @@ func (s *Store) CompleteBatch(ctx context.Context, reqs []spec.CompleteRequest) 
 		if err != nil {
 			return err
 		}
-		// The write runs its generic plan (see queueLockJobs). The commit
-		// marker joins its round trip unless outbox messages are still to
-		// be written after it, planned for their arguments again.
+		// The write runs its generic plan (set by queueLockJobs). The
+		// commit marker joins its round trip unless outbox messages are
+		// still to be written after it, planned for their arguments.
 		var b pgx.Batch
-		b.Queue(genericPlans)
 		b.Queue(completeBatchSQL, a)
 		marks := !apply.outbox
 		if marks {
@@ -161,9 +160,6 @@ func (s *Store) CompleteBatch(ctx context.Context, reqs []spec.CompleteRequest) 
 		}
 		br = t.SendBatch(ctx, &b)
 		defer br.Close()
-		if _, err := br.Exec(); err != nil {
-			return err
-		}
 		rows, err := br.Query()
 		if err != nil {
 			return err
@@ -229,19 +225,19 @@ type lockedJob struct {
 // queueLockJobs queues, after the batch's BEGIN, the plan setting of the
 // statements after it, the lock of the job rows of keys (sorted, distinct)
 // in one statement, in (tenant, run_id) order, and, with the database clock
-// (dbClock), the clock: read after every lock is held. The lock is planned
-// for its arguments at every call (customPlans: a generic plan of it
-// made while jobs was small read the whole table as it grew;
-// TestBatchPlansAfterGrowth, bench/findings.md §9). The write, in the next
-// round trip, runs its generic plan (genericPlans: its rows are found by
-// ctid, a TID scan, and their runs by key, at any size); nothing else of
-// CompleteBatch does.
+// (dbClock), the clock: read after every lock is held. The lock and the
+// write, in the next round trip, run their generic plans (genericPlans):
+// the lock looks each key up by itself, the write finds its rows by ctid
+// (a TID scan) and their runs by key, so neither leaves the planner a join
+// to order from statistics that a growing queue outdates
+// (TestBatchPlansAfterGrowth, bench/findings.md §9); nothing else of
+// CompleteBatch is planned.
 func queueLockJobs(b *pgx.Batch, keys []jobKey, dbClock bool) {
 	tenants, runIDs := make([]string, len(keys)), make([]string, len(keys))
 	for i, k := range keys {
 		tenants[i], runIDs[i] = k.tenant, k.runID
 	}
-	b.Queue(customPlans)
+	b.Queue(genericPlans)
 	b.Queue(lockJobsSQL, args{"tenants": tenants, "run_ids": runIDs})
 	if dbClock {
 		b.Queue(clockQuery)
@@ -318,13 +314,15 @@ func (c *completeSet) args(now int64) (args, error) {
 		outcome: spec.AttemptCompleted}.args()), nil
 }
 
-// lockJobsSQL locks a batch's job rows. The ORDER BY is applied before the
-// row locks (LockRows sits above the sort), so every batch takes its locks
-// in the same global order.
-const lockJobsSQL = `SELECT ctid, ` + jobColumns + ` FROM jobs
-	WHERE (tenant, run_id) IN (SELECT * FROM unnest(@tenants::text[], @run_ids::text[]))
-	ORDER BY tenant, run_id
-	FOR NO KEY UPDATE`
+// lockJobsSQL locks a batch's job rows, one key at a time in the order
+// given (a function scan returns an array's elements in order, and each
+// lateral lookup takes its lock as it runs), so every batch, its keys
+// sorted, takes its locks in the same global order. OFFSET 0 keeps the
+// lookup from being flattened into a join: each is a primary-key lookup
+// whatever the statistics say.
+const lockJobsSQL = `SELECT x.* FROM unnest(@tenants::text[], @run_ids::text[]) AS m(tenant, run_id)
+	CROSS JOIN LATERAL (SELECT ctid, ` + jobColumns + ` FROM jobs WHERE tenant = m.tenant AND run_id = m.run_id
+		OFFSET 0 FOR NO KEY UPDATE) AS x`
 
 // member is the batch member a job row is, found by the row's ctid in
 // @members: [tenant, run id, owner, generation, result, event payload].
