@@ -63,7 +63,7 @@ type check struct {
 // announcer, migrations and plans. TestVerifyCoversStoreTests holds the list to the package's tests.
 var postgresTests = []string{
 	"TestClassifyCommit", "TestTypedBeforeCommit", "TestCommitFailedWithoutResolution", "TestArgsRefuseMissingParameter", "TestArgsRewriteAsPgx",
-	"TestClaimStatementShowsThePredicate", "TestDatabaseClock", "TestClockReadAfterTheLock", "TestClaimStatementTimeRange", "TestLockedRowIsSkippedNotWaitedFor",
+	"TestClaimStatementShowsThePredicate", "TestDatabaseClock", "TestClockReadAfterTheLock", "TestFreshAdmissionReadsTheClockAfterTheLock", "TestClaimStatementTimeRange", "TestLockedRowIsSkippedNotWaitedFor",
 	"TestClaimRolledBackAfterLocking", "TestTwoPoolsSplitTheQueue", "TestManyClaimersManyJobs", "TestConcurrentAdmission",
 	"TestPurgeWaitsForAnAbortedAdmission", "TestBackendKilledBeforeCommit", "TestCommitAnswerLost", "TestLockWaitCutShort",
 	"TestDeadlockIsUnavailable", "TestCompleteTx", "TestListenDeliversCommittedChanges", "TestAnnouncementsInCommitOrder", "TestChannelNames", "TestDisableNotify",

@@ -2,8 +2,10 @@ package postgres_test
 
 import (
 	"context"
+	"fmt"
 	"math"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 
@@ -205,5 +207,65 @@ func TestClaimStatementTimeRange(t *testing.T) {
 				t.Fatalf("the statement's time row is %v, want %d", at, c.now)
 			}
 		})
+	}
+}
+
+// TestFreshAdmissionReadsTheClockAfterTheLock: the fresh admission's one
+// statement (createFresh) takes its scope's admission lock before it reads
+// the database clock. Another session holds the lock while the admission
+// waits for it; the admission must be created at a time no earlier than a
+// reading of the server clock taken just before the lock was released.
+func TestFreshAdmissionReadsTheClockAfterTheLock(t *testing.T) {
+	ctx := context.Background()
+	dsn, schema := pgtest.Schema(t)
+	s := openOn(t, dsn, schema, postgres.Options{})
+	holder := pgtest.Conn(t, dsn, schema)
+	tx, err := holder.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback(ctx)
+	scope := "leasehold.admit/" + schema + "/acme/work/k-1" // admissionScope's
+	if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock(hashtextextended($1, 0))`, scope); err != nil {
+		t.Fatal(err)
+	}
+	type result struct {
+		res spec.CreateRunResult
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		res, err := s.CreateRun(ctx, spec.CreateRunRequest{Tenant: "acme", Operation: "work", IdempotencyKey: "k-1", RunID: "r1",
+			Payload: []byte(`{}`)})
+		done <- result{res, err}
+	}()
+	waitCtx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	waitForLockWait(t, waitCtx, s, func() string {
+		select {
+		case r := <-done:
+			return fmt.Sprintf("CreateRun returned while its scope's lock was held elsewhere: %+v, %v", r.res, r.err)
+		default:
+			return ""
+		}
+	})
+	time.Sleep(20 * time.Millisecond) // the clock moves on while the admission waits
+	var released int64
+	if err := tx.QueryRow(ctx, postgres.ClockSQL).Scan(&released); err != nil {
+		t.Fatal(err)
+	}
+	if err := tx.Rollback(ctx); err != nil {
+		t.Fatal(err)
+	}
+	r := <-done
+	if r.err != nil || r.res.Replayed {
+		t.Fatalf("CreateRun after waiting for its scope's lock: %+v, %v; want the run created", r.res, r.err)
+	}
+	if got := s.AdmissionStats().Fresh; got != 1 {
+		t.Fatalf("%d fresh admissions, want 1: the test must reach createFresh", got)
+	}
+	if r.res.Run.CreatedAt < released {
+		t.Fatalf("the admission waited for its scope's lock until after %d, but was created at %d: the clock was read before the lock",
+			released, r.res.Run.CreatedAt)
 	}
 }

@@ -650,15 +650,20 @@ const (
 	// and the commit marker (markCommitQuery's columns) when the run was
 	// written (its job always is: j inserts a job for each run r returns),
 	// no row when nothing was.
-	insertFresh = `WITH l AS MATERIALIZED (
-		SELECT count(pg_advisory_xact_lock(hashtextextended(@scope, 0))) AS held
-	), c AS (
-		SELECT t.now FROM l CROSS JOIN LATERAL (SELECT COALESCE(@now::bigint, ` + clockMs + `) AS now WHERE l.held = 1) AS t
-		WHERE t.now BETWEEN 0 AND @latest
-	), r AS (
+	//
+	// The lock comes before the clock because the clock is computed from
+	// the lock's row: subquery l's aggregate takes the lock, t reads the
+	// clock in its projection over l's one row, and PostgreSQL never
+	// flattens a subquery whose output is volatile (the clock), so t is one
+	// reading that the insert uses three times
+	// (TestFreshAdmissionReadsTheClockAfterTheLock).
+	insertFresh = `WITH r AS (
 		INSERT INTO runs (` + admittedRunColumns + `)
-		SELECT @tenant, @run_id, @operation, @payload, @fingerprint, @max_attempts, c.now, c.now + @deadline_in, NULL, 0,
-			@key, c.now + @expires_in FROM c
+		SELECT @tenant, @run_id, @operation, @payload, @fingerprint, @max_attempts, t.now, t.now + @deadline_in, NULL, 0,
+			@key, t.now + @expires_in
+		FROM (SELECT COALESCE(@now::bigint, ` + clockMs + `) AS now
+			FROM (SELECT count(pg_advisory_xact_lock(hashtextextended(@scope, 0))) AS held) AS l WHERE l.held = 1) AS t
+		WHERE t.now BETWEEN 0 AND @latest
 		ON CONFLICT DO NOTHING
 		RETURNING tenant, run_id, operation, max_attempts, created_at, pg_current_xact_id() AS x
 	), j AS (
