@@ -3,7 +3,6 @@ package postgres
 import (
 	"cmp"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"slices"
@@ -143,10 +142,7 @@ func (s *Store) CompleteBatch(ctx context.Context, reqs []spec.CompleteRequest) 
 		if len(apply.index) == 0 {
 			return nil
 		}
-		a, err := apply.args(now)
-		if err != nil {
-			return err
-		}
+		a := apply.args(now)
 		// The write runs its generic plan (set by queueLockJobs). The
 		// commit marker joins its round trip unless outbox messages are
 		// still to be written after it, planned for their arguments.
@@ -281,37 +277,37 @@ type withCtid struct {
 
 func (w withCtid) Scan(dest ...any) error { return w.row.Scan(append([]any{w.ctid}, dest...)...) }
 
-// completeSet is the members a batch completes: their rows' ctids, and
-// per ctid the member's lease, result and event payload (completeBatchSQL's
-// @members); index maps them back to request positions.
+// completeSet is the members a batch completes: their rows' ctids and, in
+// the same order, their leases, results and event payloads
+// (completeBatchSQL's arrays); index maps them back to request positions.
 type completeSet struct {
 	// outbox: some member has outbox messages to write.
-	outbox  bool
-	index   []int
-	keys    []jobKey
-	ctids   []pgtype.TID
-	members map[string][]any
+	outbox                    bool
+	index                     []int
+	keys                      []jobKey
+	ctids                     []pgtype.TID
+	owners, results, payloads []string
+	generations               []int64
 }
 
 func (c *completeSet) add(i int, ref spec.LeaseRef, result string, ctid pgtype.TID) {
 	c.index = append(c.index, i)
 	c.keys = append(c.keys, jobKey{ref.Tenant, ref.RunID})
 	c.ctids = append(c.ctids, ctid)
-	if c.members == nil {
-		c.members = map[string][]any{}
-	}
-	// The key is the ctid as PostgreSQL writes it (ctid::text).
-	key := fmt.Sprintf("(%d,%d)", ctid.BlockNumber, ctid.OffsetNumber)
-	c.members[key] = []any{ref.Tenant, ref.RunID, ref.Owner, ref.Generation, result, spec.CompletedPayload(ref.Generation)}
+	c.owners = append(c.owners, ref.Owner)
+	c.generations = append(c.generations, ref.Generation)
+	c.results = append(c.results, result)
+	c.payloads = append(c.payloads, spec.CompletedPayload(ref.Generation))
 }
 
-func (c *completeSet) args(now int64) (args, error) {
-	members, err := json.Marshal(c.members)
-	if err != nil {
-		return nil, err
+func (c *completeSet) args(now int64) args {
+	tenants, runIDs := make([]string, len(c.keys)), make([]string, len(c.keys))
+	for i, k := range c.keys {
+		tenants[i], runIDs[i] = k.tenant, k.runID
 	}
-	return args{"ctids": c.ctids, "members": string(members), "now": now}.with(terminal{run: spec.RunCompleted,
-		outcome: spec.AttemptCompleted}.args()), nil
+	return args{"ctids": c.ctids, "tenants": tenants, "run_ids": runIDs, "owners": c.owners,
+		"generations": c.generations, "results": c.results, "payloads": c.payloads, "now": now}.with(terminal{
+		run: spec.RunCompleted, outcome: spec.AttemptCompleted}.args())
 }
 
 // lockJobsSQL locks a batch's job rows, one key at a time in the order
@@ -324,32 +320,36 @@ const lockJobsSQL = `SELECT x.* FROM unnest(@tenants::text[], @run_ids::text[]) 
 	CROSS JOIN LATERAL (SELECT ctid, ` + jobColumns + ` FROM jobs WHERE tenant = m.tenant AND run_id = m.run_id
 		OFFSET 0 FOR NO KEY UPDATE) AS x`
 
-// member is the batch member a job row is, found by the row's ctid in
-// @members: [tenant, run id, owner, generation, result, event payload].
-const member = `(@members::jsonb -> ctid::text)`
+// memberGuard is leaseGuard with the member's lease (m, completeBatchSQL's
+// row of arrays) in place of the one lease's parameters: the same
+// predicate, per member.
+var memberGuard = strings.NewReplacer("@tenant", "m.m_tenant", "@run_id", "m.m_run_id", "@owner", "m.m_owner",
+	"@generation", "m.m_generation").Replace(leaseGuard)
 
-// memberGuard is leaseGuard with the member's lease in place of the one
-// lease's parameters: the same predicate, per member.
-var memberGuard = strings.NewReplacer("@tenant", "("+member+" ->> 0)", "@run_id", "("+member+" ->> 1)",
-	"@owner", "("+member+" ->> 2)", "@generation", "("+member+" ->> 3)::bigint").Replace(leaseGuard)
-
-// memberRunEnds is runEnds with the member's result and event payload.
-var memberRunEnds = strings.NewReplacer("@result", "nullif("+member+" ->> 4, '')", "@payload", "("+member+" ->> 5)").Replace(runEnds)
+// memberRunEnds is runEnds with the member's result (” for none) and
+// event payload.
+var memberRunEnds = strings.NewReplacer("@result", "nullif(m.m_result, '')", "@payload", "m.m_payload").Replace(runEnds)
 
 // completeBatchSQL is Complete's write for every member at once: each job
 // row (under memberGuard) with its run, its run_completed event and its
 // attempt, as finishJob writes them. It returns the completed runs.
 //
-// The members' rows are found by the ctids lockJobs returned (a TID scan),
-// each member's values by its row's ctid: one table, no join for the
-// planner to order. A join of the members to jobs was ordered from the
-// statistics, which describe the job states of the last ANALYZE, and a
-// queue's states change faster than that: analyzed while every job was
-// queued, the planner expected one leased job, scanned jobs and compared
-// every leased job with every member (bench/findings.md §9).
+// The members' rows are found by the ctids lockJobs returned: the
+// restriction ctid = ANY (@ctids) leaves no plan but TID lookups for jobs
+// (the plan test holds it to that from empty tables on), and each row is
+// paired with its member's row of the arrays by ctid. Without the
+// restriction the pairing alone was a join the planner could make by
+// reading jobs whole, and its generic plan did once the table grew
+// (TestBatchPlansAfterGrowth). A join of the members to jobs by key was
+// ordered from the statistics, which describe the job states of the last
+// ANALYZE, and a queue's states change faster than that: analyzed while
+// every job was queued, the planner expected one leased job, scanned jobs
+// and compared every leased job with every member (bench/findings.md §9).
 var completeBatchSQL = returningRun(`UPDATE jobs SET state = 'completed', lease_owner = NULL, lease_expires_at = NULL,
 	` + memberRunEnds + `, ` + attemptEnds + `
-	WHERE ctid = ANY (@ctids::tid[]) AND ` + memberGuard)
+	FROM unnest(@ctids::tid[], @tenants::text[], @run_ids::text[], @owners::text[], @generations::bigint[],
+		@results::text[], @payloads::text[]) AS m(m_ctid, m_tenant, m_run_id, m_owner, m_generation, m_result, m_payload)
+	WHERE jobs.ctid = ANY (@ctids::tid[]) AND jobs.ctid = m.m_ctid AND ` + memberGuard)
 
 // mutantCompleteBatch is the per-member batch (Complete's statements, so
 // mutant.CompleteIgnoresGeneration applies to it as to Complete).
