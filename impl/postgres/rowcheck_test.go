@@ -127,15 +127,17 @@ func TestJobCheckMatchesMigration9(t *testing.T) {
 	branchOf := "CASE"
 	for _, b := range jobBranches {
 		r := map[string]any{"tenant": "t", "run_id": "r", "operation": "work", "state": b.state, "run_state": b.runState}
+		outcome := "NULL"
 		if b.outcome != "" {
 			r["attempt_outcome"] = b.outcome
+			outcome = "'" + b.outcome + "'"
 		}
 		for col, v := range b.valid {
 			r[col] = v
 		}
 		exec("valid row", `INSERT INTO base VALUES ($1, $2)`, b.name, r)
 		branchOf += fmt.Sprintf(` WHEN (j).state = '%s' AND (j).run_state = '%s' AND (j).attempt_outcome IS NOT DISTINCT FROM %s THEN '%s'`,
-			b.state, b.runState, map[bool]string{true: "NULL", false: "'" + b.outcome + "'"}[b.outcome == ""], b.name)
+			b.state, b.runState, outcome, b.name)
 	}
 	branchOf += " ELSE 'other' END"
 	exec("rows", `CREATE TEMP TABLE judged AS
