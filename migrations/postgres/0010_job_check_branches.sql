@@ -24,8 +24,8 @@
 --     only where a NULL test is) or is implied by one that stays
 --     (attempts >= 1 over attempts >= 0).
 -- TestJobCheckMatchesMigration9 holds the function to migration 9's on
--- rows drawn for each branch, and shows that taking out any rule of a
--- branch makes them differ.
+-- every row one or two columns away from a valid row of each branch, and
+-- shows that taking out any rule of a branch makes them differ.
 -- The constraint is unchanged: CREATE OR REPLACE keeps it, and since the
 -- rows it accepts are the same, no stored row needs checking again.
 
