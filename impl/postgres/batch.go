@@ -326,8 +326,8 @@ const lockJobsSQL = `SELECT x.* FROM unnest(@tenants::text[], @run_ids::text[]) 
 var memberGuard = strings.NewReplacer("@tenant", "m.m_tenant", "@run_id", "m.m_run_id", "@owner", "m.m_owner",
 	"@generation", "m.m_generation").Replace(leaseGuard)
 
-// memberRunEnds is runEnds with the member's result (” for none) and
-// event payload.
+// memberRunEnds is runEnds with the member's result (an empty string for
+// none) and event payload.
 var memberRunEnds = strings.NewReplacer("@result", "nullif(m.m_result, '')", "@payload", "m.m_payload").Replace(runEnds)
 
 // completeBatchSQL is Complete's write for every member at once: each job

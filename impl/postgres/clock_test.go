@@ -225,7 +225,7 @@ func TestFreshAdmissionReadsTheClockAfterTheLock(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer tx.Rollback(ctx)
-	scope := "leasehold.admit/" + schema + "/acme/work/k-1" // admissionScope's
+	scope := postgres.AdmissionScope(s, "acme", "work", "k-1")
 	if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock(hashtextextended($1, 0))`, scope); err != nil {
 		t.Fatal(err)
 	}

@@ -46,6 +46,12 @@ func SetMaxAnnounceBatch(n int) (restore func()) {
 	return func() { maxAnnounceBatch = old }
 }
 
+// AdmissionScope is the admission lock's scope of (tenant, operation, key)
+// in s (admissionScope), for a test that takes that lock itself.
+func AdmissionScope(s *Store, tenant, operation, key string) string {
+	return s.admissionScope(tenant, operation, key)
+}
+
 // LockedCreateRun makes s's CreateRun skip the fresh admission
 // (createFresh) and decide every call under its scope's admission lock, so
 // that a test reaches that path with a request that would be admitted

@@ -143,10 +143,10 @@ func explain(t *testing.T, ctx context.Context, conn *pgx.Conn, query string, a 
 // TestPlansAtDepth loads a deep queue and checks, on the exact statements the
 // store runs and with its parameters, that claim (including expiry
 // reclaim), reap, admission's idempotency lookup and purge are index scans,
-// and that the fresh admission reads no table: no Seq Scan on any table, in the plan for these
-// parameters (run with EXPLAIN ANALYZE in a rolled-back transaction, and
-// logged) and in the generic plan a prepared statement may cache; and the
-// intended index used.
+// and that the fresh admission reads no table: no Seq Scan on any table, in
+// the plan for these parameters (run with EXPLAIN ANALYZE in a rolled-back
+// transaction, and logged) and in the generic plan a prepared statement may
+// cache; and the intended index used.
 func TestPlansAtDepth(t *testing.T) {
 	ctx := context.Background()
 	dsn, schema := pgtest.Schema(t)
@@ -508,13 +508,10 @@ func batchPlansAfterGrowth(t *testing.T, analyzed bool) {
 	// The claim and the batch's lock and write run their generic plans
 	// (they leave the planner nothing to order, so the page bounds above
 	// hold for a plan made on any of the tables' sizes).
-	for _, c := range []struct {
-		name, like string
-		generic    bool
-	}{
-		{"the claim", "%branch0%", true},
-		{"CompleteBatch's write", "%ctid = ANY%", true},
-		{"CompleteBatch's lock", "%FOR NO KEY UPDATE) AS x", true},
+	for _, c := range []struct{ name, like string }{
+		{"the claim", "%branch0%"},
+		{"CompleteBatch's write", "%ctid = ANY%"},
+		{"CompleteBatch's lock", "%FOR NO KEY UPDATE) AS x"},
 	} {
 		var generic, custom int64
 		if err := s.Pool().QueryRow(ctx, `SELECT generic_plans, custom_plans FROM pg_prepared_statements
@@ -522,11 +519,8 @@ func batchPlansAfterGrowth(t *testing.T, analyzed bool) {
 			t.Fatalf("%s's prepared statement: %v", c.name, err)
 		}
 		t.Logf("%s ran %d generic and %d custom plans", c.name, generic, custom)
-		if c.generic && (custom != 0 || generic == 0) {
+		if custom != 0 || generic == 0 {
 			t.Errorf("%s ran %d generic and %d custom plans, want only its generic plan", c.name, generic, custom)
-		}
-		if !c.generic && (generic != 0 || custom == 0) {
-			t.Errorf("%s ran %d generic and %d custom plans, want only plans for its arguments", c.name, generic, custom)
 		}
 	}
 }
