@@ -41,6 +41,7 @@ import (
 	"time"
 
 	"github.com/leasehold/leasehold/spec"
+	"github.com/leasehold/leasehold/worker"
 )
 
 // partial names what a run left out, for the report's mode.
@@ -91,6 +92,11 @@ type Options struct {
 	// fetches up to MaxWorkers minus the jobs in flight; so does ours, capped
 	// here).
 	ClaimBatch int
+	// ClaimGather is how long a producer whose last claim was full waits
+	// for more slots to free before it claims again (worker.Config's
+	// ClaimGather; River's counterpart is FetchCooldown). Default
+	// worker.DefaultClaimGather; negative: never wait.
+	ClaimGather time.Duration
 	// Producers is the number of goroutines making batch claims (each
 	// claim is one transaction). The default, 1, is River's shape: one
 	// producer per queue.
@@ -166,6 +172,9 @@ func (o Options) Defaults() Options {
 	set(&o.Coalesce, 2, 2)
 	set(&o.ClaimBatch, 100, 100)
 	set(&o.Producers, 1, 1)
+	if o.ClaimGather == 0 {
+		o.ClaimGather = worker.DefaultClaimGather
+	}
 	set(&o.CompleteBatch, 1000, 1000)
 	set(&o.Completers, 1, 1)
 	set(&o.DepthSamples, 300, 2000)
@@ -258,7 +267,7 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 		StartedAt: start.UTC().Format(time.RFC3339),
 		Settings: Settings{N: o.N, InsertN: o.InsertN, SQLiteN: o.SQLiteN, BulkBatch: o.BulkBatch, Rounds: o.Rounds,
 			LatencySeconds: o.LatencySeconds, Workers: o.Workers, Conns: o.Conns, Coalesce: o.Coalesce, ClaimBatch: o.ClaimBatch,
-			Producers: o.Producers, CompleteBatch: o.CompleteBatch, Completers: o.Completers, Depths: o.Depths, DepthSamples: o.DepthSamples,
+			ClaimGatherMs: float64(max(o.ClaimGather, 0)) / float64(time.Millisecond), Producers: o.Producers, CompleteBatch: o.CompleteBatch, Completers: o.Completers, Depths: o.Depths, DepthSamples: o.DepthSamples,
 			LeaseMs: leaseMs},
 		LoadBefore: loadAverage(),
 	}

@@ -33,9 +33,11 @@ type drainMode struct {
 	key  string // stable id: JSON, profile file names
 	name string // for the report
 	// batchClaim: Producers goroutines each claim up to min(ClaimBatch,
-	// free slots) jobs per Claim and hand them to Workers handler goroutines
-	// (River's producer shape; River runs one producer per queue). Otherwise each of the Workers goroutines claims one
-	// job at a time (Limit 1) and handles it itself.
+	// free slots) jobs per Claim, after a full claim also the slots that
+	// free within ClaimGather (worker.Config's claim loop), and hand them to
+	// Workers handler goroutines (River's producer shape; River runs one
+	// producer per queue). Otherwise each of the Workers goroutines claims
+	// one job at a time (Limit 1) and handles it itself.
 	batchClaim bool
 	// batchComplete: handlers hand completions to Completers goroutines
 	// that send them with CompleteBatch, as many per call as have queued up
@@ -233,6 +235,7 @@ func drain(ctx context.Context, store spec.Store, n int, o Options, m drainMode,
 		for p := range o.Producers {
 			name := "bench-producer" + strconv.Itoa(p)
 			producers.Go(func() {
+				full := false // the last claim got every job it asked for
 				for claimed.Load() < int64(n) && ctx.Err() == nil {
 					select {
 					case slots <- struct{}{}:
@@ -240,6 +243,21 @@ func drain(ctx context.Context, store spec.Store, n int, o Options, m drainMode,
 						return
 					}
 					free := 1
+					if full && o.ClaimGather > 0 {
+						t := time.NewTimer(o.ClaimGather)
+					gather:
+						for free < o.ClaimBatch {
+							select {
+							case slots <- struct{}{}:
+								free++
+							case <-t.C:
+								break gather
+							case <-ctx.Done():
+								break gather
+							}
+						}
+						t.Stop()
+					}
 				more:
 					for free < o.ClaimBatch {
 						select {
@@ -250,6 +268,7 @@ func drain(ctx context.Context, store spec.Store, n int, o Options, m drainMode,
 						}
 					}
 					ls := claim(name, free)
+					full = len(ls) == free
 					for range free - len(ls) {
 						<-slots
 					}

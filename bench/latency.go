@@ -159,7 +159,7 @@ func steadyLeasehold(ctx context.Context, store spec.Store, n int, rate float64,
 			tl.Mark(tl.Start, index(j.RunID))
 			return nil, nil
 		}),
-		Lease: leaseMs * time.Millisecond, Concurrency: o.Workers, ClaimBatch: o.ClaimBatch,
+		Lease: leaseMs * time.Millisecond, Concurrency: o.Workers, ClaimBatch: o.ClaimBatch, ClaimGather: o.ClaimGather,
 		Batch: worker.BatchPolicy{Size: o.CompleteBatch}, Maintenance: worker.MaintenancePolicy{Off: true},
 		OnResult: func(r worker.Result) {
 			if r.Outcome != worker.OutcomeCompleted {

@@ -76,6 +76,7 @@ type Settings struct {
 	Conns          int     `json:"conns"`
 	Coalesce       int     `json:"coalesce"`
 	ClaimBatch     int     `json:"claim_batch"`
+	ClaimGatherMs  float64 `json:"claim_gather_ms"`
 	Producers      int     `json:"producers"`
 	CompleteBatch  int     `json:"complete_batch"`
 	Completers     int     `json:"completers"`
@@ -585,7 +586,7 @@ func (r *Report) Markdown(w io.Writer) {
 	s := r.Settings
 	p("- %d alternating rounds; N = %d jobs per PostgreSQL drain, %d per SQLite (and etcd) drain, %d per admission run; bulk batches of %d\n", s.Rounds, s.N, s.SQLiteN, s.InsertN, s.BulkBatch)
 	p("- W = %d handler goroutines (leasehold workers, River MaxWorkers); C = %d connections per client (leasehold's pool, River's pool, the ceiling loop)\n", s.Workers, s.Conns)
-	p("- batch claim: %d producer goroutines each claim up to min(%d, free handler slots) per Claim; batched completion: %d goroutines each send what has queued up, up to %d per CompleteBatch\n", s.Producers, s.ClaimBatch, s.Completers, s.CompleteBatch)
+	p("- batch claim: %d producer goroutines each claim up to min(%d, free handler slots) per Claim, after a full claim waiting up to %g ms for more slots to free (worker.Config.ClaimGather); batched completion: %d goroutines each send what has queued up, up to %d per CompleteBatch\n", s.Producers, s.ClaimBatch, s.ClaimGatherMs, s.Completers, s.CompleteBatch)
 	p("- depths %v, %d timed claims per phase (fewer where the phase holds fewer expired leases); lease %d ms; leasehold on the database clock (production mode), fencing on\n", s.Depths, s.DepthSamples, s.LeaseMs)
 	for _, peer := range []struct {
 		name string

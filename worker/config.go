@@ -58,6 +58,15 @@ type Config struct {
 	// ClaimBatch bounds the jobs taken by one claim (ClaimRequest.Limit).
 	// Default Concurrency (and never more than the free slots).
 	ClaimBatch int
+	// ClaimGather is how long a claim round may wait for more free slots
+	// after a round that got every job it asked for (work is waiting): it
+	// takes the first free slot, then the slots that free within
+	// ClaimGather, up to ClaimBatch, and claims for all of them. Attempts
+	// that ended together free their slots a moment apart, and one claim of
+	// many jobs costs the store less than many claims of a few. After a
+	// round that got fewer jobs than it asked for, a round claims for the
+	// slots free at once. Default DefaultClaimGather; negative: never wait.
+	ClaimGather time.Duration
 	// ClaimTimeout bounds each claim; StoreTimeout bounds every other store
 	// call (renewals, publications, release). Defaults 5s and 10s.
 	ClaimTimeout time.Duration
@@ -197,6 +206,7 @@ type MaintenancePolicy struct {
 // Defaults.
 const (
 	DefaultLease            = 30 * time.Second
+	DefaultClaimGather      = time.Millisecond
 	DefaultClaimTimeout     = 5 * time.Second
 	DefaultStoreTimeout     = 10 * time.Second
 	DefaultIdle             = time.Second
@@ -251,6 +261,9 @@ func (c Config) withDefaults() (Config, error) {
 	}
 	if c.Concurrency < 1 || c.ClaimBatch < 1 || c.ClaimBatch > spec.MaxBatch {
 		return c, fmt.Errorf("worker: Concurrency %d and ClaimBatch %d must be >= 1 (ClaimBatch <= %d)", c.Concurrency, c.ClaimBatch, spec.MaxBatch)
+	}
+	if c.ClaimGather == 0 {
+		c.ClaimGather = DefaultClaimGather
 	}
 	if c.ClaimTimeout == 0 {
 		c.ClaimTimeout = DefaultClaimTimeout

@@ -9,10 +9,12 @@
 //
 //  1. Claim. The worker claims up to its free slots (Config.Concurrency,
 //     Config.ClaimBatch) from each of its tenants in turn, each claim under
-//     Config.ClaimTimeout. When a round finds less work than it had room for,
-//     the worker waits Config.Idle plus a random jitter; on a store that is
-//     a spec.Notifier (PostgreSQL's LISTEN/NOTIFY) a new run ends the wait
-//     early.
+//     Config.ClaimTimeout. After a round that got all it asked for, the
+//     next waits up to Config.ClaimGather for more slots to free, so that a
+//     backlog is claimed in large batches rather than one slot at a time.
+//     When a round finds less work than it had room for, the worker waits
+//     Config.Idle plus a random jitter; on a store that is a spec.Notifier
+//     (PostgreSQL's LISTEN/NOTIFY) a new run ends the wait early.
 //  2. Run. The handler runs in its own goroutine with a context that only
 //     the worker cancels. Every Config.RenewEvery (a third of the lease by
 //     default) the worker renews the lease.

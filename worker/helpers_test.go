@@ -136,8 +136,10 @@ func (e *env) create(id string, mod ...func(*spec.CreateRunRequest)) spec.Run {
 func (e *env) config(id string, store spec.Store, h worker.HandlerFunc) worker.Config {
 	// NoNotify: a notification would end an idle wait at a moment the
 	// test does not choose; the notification tests turn it back on.
+	// ClaimGather off: a round that gathers slots waits for a timer only
+	// the test moves; TestClaimGathersFreedSlots turns it back on.
 	return worker.Config{Store: store, Tenants: []string{"acme"}, Handler: h, ID: id, Lease: 30 * time.Second,
-		Timers: e.wc, Random: zeroRandom{}, NoNotify: true, OnResult: func(r worker.Result) { e.results <- r }}
+		Timers: e.wc, Random: zeroRandom{}, NoNotify: true, ClaimGather: -1, OnResult: func(r worker.Result) { e.results <- r }}
 }
 
 // running is a worker whose Run is in progress.

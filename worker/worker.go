@@ -154,12 +154,15 @@ func (w *Worker) Run(ctx context.Context) error {
 }
 
 // claimLoop claims while ctx lasts: it takes every free slot (at least one,
-// waiting for it), claims up to that many jobs, starts an attempt per lease
-// and, when it got fewer than it asked for, waits before the next round:
-// Idle after a round that found less work, a StoreRetry backoff (at most
-// Idle) after a round whose claims failed, as after a database restart.
+// waiting for it; after a round that got all it asked for, also the slots
+// that free within ClaimGather), claims up to that many jobs, starts an
+// attempt per lease and, when it got fewer than it asked for, waits before
+// the next round: Idle after a round that found less work, a StoreRetry
+// backoff (at most Idle) after a round whose claims failed, as after a
+// database restart.
 func (w *Worker) claimLoop(ctx context.Context) {
 	failures := 0
+	full := false // the last round got every job it asked for
 	for {
 		select {
 		case w.slots <- struct{}{}:
@@ -167,8 +170,17 @@ func (w *Worker) claimLoop(ctx context.Context) {
 			return
 		}
 		n := 1
+		if full && w.cfg.ClaimGather > 0 {
+			n = w.gather(ctx)
+		}
 		for n < w.cfg.ClaimBatch && w.tryAcquire() {
 			n++
+		}
+		if ctx.Err() != nil {
+			for range n {
+				<-w.slots
+			}
+			return
 		}
 		got, failed := w.claimRound(ctx, n)
 		for range n - got {
@@ -177,6 +189,7 @@ func (w *Worker) claimLoop(ctx context.Context) {
 		if ctx.Err() != nil {
 			return
 		}
+		full = got == n
 		if !failed {
 			failures = 0
 		}
@@ -189,6 +202,26 @@ func (w *Worker) claimLoop(ctx context.Context) {
 			w.idle(ctx, w.idleDelay())
 		}
 	}
+}
+
+// gather holds one slot already and takes the slots that free within
+// ClaimGather, up to ClaimBatch or until ctx ends; it returns how many it
+// holds.
+func (w *Worker) gather(ctx context.Context) int {
+	n := 1
+	t := w.cfg.Timers.NewTimer(ms(w.cfg.ClaimGather))
+	defer t.Stop()
+	for n < w.cfg.ClaimBatch {
+		select {
+		case w.slots <- struct{}{}:
+			n++
+		case <-t.C():
+			return n
+		case <-ctx.Done():
+			return n
+		}
+	}
+	return n
 }
 
 // tryAcquire takes a free slot if there is one.
