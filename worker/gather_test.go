@@ -2,7 +2,6 @@ package worker_test
 
 import (
 	"context"
-	"fmt"
 	"slices"
 	"sync"
 	"testing"
@@ -121,8 +120,8 @@ func TestClaimGathersFreedSlots(t *testing.T) {
 		for _, id := range []string{"r5", "r6", "r7"} {
 			finish(id)
 		}
-		if s := fmt.Sprint(e.job("r7").State); s != "completed" {
-			t.Fatalf("r7's job is %s, want completed", s)
+		if j := e.job("r7"); j.State != spec.JobCompleted {
+			t.Fatalf("r7's job is %s, want completed", j.State)
 		}
 	})
 }
