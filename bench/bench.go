@@ -175,6 +175,9 @@ func (o Options) Defaults() Options {
 	if o.ClaimGather == 0 {
 		o.ClaimGather = worker.DefaultClaimGather
 	}
+	if o.ClaimGather > 0 { // as the worker counts it: whole milliseconds, at least one
+		o.ClaimGather = max(o.ClaimGather.Truncate(time.Millisecond), time.Millisecond)
+	}
 	set(&o.CompleteBatch, 1000, 1000)
 	set(&o.Completers, 1, 1)
 	set(&o.DepthSamples, 300, 2000)

@@ -243,10 +243,10 @@ func drain(ctx context.Context, store spec.Store, n int, o Options, m drainMode,
 						return
 					}
 					free := 1
-					if full && o.ClaimGather > 0 {
+					if most := min(o.ClaimBatch, o.Workers); full && o.ClaimGather > 0 && free < most {
 						t := time.NewTimer(o.ClaimGather)
 					gather:
-						for free < o.ClaimBatch {
+						for free < most {
 							select {
 							case slots <- struct{}{}:
 								free++

@@ -53,7 +53,7 @@ func NewCommandLine(defaultReports string) *CommandLine {
 	fs.IntVar(&o.Conns, "conns", 0, "C: connections per client (default 16)")
 	fs.IntVar(&o.Coalesce, "coalesce", 0, "postgres.Options.CoalesceCreateRun of the coalesced admission run (default 2)")
 	fs.IntVar(&o.ClaimBatch, "claim-batch", 0, "most jobs per batch claim (default 100)")
-	fs.DurationVar(&o.ClaimGather, "claim-gather", 0, "after a full claim, how long a producer waits for more slots to free (default worker.DefaultClaimGather, 1ms; negative: never)")
+	fs.DurationVar(&o.ClaimGather, "claim-gather", 0, "after a full claim, how long a producer waits for more slots to free, in whole milliseconds as the worker counts it (default worker.DefaultClaimGather, 1ms; negative: never)")
 	fs.IntVar(&o.Producers, "producers", 0, "goroutines making batch claims (default 1, River's one producer per queue)")
 	fs.IntVar(&o.CompleteBatch, "complete-batch", 0, "most completions per CompleteBatch (default 1000)")
 	fs.IntVar(&o.Completers, "completers", 0, "goroutines sending batched completions (default 1, River's one batch completer)")

@@ -61,11 +61,12 @@ type Config struct {
 	// ClaimGather is how long a claim round may wait for more free slots
 	// after a round that got every job it asked for (work is waiting): it
 	// takes the first free slot, then the slots that free within
-	// ClaimGather, up to ClaimBatch, and claims for all of them. Attempts
-	// that ended together free their slots a moment apart, and one claim of
-	// many jobs costs the store less than many claims of a few. After a
-	// round that got fewer jobs than it asked for, a round claims for the
-	// slots free at once. Default DefaultClaimGather; negative: never wait.
+	// ClaimGather (counted in whole milliseconds, at least one), up to
+	// ClaimBatch and Concurrency, and claims for all of them. Attempts that
+	// ended together free their slots a moment apart, and one claim of many
+	// jobs costs the store less than many claims of a few. After a round
+	// that got fewer jobs than it asked for, a round claims for the slots
+	// free at once. Default DefaultClaimGather; negative: never wait.
 	ClaimGather time.Duration
 	// ClaimTimeout bounds each claim; StoreTimeout bounds every other store
 	// call (renewals, publications, release). Defaults 5s and 10s.

@@ -125,3 +125,43 @@ func TestClaimGathersFreedSlots(t *testing.T) {
 		}
 	})
 }
+
+// TestClaimGatherStopsAtConcurrency: with ClaimBatch above Concurrency, a
+// round that holds every slot claims at once instead of waiting out its
+// gather for slots that cannot exist.
+func TestClaimGatherStopsAtConcurrency(t *testing.T) {
+	eachStore(t, func(t *testing.T, b backend) {
+		e := newEnv(t, b)
+		for _, id := range []string{"r0", "r1", "r2", "r3"} {
+			e.create(id)
+		}
+		started := make(chan string, 4)
+		proceed := make(chan struct{})
+		store := &claimLimits{Store: e.storeFor(nil)}
+		cfg := e.config("w1", store, func(ctx context.Context, job *worker.Job) ([]byte, error) {
+			started <- job.RunID
+			if job.RunID == "r0" || job.RunID == "r1" {
+				<-proceed
+			}
+			return []byte(`{}`), nil
+		})
+		cfg.Concurrency, cfg.ClaimBatch, cfg.ClaimGather = 2, 5, 5*time.Millisecond
+		e.start(cfg)
+		got := []string{recv(e, "a handler start", started), recv(e, "a handler start", started)}
+		slices.Sort(got)
+		if !slices.Equal(got, []string{"r0", "r1"}) {
+			t.Fatalf("first handlers %v, want [r0 r1]", got)
+		}
+		close(proceed)
+		// The clock never moves: the round after the full one must claim
+		// as soon as it holds both slots.
+		got = []string{recv(e, "a handler start after both slots freed", started), recv(e, "a handler start after both slots freed", started)}
+		slices.Sort(got)
+		if !slices.Equal(got, []string{"r2", "r3"}) {
+			t.Fatalf("second handlers %v, want [r2 r3]", got)
+		}
+		if limits := store.get(); len(limits) < 2 || !slices.Equal(limits[:2], []int{2, 2}) {
+			t.Fatalf("claim limits %v, want [2 2] first", limits)
+		}
+	})
+}

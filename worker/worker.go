@@ -205,13 +205,16 @@ func (w *Worker) claimLoop(ctx context.Context) {
 }
 
 // gather holds one slot already and takes the slots that free within
-// ClaimGather, up to ClaimBatch or until ctx ends; it returns how many it
-// holds.
+// ClaimGather, up to ClaimBatch (and Concurrency: a round never holds more)
+// or until ctx ends; it returns how many it holds.
 func (w *Worker) gather(ctx context.Context) int {
-	n := 1
+	n, most := 1, min(w.cfg.ClaimBatch, cap(w.slots))
+	if n >= most {
+		return n
+	}
 	t := w.cfg.Timers.NewTimer(ms(w.cfg.ClaimGather))
 	defer t.Stop()
-	for n < w.cfg.ClaimBatch {
+	for n < most {
 		select {
 		case w.slots <- struct{}{}:
 			n++
