@@ -137,7 +137,7 @@ func (e *env) config(id string, store spec.Store, h worker.HandlerFunc) worker.C
 	// NoNotify: a notification would end an idle wait at a moment the
 	// test does not choose; the notification tests turn it back on.
 	// ClaimGather off: a round that gathers slots waits for a timer only
-	// the test moves; TestClaimGathersFreedSlots turns it back on.
+	// the test moves; the gather tests (gather_test.go) turn it back on.
 	return worker.Config{Store: store, Tenants: []string{"acme"}, Handler: h, ID: id, Lease: 30 * time.Second,
 		Timers: e.wc, Random: zeroRandom{}, NoNotify: true, ClaimGather: -1, OnResult: func(r worker.Result) { e.results <- r }}
 }
