@@ -79,6 +79,12 @@ type Options struct {
 	Rounds int
 	// LatencySeconds is how long each steady-rate latency run admits for.
 	LatencySeconds float64
+	// LatencyLoad is the arrival rate of the latency runs, the same for
+	// leasehold and the peer, as a fraction of the lower of the two
+	// systems' capacities (each its median drain rate or its median
+	// admission rate one per call, whichever is lower); in (0, 1], default
+	// DefaultLatencyLoad.
+	LatencyLoad float64
 	// Workers (W) is the handler concurrency: leasehold's worker goroutines
 	// and River's MaxWorkers.
 	Workers int
@@ -146,6 +152,10 @@ const (
 	DBPeer      = "river_bench"
 )
 
+// DefaultLatencyLoad is Options.LatencyLoad's default: a quarter of the
+// slower system's capacity.
+const DefaultLatencyLoad = 0.25
+
 // Defaults fills the zero fields of o for its mode.
 func (o Options) Defaults() Options {
 	set := func(p *int, quick, full int) {
@@ -166,6 +176,9 @@ func (o Options) Defaults() Options {
 		if o.Quick {
 			o.LatencySeconds = 2
 		}
+	}
+	if o.LatencyLoad == 0 {
+		o.LatencyLoad = DefaultLatencyLoad
 	}
 	set(&o.Workers, 100, 100)
 	set(&o.Conns, 16, 16)
@@ -269,7 +282,7 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 		Mode:      map[bool]string{true: "quick", false: "full"}[o.Quick] + partial(o),
 		StartedAt: start.UTC().Format(time.RFC3339),
 		Settings: Settings{N: o.N, InsertN: o.InsertN, SQLiteN: o.SQLiteN, BulkBatch: o.BulkBatch, Rounds: o.Rounds,
-			LatencySeconds: o.LatencySeconds, Workers: o.Workers, Conns: o.Conns, Coalesce: o.Coalesce, ClaimBatch: o.ClaimBatch,
+			LatencySeconds: o.LatencySeconds, LatencyLoad: o.LatencyLoad, Workers: o.Workers, Conns: o.Conns, Coalesce: o.Coalesce, ClaimBatch: o.ClaimBatch,
 			ClaimGatherMs: float64(max(o.ClaimGather, 0)) / float64(time.Millisecond), Producers: o.Producers, CompleteBatch: o.CompleteBatch, Completers: o.Completers, Depths: o.Depths, DepthSamples: o.DepthSamples,
 			LeaseMs: leaseMs},
 		LoadBefore: loadAverage(),

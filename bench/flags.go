@@ -49,6 +49,7 @@ func NewCommandLine(defaultReports string) *CommandLine {
 	fs.IntVar(&o.BulkBatch, "bulk-batch", 0, "requests per CreateRuns call and jobs per InsertMany call (default 1000, at most spec.MaxBatch)")
 	fs.IntVar(&o.Rounds, "rounds", 0, "alternating rounds (leasehold, River, …) each peer ratio is the median of (default: quick 3, full 5; at least 3)")
 	fs.Float64Var(&o.LatencySeconds, "latency-seconds", 0, "seconds of steady arrivals per latency round (default: quick 2, full 5)")
+	fs.Float64Var(&o.LatencyLoad, "latency-load", 0, "the latency runs' arrival rate, the same for both systems, as a fraction of the slower one's drain or admission rate one per call (default 0.25; at most 1)")
 	fs.IntVar(&o.Workers, "workers", 0, "W: handler goroutines (leasehold workers, River MaxWorkers) (default 100)")
 	fs.IntVar(&o.Conns, "conns", 0, "C: connections per client (default 16)")
 	fs.IntVar(&o.Coalesce, "coalesce", 0, "postgres.Options.CoalesceCreateRun of the coalesced admission run (default 2)")
@@ -100,6 +101,9 @@ func (c *CommandLine) Parse(args []string) error {
 	}
 	if c.Options.LatencySeconds < 0 {
 		return fmt.Errorf("--latency-seconds %v: want a positive duration", c.Options.LatencySeconds)
+	}
+	if l := c.Options.LatencyLoad; l < 0 || l > 1 {
+		return fmt.Errorf("--latency-load %v: want a fraction in (0, 1]", l)
 	}
 	c.Options.Depths = nil
 	if c.depths != "" {

@@ -209,29 +209,53 @@ func steadyLeasehold(ctx context.Context, store spec.Store, n int, rate float64,
 	return tl, err
 }
 
-// latencyRate is a system's arrival rate for the latency runs: half its
-// median drain rate, and at most half its median admission rate one per
-// call (an arrival rate its admission cannot sustain would measure the
-// admission's backlog, not the queue).
-func latencyRate(drains, inserts []float64) float64 {
+// latencyCapacity is what one system sustained in this run's throughput
+// phases: the lower of its median drain rate and its median admission rate
+// one per call (0 when its drain was not measured).
+func latencyCapacity(drains, inserts []float64) float64 {
 	d, a := summarize(drains).Median, summarize(inserts).Median
 	if d == 0 {
 		return 0
 	}
-	rate := d / 2
 	if a > 0 {
-		rate = min(rate, a/2)
+		return min(d, a)
 	}
-	return rate
+	return d
+}
+
+// latencyRate is the one arrival rate of every latency run, leasehold's
+// and the peer's: load times the lowest capacity above zero of those
+// given (0 when none is). One rate for both, so that their latencies are
+// measured under the same offered load. A fraction well below one, because
+// during a latency run the admission shares the machine with the workers,
+// and the host slows down: at half of what admission alone sustained, a
+// slower round measured the admission's backlog, hundreds of
+// milliseconds, instead of the queue (bench/findings.md §27).
+func latencyRate(load float64, capacities ...float64) float64 {
+	lowest := 0.0
+	for _, c := range capacities {
+		if c > 0 && (lowest == 0 || c < lowest) {
+			lowest = c
+		}
+	}
+	return load * lowest
 }
 
 // runLatency measures admit-to-start and admit-to-complete at a steady
 // arrival rate, leasehold then the peer, o.Rounds times.
 func runLatency(ctx context.Context, pg *server, dsn string, peer *peerPG, o Options, r *Report, logf func(string, ...any)) error {
-	lhRate := latencyRate(r.drainRates("leasehold", "postgres", bestPG), r.insertRates("leasehold", "postgres", methodOne))
-	peerRate := 0.0
+	lhCap := latencyCapacity(r.drainRates("leasehold", "postgres", bestPG), r.insertRates("leasehold", "postgres", methodOne))
+	peerCap := 0.0
 	if peer != nil {
-		peerRate = latencyRate(r.drainRates(r.PeerName, "postgres", "peer"), r.insertRates(r.PeerName, "postgres", methodOne))
+		peerCap = latencyCapacity(r.drainRates(r.PeerName, "postgres", "peer"), r.insertRates(r.PeerName, "postgres", methodOne))
+	}
+	rate := latencyRate(o.LatencyLoad, lhCap, peerCap)
+	lhRate, peerRate := 0.0, 0.0
+	if lhCap > 0 {
+		lhRate = rate
+	}
+	if peerCap > 0 {
+		peerRate = rate
 	}
 	jobs := func(rate float64) int { return max(100, int(rate*o.LatencySeconds)) }
 	for round := 1; round <= o.Rounds; round++ {

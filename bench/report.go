@@ -72,17 +72,36 @@ type Settings struct {
 	BulkBatch      int     `json:"bulk_batch"`
 	Rounds         int     `json:"rounds"`
 	LatencySeconds float64 `json:"latency_seconds"`
-	Workers        int     `json:"workers"`
-	Conns          int     `json:"conns"`
-	Coalesce       int     `json:"coalesce"`
-	ClaimBatch     int     `json:"claim_batch"`
-	ClaimGatherMs  float64 `json:"claim_gather_ms"`
-	Producers      int     `json:"producers"`
-	CompleteBatch  int     `json:"complete_batch"`
-	Completers     int     `json:"completers"`
-	Depths         []int   `json:"depths"`
-	DepthSamples   int     `json:"depth_samples"`
-	LeaseMs        int64   `json:"lease_ms"`
+	// LatencyLoad is Options.LatencyLoad; 0 in reports written before it
+	// existed, whose latency runs each ran at half the system's own rate.
+	LatencyLoad   float64 `json:"latency_load,omitempty"`
+	Workers       int     `json:"workers"`
+	Conns         int     `json:"conns"`
+	Coalesce      int     `json:"coalesce"`
+	ClaimBatch    int     `json:"claim_batch"`
+	ClaimGatherMs float64 `json:"claim_gather_ms"`
+	Producers     int     `json:"producers"`
+	CompleteBatch int     `json:"complete_batch"`
+	Completers    int     `json:"completers"`
+	Depths        []int   `json:"depths"`
+	DepthSamples  int     `json:"depth_samples"`
+	LeaseMs       int64   `json:"lease_ms"`
+}
+
+// latencyRule says how the latency runs' arrival rate was chosen.
+func (s Settings) latencyRule() string {
+	if s.LatencyLoad == 0 {
+		return "Each system's arrival rate is half its median drain rate, capped at half its median admission rate one per call (faster arrivals would measure the admission's backlog)."
+	}
+	return fmt.Sprintf("Both systems get the same arrival rate: %.0f %% of the lower of their capacities, each system's capacity being the lower of its median drain rate and its median admission rate one per call (--latency-load; the admission shares the machine with the workers during these runs, and faster arrivals measured the admission's backlog whenever the host slowed).", 100*s.LatencyLoad)
+}
+
+// latencyRateText is latencyRule in a few words, for the ratio table.
+func (s Settings) latencyRateText() string {
+	if s.LatencyLoad == 0 {
+		return "at half of each one's drain rate (capped by its admission)"
+	}
+	return fmt.Sprintf("at one arrival rate for both, %.0f %% of the slower one's capacity", 100*s.LatencyLoad)
 }
 
 // Ratio is one of the headline comparisons. Value is 0 when a side was not
@@ -336,7 +355,7 @@ func (r *Report) computeRatios() {
 		{"admit-to-complete p50", func(l LatencyResult) float64 { return l.CompleteP50Ms }},
 		{"admit-to-complete p99", func(l LatencyResult) float64 { return l.CompleteP99Ms }},
 	} {
-		rounds("leasehold / "+peer+" "+l.name+" (steady rate)", "ms / ms at half of each one's drain rate (capped by its admission), round by round",
+		rounds("leasehold / "+peer+" "+l.name+" (steady rate)", "ms / ms "+r.Settings.latencyRateText()+", round by round",
 			r.latencies("leasehold", l.f), r.latencies(r.PeerName, l.f), "lower", 0, peerNote)
 	}
 
@@ -558,7 +577,7 @@ func (r *Report) Markdown(w io.Writer) {
 	for _, l := range r.Latency {
 		p("| %s | %d | %.0f | %.0f | %d | %.2f | %.2f | %.2f | %.2f |\n", l.System, l.Round, l.RatePerSec, l.AchievedRate, l.Jobs, l.StartP50Ms, l.StartP99Ms, l.CompleteP50Ms, l.CompleteP99Ms)
 	}
-	p("\nEach system's arrival rate is half its median drain rate, capped at half its median admission rate one per call (faster arrivals would measure the admission's backlog). Jobs are admitted one per call, each when due (%.0f s per round); admit is just before the admission call, start the handler's entry, complete the acknowledgement of the completion (leasehold: the worker's OnResult after the batch committed; River: its JobCompleted event, sent after its completer committed). leasehold runs package worker with W slots, batch claims and batched completion, waking on NOTIFY; River its client with the settings below.\n", r.Settings.LatencySeconds)
+	p("\n%s Jobs are admitted one per call, each when due (%.0f s per round); admit is just before the admission call, start the handler's entry, complete the acknowledgement of the completion (leasehold: the worker's OnResult after the batch committed; River: its JobCompleted event, sent after its completer committed). leasehold runs package worker with W slots, batch claims and batched completion, waking on NOTIFY; River its client with the settings below.\n", r.Settings.latencyRule(), r.Settings.LatencySeconds)
 
 	p("\n## Ceiling: the database's own commit rate\n\n| when | method | commits/s | s | WAL B/commit | server CPU µs/commit |\n|---|---|---:|---:|---:|---:|\n")
 	for i, c := range r.Ceiling {

@@ -105,12 +105,27 @@ func TestLatencyRate(t *testing.T) {
 		drains, inserts []float64
 		want            float64
 	}{
-		{[]float64{1000, 3000, 2000}, []float64{10000, 10000, 10000}, 1000}, // half the drain
-		{[]float64{1000, 3000, 2000}, []float64{600, 800, 700}, 350},        // capped by admission
-		{nil, []float64{600}, 0},
+		{[]float64{1000, 3000, 2000}, []float64{10000, 10000, 10000}, 2000}, // the drain
+		{[]float64{1000, 3000, 2000}, []float64{600, 800, 700}, 700},        // the admission
+		{[]float64{1000, 3000, 2000}, nil, 2000},                            // no admission measured
+		{nil, []float64{600}, 0},                                            // no drain: not run
 	} {
-		if got := latencyRate(tc.drains, tc.inserts); got != tc.want {
-			t.Errorf("latencyRate(%v, %v) = %v, want %v", tc.drains, tc.inserts, got, tc.want)
+		if got := latencyCapacity(tc.drains, tc.inserts); got != tc.want {
+			t.Errorf("latencyCapacity(%v, %v) = %v, want %v", tc.drains, tc.inserts, got, tc.want)
+		}
+	}
+	for _, tc := range []struct {
+		load       float64
+		capacities []float64
+		want       float64
+	}{
+		{0.25, []float64{2000, 800}, 200}, // the slower system's
+		{0.25, []float64{800, 2000}, 200}, // whichever side it is on
+		{0.5, []float64{2000, 0}, 1000},   // a system not run does not count
+		{0.25, []float64{0, 0}, 0},        // none run
+	} {
+		if got := latencyRate(tc.load, tc.capacities...); got != tc.want {
+			t.Errorf("latencyRate(%v, %v) = %v, want %v", tc.load, tc.capacities, got, tc.want)
 		}
 	}
 }
