@@ -15,18 +15,20 @@ import (
 )
 
 // Timeline records, for each job 0..n-1 of a steady-rate run, when it was
-// admitted (just before its admission call was made), when its handler
-// started and when its completion was acknowledged (committed), in
-// nanoseconds since the timeline was made (monotonic clock). Marks may be
-// set from any goroutine; a mark of zero means it never happened.
+// admitted (just before its admission call was made), when that call
+// returned, when its handler started and when its completion was
+// acknowledged (committed), in nanoseconds since the timeline was made
+// (monotonic clock). Marks may be set from any goroutine; a mark of zero
+// means it never happened.
 type Timeline struct {
-	base                   time.Time
-	Admit, Start, Complete []int64
+	base                             time.Time
+	Admit, Admitted, Start, Complete []int64
 }
 
 // NewTimeline makes a timeline for n jobs.
 func NewTimeline(n int) *Timeline {
-	return &Timeline{base: time.Now(), Admit: make([]int64, n), Start: make([]int64, n), Complete: make([]int64, n)}
+	return &Timeline{base: time.Now(), Admit: make([]int64, n), Admitted: make([]int64, n), Start: make([]int64, n),
+		Complete: make([]int64, n)}
 }
 
 // Mark sets marks[i] to now; an index out of range is ignored (a job that
@@ -41,7 +43,8 @@ func (t *Timeline) Mark(marks []int64, i int) {
 // the start, and one of workers goroutines calls admit(i) once it is due
 // (or at once, if admission has fallen behind: the backlog then shows in
 // the latencies, it is not hidden). The admit mark is set just before the
-// call. The first error stops the run.
+// call, the admitted mark when it returned without an error. The first
+// error stops the run.
 func Pace(ctx context.Context, n int, rate float64, workers int, tl *Timeline, admit func(ctx context.Context, i int) error) error {
 	if rate <= 0 {
 		return fmt.Errorf("bench: arrival rate %v is not positive", rate)
@@ -72,6 +75,7 @@ func Pace(ctx context.Context, n int, rate float64, workers int, tl *Timeline, a
 					once.Do(func() { first = fmt.Errorf("admit job %d: %w", i, err); cancel() })
 					return
 				}
+				tl.Mark(tl.Admitted, i)
 			}
 		})
 	}
@@ -97,6 +101,11 @@ type LatencyResult struct {
 	StartP99Ms    float64 `json:"admit_to_start_p99_ms"`
 	CompleteP50Ms float64 `json:"admit_to_complete_p50_ms"`
 	CompleteP99Ms float64 `json:"admit_to_complete_p99_ms"`
+	// CallP50Ms and CallP99Ms are the admission call's own duration (admit
+	// to admitted): the part of the latencies that is the admission's, and
+	// its backlog when the arrival rate is more than admission sustains.
+	CallP50Ms float64 `json:"admission_call_p50_ms"`
+	CallP99Ms float64 `json:"admission_call_p99_ms"`
 	// StartQ and CompleteQ are the distributions at LatencyQuantiles, ms.
 	StartQ      []float64 `json:"admit_to_start_quantiles_ms"`
 	CompleteQ   []float64 `json:"admit_to_complete_quantiles_ms"`
@@ -104,17 +113,19 @@ type LatencyResult struct {
 }
 
 // summarizeTimeline turns a timeline into a LatencyResult; every job must
-// have all three marks.
+// have all four marks.
 func summarizeTimeline(tl *Timeline) (LatencyResult, error) {
 	n := len(tl.Admit)
+	call := make([]time.Duration, 0, n)
 	start := make([]time.Duration, 0, n)
 	done := make([]time.Duration, 0, n)
 	var first, last int64
 	for i := range n {
-		a, s, c := tl.Admit[i], tl.Start[i], tl.Complete[i]
-		if a == 0 || s == 0 || c == 0 {
-			return LatencyResult{}, fmt.Errorf("job %d lacks a mark (admit %d, start %d, complete %d)", i, a, s, c)
+		a, ad, s, c := tl.Admit[i], tl.Admitted[i], tl.Start[i], tl.Complete[i]
+		if a == 0 || ad == 0 || s == 0 || c == 0 {
+			return LatencyResult{}, fmt.Errorf("job %d lacks a mark (admit %d, admitted %d, start %d, complete %d)", i, a, ad, s, c)
 		}
+		call = append(call, time.Duration(ad-a))
 		start = append(start, time.Duration(s-a))
 		done = append(done, time.Duration(c-a))
 		if first == 0 || a < first {
@@ -122,6 +133,7 @@ func summarizeTimeline(tl *Timeline) (LatencyResult, error) {
 		}
 		last = max(last, a)
 	}
+	slices.Sort(call)
 	slices.Sort(start)
 	slices.Sort(done)
 	r := LatencyResult{Jobs: n}
@@ -131,6 +143,7 @@ func summarizeTimeline(tl *Timeline) (LatencyResult, error) {
 	}
 	r.StartP50Ms, r.StartP99Ms = quantile(start, 0.50), quantile(start, 0.99)
 	r.CompleteP50Ms, r.CompleteP99Ms = quantile(done, 0.50), quantile(done, 0.99)
+	r.CallP50Ms, r.CallP99Ms = quantile(call, 0.50), quantile(call, 0.99)
 	if last > first {
 		r.AchievedRate = float64(n-1) / time.Duration(last-first).Seconds()
 	}

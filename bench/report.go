@@ -88,6 +88,15 @@ type Settings struct {
 	LeaseMs       int64   `json:"lease_ms"`
 }
 
+// measuredMs is a duration in ms, or "—" for 0: a figure the report's run
+// did not record (the admission call's, before reports had it).
+func measuredMs(ms float64) string {
+	if ms == 0 {
+		return "—"
+	}
+	return fmt.Sprintf("%.2f", ms)
+}
+
 // latencyRule says how the latency runs' arrival rate was chosen.
 func (s Settings) latencyRule() string {
 	if s.LatencyLoad == 0 {
@@ -573,11 +582,12 @@ func (r *Report) Markdown(w io.Writer) {
 		r.Settings.InsertN, r.Settings.InsertN, r.Settings.BulkBatch)
 
 	p("\n## Latency at a steady arrival rate (PostgreSQL, notifications on)\n\n")
-	p("| system | round | arrival rate/s | achieved/s | jobs | admit→start p50 ms | p99 ms | admit→complete p50 ms | p99 ms |\n|---|---:|---:|---:|---:|---:|---:|---:|---:|\n")
+	p("| system | round | arrival rate/s | achieved/s | jobs | admission call p50 ms | p99 ms | admit→start p50 ms | p99 ms | admit→complete p50 ms | p99 ms |\n|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
 	for _, l := range r.Latency {
-		p("| %s | %d | %.0f | %.0f | %d | %.2f | %.2f | %.2f | %.2f |\n", l.System, l.Round, l.RatePerSec, l.AchievedRate, l.Jobs, l.StartP50Ms, l.StartP99Ms, l.CompleteP50Ms, l.CompleteP99Ms)
+		p("| %s | %d | %.0f | %.0f | %d | %s | %s | %.2f | %.2f | %.2f | %.2f |\n", l.System, l.Round, l.RatePerSec, l.AchievedRate, l.Jobs,
+			measuredMs(l.CallP50Ms), measuredMs(l.CallP99Ms), l.StartP50Ms, l.StartP99Ms, l.CompleteP50Ms, l.CompleteP99Ms)
 	}
-	p("\n%s Jobs are admitted one per call, each when due (%.0f s per round); admit is just before the admission call, start the handler's entry, complete the acknowledgement of the completion (leasehold: the worker's OnResult after the batch committed; River: its JobCompleted event, sent after its completer committed). leasehold runs package worker with W slots, batch claims and batched completion, waking on NOTIFY; River its client with the settings below.\n", r.Settings.latencyRule(), r.Settings.LatencySeconds)
+	p("\n%s Jobs are admitted one per call, each when due (%.0f s per round); admit is just before the admission call, admitted when the admission call returned (the admission call's own time, its backlog when arrivals outrun it), start the handler's entry, complete the acknowledgement of the completion (leasehold: the worker's OnResult after the batch committed; River: its JobCompleted event, sent after its completer committed). leasehold runs package worker with W slots, batch claims and batched completion, waking on NOTIFY; River its client with the settings below.\n", r.Settings.latencyRule(), r.Settings.LatencySeconds)
 
 	p("\n## Ceiling: the database's own commit rate\n\n| when | method | commits/s | s | WAL B/commit | server CPU µs/commit |\n|---|---|---:|---:|---:|---:|\n")
 	for i, c := range r.Ceiling {

@@ -80,16 +80,18 @@ func TestQuantile(t *testing.T) {
 	}
 }
 
-// TestSummarizeTimeline: latencies are complete minus admit and start
-// minus admit; a job without a mark is an error.
+// TestSummarizeTimeline: latencies are complete minus admit, start minus
+// admit and admitted minus admit; a job without a mark is an error.
 func TestSummarizeTimeline(t *testing.T) {
-	tl := &Timeline{Admit: []int64{1e6, 2e6, 3e6}, Start: []int64{3e6, 3e6, 4e6}, Complete: []int64{5e6, 12e6, 8e6}}
+	tl := &Timeline{Admit: []int64{1e6, 2e6, 3e6}, Admitted: []int64{1.5e6, 2.25e6, 3.75e6}, Start: []int64{3e6, 3e6, 4e6},
+		Complete: []int64{5e6, 12e6, 8e6}}
 	r, err := summarizeTimeline(tl)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if r.Jobs != 3 || r.StartP50Ms != 1 || r.StartP99Ms != 2 || r.CompleteP50Ms != 5 || r.CompleteP99Ms != 10 || r.AchievedRate != 1000 {
-		t.Errorf("summary %+v, want 3 jobs, start p50 1 p99 2, complete p50 5 p99 10, 1000/s", r)
+	if r.Jobs != 3 || r.StartP50Ms != 1 || r.StartP99Ms != 2 || r.CompleteP50Ms != 5 || r.CompleteP99Ms != 10 ||
+		r.CallP50Ms != 0.5 || r.CallP99Ms != 0.75 || r.AchievedRate != 1000 {
+		t.Errorf("summary %+v, want 3 jobs, start p50 1 p99 2, complete p50 5 p99 10, call p50 0.5 p99 0.75, 1000/s", r)
 	}
 	if len(r.StartQ) != len(LatencyQuantiles) || len(r.CompleteQ) != len(LatencyQuantiles) {
 		t.Errorf("quantile lists of %d and %d, want %d", len(r.StartQ), len(r.CompleteQ), len(LatencyQuantiles))
