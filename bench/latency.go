@@ -23,13 +23,27 @@ import (
 type Timeline struct {
 	base                             time.Time
 	Admit, Admitted, Start, Complete []int64
+	// Warmup is the number of leading jobs that warm the system up: they
+	// are admitted and worked like the rest, and must be marked like the
+	// rest, but the latencies are those of the jobs after them.
+	Warmup int
 }
 
-// NewTimeline makes a timeline for n jobs.
-func NewTimeline(n int) *Timeline {
-	return &Timeline{base: time.Now(), Admit: make([]int64, n), Admitted: make([]int64, n), Start: make([]int64, n),
-		Complete: make([]int64, n)}
+// NewTimeline makes a timeline for warmup jobs and n measured jobs after
+// them.
+func NewTimeline(warmup, n int) *Timeline {
+	m := warmup + n
+	return &Timeline{base: time.Now(), Admit: make([]int64, m), Admitted: make([]int64, m), Start: make([]int64, m),
+		Complete: make([]int64, m), Warmup: warmup}
 }
+
+// latencyWarmup is how long, at the run's arrival rate, a latency run's
+// warm-up jobs last. A freshly opened client's connections are cold: each
+// one's first statements are prepared, and the server loads the schema's
+// catalog entries and compiles its functions for each new backend. The
+// slowest admission calls of a run were its first few dozen
+// (bench/findings.md §27).
+const latencyWarmup = time.Second
 
 // Mark sets marks[i] to now; an index out of range is ignored (a job that
 // is not part of the run).
@@ -94,7 +108,8 @@ type LatencyResult struct {
 	System        string  `json:"system"`
 	Store         string  `json:"store"`
 	Round         int     `json:"round"`
-	Jobs          int     `json:"jobs"`
+	Jobs          int     `json:"jobs"` // measured, after WarmupJobs
+	WarmupJobs    int     `json:"warmup_jobs"`
 	RatePerSec    float64 `json:"arrival_rate_per_sec"`
 	AchievedRate  float64 `json:"achieved_admission_rate_per_sec"`
 	StartP50Ms    float64 `json:"admit_to_start_p50_ms"`
@@ -112,18 +127,25 @@ type LatencyResult struct {
 	NotMeasured string    `json:"not_measured,omitempty"`
 }
 
-// summarizeTimeline turns a timeline into a LatencyResult; every job must
-// have all four marks.
+// summarizeTimeline turns a timeline into a LatencyResult of the jobs
+// after its warm-up; every job, warm-up included, must have all four
+// marks.
 func summarizeTimeline(tl *Timeline) (LatencyResult, error) {
-	n := len(tl.Admit)
+	n := len(tl.Admit) - tl.Warmup
+	if n < 1 || tl.Warmup < 0 {
+		return LatencyResult{}, fmt.Errorf("a timeline of %d jobs with %d of warm-up measures none", len(tl.Admit), tl.Warmup)
+	}
 	call := make([]time.Duration, 0, n)
 	start := make([]time.Duration, 0, n)
 	done := make([]time.Duration, 0, n)
 	var first, last int64
-	for i := range n {
+	for i := range tl.Admit {
 		a, ad, s, c := tl.Admit[i], tl.Admitted[i], tl.Start[i], tl.Complete[i]
 		if a == 0 || ad == 0 || s == 0 || c == 0 {
 			return LatencyResult{}, fmt.Errorf("job %d lacks a mark (admit %d, admitted %d, start %d, complete %d)", i, a, ad, s, c)
+		}
+		if i < tl.Warmup {
+			continue
 		}
 		call = append(call, time.Duration(ad-a))
 		start = append(start, time.Duration(s-a))
@@ -136,7 +158,7 @@ func summarizeTimeline(tl *Timeline) (LatencyResult, error) {
 	slices.Sort(call)
 	slices.Sort(start)
 	slices.Sort(done)
-	r := LatencyResult{Jobs: n}
+	r := LatencyResult{Jobs: n, WarmupJobs: tl.Warmup}
 	for _, q := range LatencyQuantiles {
 		r.StartQ = append(r.StartQ, quantile(start, q))
 		r.CompleteQ = append(r.CompleteQ, quantile(done, q))
@@ -152,10 +174,12 @@ func summarizeTimeline(tl *Timeline) (LatencyResult, error) {
 
 // steadyLeasehold runs a leasehold worker (package worker: W slots, batch
 // claims, batched completion, notifications on since the store is a
-// spec.Notifier) against store, admits n runs with CreateRun at rate per
-// second and returns when every one has completed.
-func steadyLeasehold(ctx context.Context, store spec.Store, n int, rate float64, o Options) (*Timeline, error) {
-	tl := NewTimeline(n)
+// spec.Notifier) against store, admits warmup + n runs with CreateRun at
+// rate per second and returns when every one has completed; the timeline's
+// first warmup jobs are its warm-up.
+func steadyLeasehold(ctx context.Context, store spec.Store, warmup, n int, rate float64, o Options) (*Timeline, error) {
+	tl := NewTimeline(warmup, n)
+	n += warmup
 	var completed atomic.Int64
 	allDone := make(chan struct{})
 	index := func(runID string) int {
@@ -271,14 +295,14 @@ func runLatency(ctx context.Context, pg *server, dsn string, peer *peerPG, o Opt
 		peerRate = rate
 	}
 	jobs := func(rate float64) int { return max(100, int(rate*o.LatencySeconds)) }
+	warmup := func(rate float64) int { return max(100, int(rate*latencyWarmup.Seconds())) }
 	for round := 1; round <= o.Rounds; round++ {
 		if lhRate > 0 {
 			s, err := openPG(ctx, dsn, "bench_latency", o)
 			if err != nil {
 				return err
 			}
-			n := jobs(lhRate)
-			tl, err := steadyLeasehold(ctx, s, n, lhRate, o)
+			tl, err := steadyLeasehold(ctx, s, warmup(lhRate), jobs(lhRate), lhRate, o)
 			closePG(ctx, dsn, s)
 			if err != nil {
 				return fmt.Errorf("leasehold: %w", err)
@@ -302,8 +326,8 @@ func runLatency(ctx context.Context, pg *server, dsn string, peer *peerPG, o Opt
 		if err := sp.Open(ctx, peer.dsn, o.Conns); err != nil {
 			return err
 		}
-		n := jobs(peerRate)
-		tl := NewTimeline(n)
+		tl := NewTimeline(warmup(peerRate), jobs(peerRate))
+		n := len(tl.Admit)
 		err := sp.Reset(ctx)
 		if err == nil {
 			err = sp.Steady(ctx, n, o.Workers, peerRate, tl)

@@ -97,6 +97,15 @@ func measuredMs(ms float64) string {
 	return fmt.Sprintf("%.2f", ms)
 }
 
+// warmupText says how the latency runs warmed up ("" in reports written
+// before they did).
+func (r *Report) warmupText() string {
+	if len(r.Latency) == 0 || r.Latency[0].WarmupJobs == 0 {
+		return ""
+	}
+	return fmt.Sprintf(", after a warm-up of %g s whose jobs are worked but not counted: a fresh client's connections are cold", latencyWarmup.Seconds())
+}
+
 // unrecordedCalls says, when some latency run has no admission call
 // figures (a report written before they were recorded), what its "—" is.
 func (r *Report) unrecordedCalls() string {
@@ -598,7 +607,7 @@ func (r *Report) Markdown(w io.Writer) {
 		p("| %s | %d | %.0f | %.0f | %d | %s | %s | %.2f | %.2f | %.2f | %.2f |\n", l.System, l.Round, l.RatePerSec, l.AchievedRate, l.Jobs,
 			measuredMs(l.CallP50Ms), measuredMs(l.CallP99Ms), l.StartP50Ms, l.StartP99Ms, l.CompleteP50Ms, l.CompleteP99Ms)
 	}
-	p("\n%s Jobs are admitted one per call, each when due (%.0f s per round); admit is just before the admission call, admitted when the admission call returned (the admission call's own time, its backlog when arrivals outrun it), start the handler's entry, complete the acknowledgement of the completion (leasehold: the worker's OnResult after the batch committed; River: its JobCompleted event, sent after its completer committed). leasehold runs package worker with W slots, batch claims and batched completion, waking on NOTIFY; River its client with the settings below.%s\n", r.Settings.latencyRule(), r.Settings.LatencySeconds, r.unrecordedCalls())
+	p("\n%s Jobs are admitted one per call, each when due (%.0f s per round%s); admit is just before the admission call, admitted when the admission call returned (the admission call's own time, its backlog when arrivals outrun it), start the handler's entry, complete the acknowledgement of the completion (leasehold: the worker's OnResult after the batch committed; River: its JobCompleted event, sent after its completer committed). leasehold runs package worker with W slots, batch claims and batched completion, waking on NOTIFY; River its client with the settings below.%s\n", r.Settings.latencyRule(), r.Settings.LatencySeconds, r.warmupText(), r.unrecordedCalls())
 
 	p("\n## Ceiling: the database's own commit rate\n\n| when | method | commits/s | s | WAL B/commit | server CPU µs/commit |\n|---|---|---:|---:|---:|---:|\n")
 	for i, c := range r.Ceiling {

@@ -96,6 +96,17 @@ func TestSummarizeTimeline(t *testing.T) {
 	if len(r.StartQ) != len(LatencyQuantiles) || len(r.CompleteQ) != len(LatencyQuantiles) {
 		t.Errorf("quantile lists of %d and %d, want %d", len(r.StartQ), len(r.CompleteQ), len(LatencyQuantiles))
 	}
+	// A warm-up job is worked but not counted.
+	warm := &Timeline{Admit: []int64{1e6, 1e6, 2e6, 3e6}, Admitted: []int64{40e6, 1.5e6, 2.25e6, 3.75e6},
+		Start: []int64{50e6, 3e6, 3e6, 4e6}, Complete: []int64{90e6, 5e6, 12e6, 8e6}, Warmup: 1}
+	if w, err := summarizeTimeline(warm); err != nil || w.Jobs != 3 || w.WarmupJobs != 1 || w.StartP99Ms != r.StartP99Ms ||
+		w.CompleteP99Ms != r.CompleteP99Ms || w.CallP99Ms != r.CallP99Ms {
+		t.Errorf("with a slow warm-up job first: %+v, %v; want the figures above and 1 warm-up job", w, err)
+	}
+	warm.Complete[0] = 0
+	if _, err := summarizeTimeline(warm); err == nil || !strings.Contains(err.Error(), "job 0 lacks a mark") {
+		t.Errorf("a warm-up job never completed: err = %v, want job 0 lacks a mark", err)
+	}
 	tl.Complete[1] = 0
 	if _, err := summarizeTimeline(tl); err == nil || !strings.Contains(err.Error(), "job 1 lacks a mark") {
 		t.Errorf("a missing mark: err = %v, want job 1 lacks a mark", err)
