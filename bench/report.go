@@ -118,11 +118,16 @@ func (r *Report) unrecordedCalls() string {
 }
 
 // latencyRule says how the latency runs' arrival rate was chosen.
-func (s Settings) latencyRule() string {
+func (r *Report) latencyRule() string {
+	s := r.Settings
 	if s.LatencyLoad == 0 {
 		return "Each system's arrival rate is half its median drain rate, capped at half its median admission rate one per call (faster arrivals would measure the admission's backlog)."
 	}
-	return fmt.Sprintf("Both systems get the same arrival rate: %.0f %% of the lower of their capacities, each system's capacity being the lower of its median drain rate and its median admission rate one per call (--latency-load; the admission shares the machine with the workers during these runs, and faster arrivals measured the admission's backlog whenever the host slowed).", 100*s.LatencyLoad)
+	who := "Both systems get the same arrival rate: %.0f %% of the lower of their capacities, each system's capacity being"
+	if r.PeerName == "" {
+		who = "The arrival rate is %.0f %% of leasehold's capacity (the peer was not run),"
+	}
+	return fmt.Sprintf(who+" the lower of its median drain rate and its median admission rate one per call (--latency-load; the admission shares the machine with the workers during these runs, and faster arrivals measured the admission's backlog whenever the host slowed).", 100*s.LatencyLoad)
 }
 
 // latencyRateText is latencyRule in a few words, for the ratio table.
@@ -607,7 +612,7 @@ func (r *Report) Markdown(w io.Writer) {
 		p("| %s | %d | %.0f | %.0f | %d | %s | %s | %.2f | %.2f | %.2f | %.2f |\n", l.System, l.Round, l.RatePerSec, l.AchievedRate, l.Jobs,
 			measuredMs(l.CallP50Ms), measuredMs(l.CallP99Ms), l.StartP50Ms, l.StartP99Ms, l.CompleteP50Ms, l.CompleteP99Ms)
 	}
-	p("\n%s Jobs are admitted one per call, each when due (%.0f s per round%s); admit is just before the admission call, admitted when the admission call returned (the admission call's own time, its backlog when arrivals outrun it), start the handler's entry, complete the acknowledgement of the completion (leasehold: the worker's OnResult after the batch committed; River: its JobCompleted event, sent after its completer committed). leasehold runs package worker with W slots, batch claims and batched completion, waking on NOTIFY; River its client with the settings below.%s\n", r.Settings.latencyRule(), r.Settings.LatencySeconds, r.warmupText(), r.unrecordedCalls())
+	p("\n%s Jobs are admitted one per call, each when due (%.0f s per round%s); admit is just before the admission call, admitted when the admission call returned (the admission call's own time, its backlog when arrivals outrun it), start the handler's entry, complete the acknowledgement of the completion (leasehold: the worker's OnResult after the batch committed; River: its JobCompleted event, sent after its completer committed). leasehold runs package worker with W slots, batch claims and batched completion, waking on NOTIFY; River its client with the settings below.%s\n", r.latencyRule(), r.Settings.LatencySeconds, r.warmupText(), r.unrecordedCalls())
 
 	p("\n## Ceiling: the database's own commit rate\n\n| when | method | commits/s | s | WAL B/commit | server CPU µs/commit |\n|---|---|---:|---:|---:|---:|\n")
 	for i, c := range r.Ceiling {
