@@ -241,9 +241,11 @@ type Peer interface {
 type SteadyPeer interface {
 	Peer
 	// Steady starts the peer's workers (workers slots, notifications on),
-	// admits jobs 0..n-1 one per call through Pace at rate per second, marks
-	// each job's start (handler entry) and completion (acknowledged) in tl,
-	// and returns when all n completed.
+	// admits jobs 0..n-1 (n = len(tl.Admit): tl.Warmup warm-up jobs, then
+	// the measured ones) one per call through Pace at rate per second,
+	// which marks each admission and its return, marks each job's start
+	// (handler entry) and completion (acknowledged) in tl, and returns
+	// when all n completed. A job without all four marks fails the run.
 	Steady(ctx context.Context, n, workers int, rate float64, tl *Timeline) error
 }
 
@@ -276,6 +278,9 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 	o = o.Defaults()
 	if o.BulkBatch > spec.MaxBatch {
 		return nil, fmt.Errorf("bench: bulk batch %d exceeds spec.MaxBatch (%d)", o.BulkBatch, spec.MaxBatch)
+	}
+	if !(o.LatencyLoad > 0 && o.LatencyLoad <= 1) {
+		return nil, fmt.Errorf("bench: latency load %v is not a fraction in (0, 1]", o.LatencyLoad)
 	}
 	start := time.Now()
 	r := &Report{

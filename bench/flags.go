@@ -102,7 +102,7 @@ func (c *CommandLine) Parse(args []string) error {
 	if c.Options.LatencySeconds < 0 {
 		return fmt.Errorf("--latency-seconds %v: want a positive duration", c.Options.LatencySeconds)
 	}
-	if l := c.Options.LatencyLoad; l < 0 || l > 1 {
+	if l := c.Options.LatencyLoad; !(l >= 0 && l <= 1) { // NaN too; 0 is the default
 		return fmt.Errorf("--latency-load %v: want a fraction in (0, 1]", l)
 	}
 	c.Options.Depths = nil

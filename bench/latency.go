@@ -14,7 +14,8 @@ import (
 	"github.com/leasehold/leasehold/worker"
 )
 
-// Timeline records, for each job 0..n-1 of a steady-rate run, when it was
+// Timeline records, for each job of a steady-rate run (its warm-up jobs
+// first, then the measured ones), when it was
 // admitted (just before its admission call was made), when that call
 // returned, when its handler started and when its completion was
 // acknowledged (committed), in nanoseconds since the timeline was made
@@ -109,7 +110,7 @@ type LatencyResult struct {
 	Store         string  `json:"store"`
 	Round         int     `json:"round"`
 	Jobs          int     `json:"jobs"` // measured, after WarmupJobs
-	WarmupJobs    int     `json:"warmup_jobs"`
+	WarmupJobs    int     `json:"warmup_jobs,omitempty"`
 	RatePerSec    float64 `json:"arrival_rate_per_sec"`
 	AchievedRate  float64 `json:"achieved_admission_rate_per_sec"`
 	StartP50Ms    float64 `json:"admit_to_start_p50_ms"`
@@ -119,8 +120,8 @@ type LatencyResult struct {
 	// CallP50Ms and CallP99Ms are the admission call's own duration (admit
 	// to admitted): the part of the latencies that is the admission's, and
 	// its backlog when the arrival rate is more than admission sustains.
-	CallP50Ms float64 `json:"admission_call_p50_ms"`
-	CallP99Ms float64 `json:"admission_call_p99_ms"`
+	CallP50Ms float64 `json:"admission_call_p50_ms,omitempty"`
+	CallP99Ms float64 `json:"admission_call_p99_ms,omitempty"`
 	// StartQ and CompleteQ are the distributions at LatencyQuantiles, ms.
 	StartQ      []float64 `json:"admit_to_start_quantiles_ms"`
 	CompleteQ   []float64 `json:"admit_to_complete_quantiles_ms"`
@@ -278,6 +279,20 @@ func latencyRate(load float64, capacities ...float64) float64 {
 	return load * lowest
 }
 
+// latencyRates are leasehold's and the peer's arrival rates: latencyRate
+// of both capacities for each system that has one, 0 (not run) for one
+// that has none.
+func latencyRates(load, lhCap, peerCap float64) (lh, peer float64) {
+	rate := latencyRate(load, lhCap, peerCap)
+	if lhCap > 0 {
+		lh = rate
+	}
+	if peerCap > 0 {
+		peer = rate
+	}
+	return lh, peer
+}
+
 // runLatency measures admit-to-start and admit-to-complete at a steady
 // arrival rate, leasehold then the peer, o.Rounds times.
 func runLatency(ctx context.Context, pg *server, dsn string, peer *peerPG, o Options, r *Report, logf func(string, ...any)) error {
@@ -286,14 +301,7 @@ func runLatency(ctx context.Context, pg *server, dsn string, peer *peerPG, o Opt
 	if peer != nil {
 		peerCap = latencyCapacity(r.drainRates(r.PeerName, "postgres", "peer"), r.insertRates(r.PeerName, "postgres", methodOne))
 	}
-	rate := latencyRate(o.LatencyLoad, lhCap, peerCap)
-	lhRate, peerRate := 0.0, 0.0
-	if lhCap > 0 {
-		lhRate = rate
-	}
-	if peerCap > 0 {
-		peerRate = rate
-	}
+	lhRate, peerRate := latencyRates(o.LatencyLoad, lhCap, peerCap)
 	jobs := func(rate float64) int { return max(100, int(rate*o.LatencySeconds)) }
 	warmup := func(rate float64) int { return max(100, int(rate*latencyWarmup.Seconds())) }
 	for round := 1; round <= o.Rounds; round++ {
@@ -316,7 +324,7 @@ func runLatency(ctx context.Context, pg *server, dsn string, peer *peerPG, o Opt
 			logf("round %d: leasehold latency at %.0f/s: start p50 %.2f p99 %.2f ms, complete p50 %.2f p99 %.2f ms", round, lhRate,
 				res.StartP50Ms, res.StartP99Ms, res.CompleteP50Ms, res.CompleteP99Ms)
 		}
-		if peer == nil || peerRate == 0 {
+		if peer == nil || !(peerRate > 0) {
 			continue
 		}
 		sp, ok := peer.p.(SteadyPeer)

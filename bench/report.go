@@ -97,13 +97,16 @@ func measuredMs(ms float64) string {
 	return fmt.Sprintf("%.2f", ms)
 }
 
-// warmupText says how the latency runs warmed up ("" in reports written
-// before they did).
+// warmupText says how the latency runs warmed up, from what the runs
+// recorded ("" in reports written before they did).
 func (r *Report) warmupText() string {
-	if len(r.Latency) == 0 || r.Latency[0].WarmupJobs == 0 {
-		return ""
+	for _, l := range r.Latency {
+		if l.WarmupJobs > 0 && l.RatePerSec > 0 {
+			return fmt.Sprintf(", after %d warm-up jobs (%.1f s at that rate) that are worked but not counted: a fresh client's connections are cold",
+				l.WarmupJobs, float64(l.WarmupJobs)/l.RatePerSec)
+		}
 	}
-	return fmt.Sprintf(", after a warm-up of %g s whose jobs are worked but not counted: a fresh client's connections are cold", latencyWarmup.Seconds())
+	return ""
 }
 
 // unrecordedCalls says, when some latency run has no admission call
@@ -123,9 +126,9 @@ func (r *Report) latencyRule() string {
 	if s.LatencyLoad == 0 {
 		return "Each system's arrival rate is half its median drain rate, capped at half its median admission rate one per call (faster arrivals would measure the admission's backlog)."
 	}
-	who := "Both systems get the same arrival rate: %.0f %% of the lower of their capacities, each system's capacity being"
+	who := "Both systems get the same arrival rate: %.4g %% of the lower of their capacities, each system's capacity being"
 	if r.PeerName == "" {
-		who = "The arrival rate is %.0f %% of leasehold's capacity (the peer was not run),"
+		who = "The arrival rate is %.4g %% of leasehold's capacity (the peer was not run),"
 	}
 	return fmt.Sprintf(who+" the lower of its median drain rate and its median admission rate one per call (--latency-load; the admission shares the machine with the workers during these runs, and faster arrivals measured the admission's backlog whenever the host slowed).", 100*s.LatencyLoad)
 }
@@ -135,7 +138,7 @@ func (s Settings) latencyRateText() string {
 	if s.LatencyLoad == 0 {
 		return "at half of each one's drain rate (capped by its admission)"
 	}
-	return fmt.Sprintf("at one arrival rate for both, %.0f %% of the slower one's capacity", 100*s.LatencyLoad)
+	return fmt.Sprintf("at one arrival rate for both, %.4g %% of the slower one's capacity", 100*s.LatencyLoad)
 }
 
 // Ratio is one of the headline comparisons. Value is 0 when a side was not
@@ -612,7 +615,7 @@ func (r *Report) Markdown(w io.Writer) {
 		p("| %s | %d | %.0f | %.0f | %d | %s | %s | %.2f | %.2f | %.2f | %.2f |\n", l.System, l.Round, l.RatePerSec, l.AchievedRate, l.Jobs,
 			measuredMs(l.CallP50Ms), measuredMs(l.CallP99Ms), l.StartP50Ms, l.StartP99Ms, l.CompleteP50Ms, l.CompleteP99Ms)
 	}
-	p("\n%s Jobs are admitted one per call, each when due (%.0f s per round%s); admit is just before the admission call, admitted when the admission call returned (the admission call's own time, its backlog when arrivals outrun it), start the handler's entry, complete the acknowledgement of the completion (leasehold: the worker's OnResult after the batch committed; River: its JobCompleted event, sent after its completer committed). leasehold runs package worker with W slots, batch claims and batched completion, waking on NOTIFY; River its client with the settings below.%s\n", r.latencyRule(), r.Settings.LatencySeconds, r.warmupText(), r.unrecordedCalls())
+	p("\n%s Jobs are admitted one per call, each when due (%.0f s per round%s); admit is just before the admission call, admitted when the admission call returned (the admission call's own time, its backlog when arrivals outrun it; leasehold's includes the retries of a call refused unavailable, which the contract tells a client to retry, River's Insert is called once), start the handler's entry, complete the acknowledgement of the completion (leasehold: the worker's OnResult after the batch committed; River: its JobCompleted event, sent after its completer committed). leasehold runs package worker with W slots, batch claims and batched completion, waking on NOTIFY; River its client with the settings below.%s\n", r.latencyRule(), r.Settings.LatencySeconds, r.warmupText(), r.unrecordedCalls())
 
 	p("\n## Ceiling: the database's own commit rate\n\n| when | method | commits/s | s | WAL B/commit | server CPU µs/commit |\n|---|---|---:|---:|---:|---:|\n")
 	for i, c := range r.Ceiling {

@@ -141,6 +141,85 @@ func TestLatencyRate(t *testing.T) {
 			t.Errorf("latencyRate(%v, %v) = %v, want %v", tc.load, tc.capacities, got, tc.want)
 		}
 	}
+	for _, tc := range []struct {
+		lhCap, peerCap, lh, peer float64
+	}{
+		{2000, 800, 200, 200}, // one rate for both: the slower one's
+		{800, 2000, 200, 200},
+		{2000, 0, 500, 0}, // the peer not run
+		{0, 800, 0, 200},  // leasehold's drain not measured
+		{0, 0, 0, 0},
+	} {
+		if lh, peer := latencyRates(0.25, tc.lhCap, tc.peerCap); lh != tc.lh || peer != tc.peer {
+			t.Errorf("latencyRates(0.25, %v, %v) = %v, %v; want %v, %v", tc.lhCap, tc.peerCap, lh, peer, tc.lh, tc.peer)
+		}
+	}
+}
+
+// TestLatencyLoadFlag: --latency-load takes a fraction in (0, 1]; 0 is
+// the default's.
+func TestLatencyLoadFlag(t *testing.T) {
+	for _, tc := range []struct {
+		arg string
+		ok  bool
+	}{{"0.5", true}, {"1", true}, {"0", true}, {"1.5", false}, {"-0.1", false}, {"NaN", false}} {
+		c := NewCommandLine("reports/latest")
+		err := c.Parse([]string{"--latency-load", tc.arg})
+		if (err == nil) != tc.ok {
+			t.Errorf("--latency-load %s: err = %v, want ok = %v", tc.arg, err, tc.ok)
+		}
+	}
+}
+
+// TestLatencyParagraph: the latency section says the rule, the warm-up and
+// the admission call's figures the run recorded, and renders a report from
+// before them truthfully.
+func TestLatencyParagraph(t *testing.T) {
+	render := func(r *Report) string {
+		var md strings.Builder
+		r.Markdown(&md)
+		return md.String()
+	}
+	old := render(roundsReport())
+	for _, want := range []string{"Each system's arrival rate is half its median drain rate",
+		"| leasehold | 1 | 0 | 0 | 0 | — | — | 2.00 | 4.00 | 3.00 | 6.00 |",
+		"this run did not record the call's duration", "at half of each one's drain rate"} {
+		if !strings.Contains(old, want) {
+			t.Errorf("a report from before the change lacks %q", want)
+		}
+	}
+	if strings.Contains(old, "warm-up jobs") {
+		t.Errorf("a report from before the warm-up mentions one")
+	}
+	// A report of the one-rate rule, before the warm-up and the call's
+	// figures (the full run of e6b3a71).
+	r := roundsReport()
+	r.Settings.LatencyLoad = 0.25
+	for i := range r.Latency {
+		r.Latency[i].RatePerSec = 500
+	}
+	if between := render(r); strings.Contains(between, "warm-up jobs") || !strings.Contains(between, "did not record") {
+		t.Errorf("a report with neither warm-up nor call figures claims one of them")
+	}
+	for i := range r.Latency {
+		r.Latency[i].RatePerSec, r.Latency[i].WarmupJobs, r.Latency[i].CallP50Ms, r.Latency[i].CallP99Ms = 500, 500, 0.5, 2.25
+	}
+	r.computeRatios()
+	now := render(r)
+	for _, want := range []string{"Both systems get the same arrival rate: 25 % of the lower of their capacities",
+		"after 500 warm-up jobs (1.0 s at that rate)", "| leasehold | 1 | 500 | 0 | 0 | 0.50 | 2.25 | 2.00 | 4.00 | 3.00 | 6.00 |",
+		"at one arrival rate for both, 25 % of the slower one's capacity"} {
+		if !strings.Contains(now, want) {
+			t.Errorf("a report of this code lacks %q", want)
+		}
+	}
+	if strings.Contains(now, "did not record") {
+		t.Errorf("a report with the admission call's figures says they were not recorded")
+	}
+	r.PeerName = ""
+	if alone := render(r); !strings.Contains(alone, "The arrival rate is 25 % of leasehold's capacity (the peer was not run)") {
+		t.Errorf("a run without the peer does not say so in its latency paragraph")
+	}
 }
 
 // roundsReport is a report with three alternating rounds on each side.
