@@ -41,9 +41,9 @@ func NewTimeline(warmup, n int) *Timeline {
 // latencyWarmup is how long, at the run's arrival rate, a latency run's
 // warm-up jobs last. A freshly opened client's connections are cold: each
 // one's first statements are prepared, and the server loads the schema's
-// catalog entries and compiles its functions for each new backend. The
-// slowest admission calls of a run were its first few dozen
-// (bench/findings.md §27).
+// catalog entries and compiles its functions for each new backend, so the
+// slowest admission calls of a run were its first ones (bench/findings.md
+// §27).
 const latencyWarmup = time.Second
 
 // Mark sets marks[i] to now; an index out of range is ignored (a job that
@@ -267,8 +267,8 @@ func latencyCapacity(drains, inserts []float64) float64 {
 // measured under the same offered load. A fraction well below one, because
 // during a latency run the admission shares the machine with the workers,
 // and the host slows down: at half of what admission alone sustained, a
-// slower round measured the admission's backlog, hundreds of
-// milliseconds, instead of the queue (bench/findings.md §27).
+// slower round measured the admission's backlog instead of the queue
+// (bench/findings.md §27).
 func latencyRate(load float64, capacities ...float64) float64 {
 	lowest := 0.0
 	for _, c := range capacities {
