@@ -64,9 +64,14 @@ type Options struct {
 	Quick bool
 	// N is the number of jobs of each PostgreSQL throughput run (drain).
 	N int
-	// InsertN is the number of jobs of each admission run (CreateRun and
-	// CreateRuns, the peer's Insert and InsertMany), on both stores.
+	// InsertN is the number of jobs of each admission run one per call
+	// (CreateRun, the peer's Insert), on both stores.
 	InsertN int
+	// BulkN is the number of jobs of each bulk admission run (CreateRuns,
+	// the peer's InsertMany), on both stores: larger than InsertN, because
+	// a bulk admission of InsertN jobs took a few tenths of a second, too
+	// short a phase to read a ratio from.
+	BulkN int
 	// SQLiteN is the number of jobs of each SQLite drain (leasehold's and the
 	// SQLite peer's), and of each etcd admission and drain (the stores of a
 	// few thousand jobs per second).
@@ -168,6 +173,7 @@ func (o Options) Defaults() Options {
 	}
 	set(&o.N, 10_000, 100_000)
 	set(&o.InsertN, 2_000, 20_000)
+	set(&o.BulkN, 20_000, 100_000)
 	set(&o.SQLiteN, 3_000, 20_000)
 	set(&o.BulkBatch, 1_000, 1_000)
 	set(&o.Rounds, 3, 5)
@@ -249,6 +255,15 @@ type SteadyPeer interface {
 	Steady(ctx context.Context, n, workers int, rate float64, tl *Timeline) error
 }
 
+// admissionN is the number of jobs of one admission run: o.BulkN for a
+// bulk admission, else o.InsertN.
+func (o Options) admissionN(bulk bool) int {
+	if bulk {
+		return o.BulkN
+	}
+	return o.InsertN
+}
+
 // warmupN is the size of the peer's warm-up drain and admission.
 const warmupN = 2_000
 
@@ -286,7 +301,7 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 	r := &Report{
 		Mode:      map[bool]string{true: "quick", false: "full"}[o.Quick] + partial(o),
 		StartedAt: start.UTC().Format(time.RFC3339),
-		Settings: Settings{N: o.N, InsertN: o.InsertN, SQLiteN: o.SQLiteN, BulkBatch: o.BulkBatch, Rounds: o.Rounds,
+		Settings: Settings{N: o.N, InsertN: o.InsertN, BulkN: o.BulkN, SQLiteN: o.SQLiteN, BulkBatch: o.BulkBatch, Rounds: o.Rounds,
 			LatencySeconds: o.LatencySeconds, LatencyLoad: o.LatencyLoad, Workers: o.Workers, Conns: o.Conns, Coalesce: o.Coalesce, ClaimBatch: o.ClaimBatch,
 			ClaimGatherMs: float64(max(o.ClaimGather, 0)) / float64(time.Millisecond), Producers: o.Producers, CompleteBatch: o.CompleteBatch, Completers: o.Completers, Depths: o.Depths, DepthSamples: o.DepthSamples,
 			LeaseMs: leaseMs},
@@ -377,7 +392,7 @@ func runPostgres(ctx context.Context, o Options, r *Report, logf func(string, ..
 	}
 	best := variants(func(v drainMode) bool { return v.key == bestPG })
 	warm := o
-	warm.N, warm.InsertN = min(o.N, warmupN), min(o.InsertN, warmupN)
+	warm.N, warm.InsertN, warm.BulkN = min(o.N, warmupN), min(o.InsertN, warmupN), min(o.BulkN, warmupN)
 	for _, v := range best {
 		if _, err := drainLeaseholdPG(ctx, pg, lhDSN, warm, v, -1, discard); err != nil {
 			return fmt.Errorf("leasehold warm-up: %w", err)

@@ -69,7 +69,7 @@ func TestReportRendering(t *testing.T) {
 // the other variant once, then three rounds of drain, CreateRun and
 // CreateRuns (not measured while the store lacks it).
 func TestRunSQLiteTiny(t *testing.T) {
-	r, err := Run(context.Background(), Options{N: 20, SQLiteN: 20, InsertN: 20, Rounds: 3, Workers: 4, Conns: 2, ClaimBatch: 5, CompleteBatch: 7, SQLiteDir: t.TempDir()})
+	r, err := Run(context.Background(), Options{N: 20, SQLiteN: 20, InsertN: 20, BulkN: 30, Rounds: 3, Workers: 4, Conns: 2, ClaimBatch: 5, CompleteBatch: 7, SQLiteDir: t.TempDir()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -79,6 +79,9 @@ func TestRunSQLiteTiny(t *testing.T) {
 	for _, in := range r.Inserts {
 		if in.Method == methodBulk && !(in.NotMeasured == notMeasuredCreateRuns && in.JobsPerSec == 0 || in.NotMeasured == "" && in.JobsPerSec > 0) {
 			t.Errorf("bulk admission must have a figure or say the store lacks CreateRuns: %+v", in)
+		}
+		if in.Method == methodBulk && in.Jobs != 30 {
+			t.Errorf("bulk admission of %d jobs, want BulkN = 30: %+v", in.Jobs, in)
 		}
 		if in.Method == methodOne && (in.NotMeasured != "" || in.JobsPerSec <= 0 || in.Jobs != 20) {
 			t.Errorf("admission %+v", in)

@@ -44,7 +44,8 @@ func NewCommandLine(defaultReports string) *CommandLine {
 	fs.StringVar(&o.DSN, "dsn", defaultDSN, "PostgreSQL server (the benchmark creates and drops its databases "+DBLeasehold+" and "+DBPeer+" there; default LEASEHOLD_PG_DSN, else DATABASE_URL)")
 	fs.BoolVar(&o.Quick, "quick", false, "quick mode: under 3 minutes on 2 cores, every ratio measured (3 rounds; noisy ratios flagged)")
 	fs.IntVar(&o.N, "n", 0, "jobs per PostgreSQL drain (default: quick 10000, full 100000)")
-	fs.IntVar(&o.InsertN, "insert-n", 0, "jobs per admission run, both stores (default: quick 2000, full 20000)")
+	fs.IntVar(&o.InsertN, "insert-n", 0, "jobs per admission run one per call, both stores (default: quick 2000, full 20000)")
+	fs.IntVar(&o.BulkN, "bulk-n", 0, "jobs per bulk admission run (CreateRuns, InsertMany), both stores (default: quick 20000, full 100000)")
 	fs.IntVar(&o.SQLiteN, "sqlite-n", 0, "jobs per SQLite drain and per etcd admission and drain (default: quick 3000, full 20000)")
 	fs.IntVar(&o.BulkBatch, "bulk-batch", 0, "requests per CreateRuns call and jobs per InsertMany call (default 1000, at most spec.MaxBatch)")
 	fs.IntVar(&o.Rounds, "rounds", 0, "alternating rounds (leasehold, River, …) each peer ratio is the median of (default: quick 3, full 5; at least 3)")
@@ -91,7 +92,7 @@ func (c *CommandLine) Parse(args []string) error {
 	for _, f := range []struct {
 		name string
 		v    int
-	}{{"n", c.Options.N}, {"insert-n", c.Options.InsertN}, {"sqlite-n", c.Options.SQLiteN}, {"bulk-batch", c.Options.BulkBatch}} {
+	}{{"n", c.Options.N}, {"insert-n", c.Options.InsertN}, {"bulk-n", c.Options.BulkN}, {"sqlite-n", c.Options.SQLiteN}, {"bulk-batch", c.Options.BulkBatch}} {
 		if f.v < 0 {
 			return fmt.Errorf("--%s %d: want a positive count", f.name, f.v)
 		}

@@ -120,12 +120,13 @@ func expireLeases(ctx context.Context, pool *pgxpool.Pool, k int) error {
 
 // insertLeaseholdPG measures one round of admission by method on a fresh
 // schema: o.InsertN CreateRun calls from W goroutines (methodOne; with
-// concurrent calls coalesced, methodCoalesced), or o.InsertN runs through
+// concurrent calls coalesced, methodCoalesced), or o.BulkN runs through
 // spec.BatchCreator.CreateRuns in batches of o.BulkBatch from one goroutine
 // (methodBulk; not measured when the store lacks it).
 func insertLeaseholdPG(ctx context.Context, pg *server, dsn string, o Options, method string, round int, logf func(string, ...any)) (InsertResult, error) {
-	res := InsertResult{System: "leasehold", Store: "postgres", Method: method, Jobs: o.InsertN, Round: round}
 	bulk, coalesce := method == methodBulk, 0
+	n := o.admissionN(bulk)
+	res := InsertResult{System: "leasehold", Store: "postgres", Method: method, Jobs: n, Round: round}
 	if method == methodCoalesced {
 		coalesce = o.Coalesce
 	}
@@ -134,11 +135,11 @@ func insertLeaseholdPG(ctx context.Context, pg *server, dsn string, o Options, m
 		return res, err
 	}
 	defer closePG(ctx, dsn, s)
-	elapsed, c, err := pg.measure(ctx, o.InsertN, DBLeasehold, func() error {
+	elapsed, c, err := pg.measure(ctx, n, DBLeasehold, func() error {
 		if bulk {
-			return insertBulkAPI(ctx, s, o.InsertN, o.BulkBatch)
+			return insertBulkAPI(ctx, s, n, o.BulkBatch)
 		}
-		return insertAPI(ctx, s, o.InsertN, o.Workers)
+		return insertAPI(ctx, s, n, o.Workers)
 	}, func() { s.Close() })
 	if err == errNoBatchCreator {
 		res.NotMeasured = notMeasuredCreateRuns
@@ -148,7 +149,7 @@ func insertLeaseholdPG(ctx context.Context, pg *server, dsn string, o Options, m
 	if err != nil {
 		return res, err
 	}
-	res.Seconds, res.JobsPerSec, res.Cost = elapsed.Seconds(), float64(o.InsertN)/elapsed.Seconds(), c
+	res.Seconds, res.JobsPerSec, res.Cost = elapsed.Seconds(), float64(n)/elapsed.Seconds(), c
 	logf("round %d: leasehold postgres %s: %.0f jobs/s", round, res.Method, res.JobsPerSec)
 	return res, nil
 }
@@ -316,13 +317,14 @@ func openPeerPG(ctx context.Context, pg *server, o Options) (*peerPG, error) {
 	return &peerPG{p: o.Peer, dsn: dsn}, err
 }
 
-// insert measures one round of the peer's admission (bulk: its bulk
-// insert in batches of o.BulkBatch; else one job per call from W
-// goroutines) into an emptied job table. The peer's pool is opened for the
+// insert measures one round of the peer's admission (bulk: o.BulkN jobs by
+// its bulk insert in batches of o.BulkBatch; else o.InsertN jobs, one per
+// call from W goroutines) into an emptied job table. The peer's pool is opened for the
 // phase and closed after it, so that its commits are counted.
 func (pp *peerPG) insert(ctx context.Context, pg *server, o Options, bulk bool, round int, logf func(string, ...any)) (InsertResult, error) {
 	name := pp.p.Name()
-	res := InsertResult{System: name, Store: "postgres", Method: methodOne, Jobs: o.InsertN, Round: round}
+	n := o.admissionN(bulk)
+	res := InsertResult{System: name, Store: "postgres", Method: methodOne, Jobs: n, Round: round}
 	if bulk {
 		res.Method = methodBulk
 	}
@@ -333,16 +335,16 @@ func (pp *peerPG) insert(ctx context.Context, pg *server, o Options, bulk bool, 
 		pp.p.Close()
 		return res, err
 	}
-	elapsed, c, err := pg.measure(ctx, o.InsertN, DBPeer, func() error {
+	elapsed, c, err := pg.measure(ctx, n, DBPeer, func() error {
 		if bulk {
-			return pp.p.InsertBulk(ctx, o.InsertN, o.BulkBatch)
+			return pp.p.InsertBulk(ctx, n, o.BulkBatch)
 		}
-		return pp.p.InsertOne(ctx, o.InsertN, o.Workers)
+		return pp.p.InsertOne(ctx, n, o.Workers)
 	}, func() { pp.p.Close() })
 	if err != nil {
 		return res, err
 	}
-	res.Seconds, res.JobsPerSec, res.Cost = elapsed.Seconds(), float64(o.InsertN)/elapsed.Seconds(), c
+	res.Seconds, res.JobsPerSec, res.Cost = elapsed.Seconds(), float64(n)/elapsed.Seconds(), c
 	logf("round %d: %s %s: %.0f jobs/s", round, name, res.Method, res.JobsPerSec)
 	return res, nil
 }

@@ -66,8 +66,11 @@ type PostgresInfo struct {
 
 // Settings are the benchmark's knobs as run.
 type Settings struct {
-	N              int     `json:"n"`
-	InsertN        int     `json:"insert_n"`
+	N       int `json:"n"`
+	InsertN int `json:"insert_n"`
+	// BulkN is Options.BulkN; 0 in reports written before it existed, whose
+	// bulk admission runs were InsertN jobs (see bulkN).
+	BulkN          int     `json:"bulk_n,omitempty"`
 	SQLiteN        int     `json:"sqlite_n"`
 	BulkBatch      int     `json:"bulk_batch"`
 	Rounds         int     `json:"rounds"`
@@ -86,6 +89,15 @@ type Settings struct {
 	Depths        []int   `json:"depths"`
 	DepthSamples  int     `json:"depth_samples"`
 	LeaseMs       int64   `json:"lease_ms"`
+}
+
+// bulkN is the number of jobs of each bulk admission run: BulkN, or for a
+// report written before it existed InsertN.
+func (s Settings) bulkN() int {
+	if s.BulkN == 0 {
+		return s.InsertN
+	}
+	return s.BulkN
 }
 
 // measuredMs is a duration in ms, or "—" for 0: a figure the report's run
@@ -607,7 +619,7 @@ func (r *Report) Markdown(w io.Writer) {
 			pgOnly(in.Store, "%.0f", in.Cost.ServerCPUPerJob), in.Cost.ClientCPUPerJob)
 	}
 	p("\nOne per call: %d jobs from W goroutines (leasehold CreateRun: run, first event, job and idempotency record in one transaction, fingerprint checked; River Insert). Bulk: %d jobs in calls of %d, one after another (leasehold spec.BatchCreator.CreateRuns, River InsertMany). The drains of leasehold's PostgreSQL store start from the bulk loader's rows (the same rows CreateRun writes, checked by bench_test.go and by the fingerprint check at every depth); River's from InsertMany; leasehold's SQLite drains from a file admitted with CreateRun.\n",
-		r.Settings.InsertN, r.Settings.InsertN, r.Settings.BulkBatch)
+		r.Settings.InsertN, r.Settings.bulkN(), r.Settings.BulkBatch)
 
 	p("\n## Latency at a steady arrival rate (PostgreSQL, notifications on)\n\n")
 	p("| system | round | arrival rate/s | achieved/s | jobs | admission call p50 ms | p99 ms | admit→start p50 ms | p99 ms | admit→complete p50 ms | p99 ms |\n|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
@@ -641,7 +653,7 @@ func (r *Report) Markdown(w io.Writer) {
 
 	p("\n## Settings\n\n")
 	s := r.Settings
-	p("- %d alternating rounds; N = %d jobs per PostgreSQL drain, %d per SQLite (and etcd) drain, %d per admission run; bulk batches of %d\n", s.Rounds, s.N, s.SQLiteN, s.InsertN, s.BulkBatch)
+	p("- %d alternating rounds; N = %d jobs per PostgreSQL drain, %d per SQLite (and etcd) drain, %d per admission run one per call, %d per bulk admission run in batches of %d\n", s.Rounds, s.N, s.SQLiteN, s.InsertN, s.bulkN(), s.BulkBatch)
 	p("- W = %d handler goroutines (leasehold workers, River MaxWorkers); C = %d connections per client (leasehold's pool, River's pool, the ceiling loop)\n", s.Workers, s.Conns)
 	p("- batch claim: %d producer goroutines each claim up to min(%d, free handler slots) per Claim, after a full claim waiting up to %g ms for more slots to free (worker.Config.ClaimGather); batched completion: %d goroutines each send what has queued up, up to %d per CompleteBatch\n", s.Producers, s.ClaimBatch, s.ClaimGatherMs, s.Completers, s.CompleteBatch)
 	p("- depths %v, %d timed claims per phase (fewer where the phase holds fewer expired leases); lease %d ms; leasehold on the database clock (production mode), fencing on\n", s.Depths, s.DepthSamples, s.LeaseMs)

@@ -156,7 +156,8 @@ func drainSQLite(ctx context.Context, dir, base string, o Options, v drainMode, 
 
 // insertSQLite measures one round of admission into a fresh file.
 func insertSQLite(ctx context.Context, dir string, o Options, bulk bool, round int, logf func(string, ...any)) (InsertResult, error) {
-	res := InsertResult{System: "leasehold", Store: "sqlite", Method: methodOne, Jobs: o.InsertN, Round: round}
+	n := o.admissionN(bulk)
+	res := InsertResult{System: "leasehold", Store: "sqlite", Method: methodOne, Jobs: n, Round: round}
 	if bulk {
 		res.Method = methodBulk
 	}
@@ -168,11 +169,11 @@ func insertSQLite(ctx context.Context, dir string, o Options, bulk bool, round i
 		return res, err
 	}
 	defer s.Close()
-	elapsed, c, err := timed(o.InsertN, func() error {
+	elapsed, c, err := timed(n, func() error {
 		if bulk {
-			return insertBulkAPI(ctx, s, o.InsertN, o.BulkBatch)
+			return insertBulkAPI(ctx, s, n, o.BulkBatch)
 		}
-		return insertAPI(ctx, s, o.InsertN, o.Workers)
+		return insertAPI(ctx, s, n, o.Workers)
 	})
 	if err == errNoBatchCreator {
 		res.NotMeasured = notMeasuredCreateRuns
@@ -181,7 +182,7 @@ func insertSQLite(ctx context.Context, dir string, o Options, bulk bool, round i
 	if err != nil {
 		return res, err
 	}
-	res.Seconds, res.JobsPerSec, res.Cost = elapsed.Seconds(), float64(o.InsertN)/elapsed.Seconds(), c
+	res.Seconds, res.JobsPerSec, res.Cost = elapsed.Seconds(), float64(n)/elapsed.Seconds(), c
 	logf("round %d: leasehold sqlite %s: %.0f jobs/s", round, res.Method, res.JobsPerSec)
 	return res, nil
 }
@@ -189,7 +190,8 @@ func insertSQLite(ctx context.Context, dir string, o Options, bulk bool, round i
 // insertSQLitePeer measures one round of the SQLite peer's admission into
 // its emptied table.
 func insertSQLitePeer(ctx context.Context, p Peer, path string, o Options, bulk bool, round int, logf func(string, ...any)) (InsertResult, error) {
-	res := InsertResult{System: p.Name(), Store: "sqlite", Method: methodOne, Jobs: o.InsertN, Round: round}
+	n := o.admissionN(bulk)
+	res := InsertResult{System: p.Name(), Store: "sqlite", Method: methodOne, Jobs: n, Round: round}
 	if bulk {
 		res.Method = methodBulk
 	}
@@ -200,16 +202,16 @@ func insertSQLitePeer(ctx context.Context, p Peer, path string, o Options, bulk 
 	if err := p.Reset(ctx); err != nil {
 		return res, err
 	}
-	elapsed, c, err := timed(o.InsertN, func() error {
+	elapsed, c, err := timed(n, func() error {
 		if bulk {
-			return p.InsertBulk(ctx, o.InsertN, o.BulkBatch)
+			return p.InsertBulk(ctx, n, o.BulkBatch)
 		}
-		return p.InsertOne(ctx, o.InsertN, o.Workers)
+		return p.InsertOne(ctx, n, o.Workers)
 	})
 	if err != nil {
 		return res, err
 	}
-	res.Seconds, res.JobsPerSec, res.Cost = elapsed.Seconds(), float64(o.InsertN)/elapsed.Seconds(), c
+	res.Seconds, res.JobsPerSec, res.Cost = elapsed.Seconds(), float64(n)/elapsed.Seconds(), c
 	logf("round %d: %s sqlite %s: %.0f jobs/s", round, p.Name(), res.Method, res.JobsPerSec)
 	return res, nil
 }

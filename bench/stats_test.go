@@ -171,6 +171,41 @@ func TestLatencyLoadFlag(t *testing.T) {
 	}
 }
 
+// TestBulkN: bulk admission runs have their own size, refused when
+// negative, defaulted per mode, and named in the report; a report from
+// before it existed names the size its bulk runs had, InsertN.
+func TestBulkN(t *testing.T) {
+	if err := NewCommandLine("reports/latest").Parse([]string{"--bulk-n", "-1"}); err == nil || !strings.Contains(err.Error(), "--bulk-n -1") {
+		t.Errorf("--bulk-n -1: err = %v, want a refusal naming the flag", err)
+	}
+	for _, tc := range []struct {
+		quick        bool
+		insert, bulk int
+	}{{true, 2_000, 20_000}, {false, 20_000, 100_000}} {
+		if o := (Options{Quick: tc.quick}).Defaults(); o.InsertN != tc.insert || o.BulkN != tc.bulk ||
+			o.admissionN(false) != tc.insert || o.admissionN(true) != tc.bulk {
+			t.Errorf("quick %v: InsertN %d, BulkN %d; want %d and %d", tc.quick, o.InsertN, o.BulkN, tc.insert, tc.bulk)
+		}
+	}
+	for _, tc := range []struct {
+		bulkN int
+		want  []string
+	}{
+		{0, []string{"Bulk: 700 jobs in calls of 1000", "700 per admission run one per call, 700 per bulk admission run"}},
+		{9000, []string{"Bulk: 9000 jobs in calls of 1000", "700 per admission run one per call, 9000 per bulk admission run"}},
+	} {
+		r := roundsReport()
+		r.Settings.InsertN, r.Settings.BulkN = 700, tc.bulkN
+		var md strings.Builder
+		r.Markdown(&md)
+		for _, want := range tc.want {
+			if !strings.Contains(md.String(), want) {
+				t.Errorf("BulkN %d: the report lacks %q", tc.bulkN, want)
+			}
+		}
+	}
+}
+
 // TestLatencyParagraph: the latency section says the rule, the warm-up and
 // the admission call's figures the run recorded, and renders a report from
 // before them truthfully.
