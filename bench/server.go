@@ -205,10 +205,15 @@ func processCPU() time.Duration {
 // clockTicks is USER_HZ, the unit of /proc/*/stat times (100 on Linux).
 const clockTicks = 100
 
-// serverCPU sums the CPU time of every process named postgres on this
-// machine (the server under test runs here). Backends that exit between two
-// readings take their time with them; the benchmark's pools keep theirs for
-// the whole phase. Zero where /proc is not available.
+// serverCPU is the CPU time of the PostgreSQL server on this machine (the
+// server under test runs here): of every process named postgres, its own
+// CPU time and its exited children's. The postmaster's children are the
+// backends and the server's own processes: a backend that exits between two
+// readings is counted in the first as itself and in the second in the
+// postmaster's children's time, so the difference holds what it did in
+// between. Counting live processes alone lost that, and took off what the
+// backend had done before the first reading. Zero where /proc is not
+// available.
 func serverCPU() time.Duration {
 	dirs, err := filepath.Glob("/proc/[0-9]*")
 	if err != nil {
@@ -223,11 +228,12 @@ func serverCPU() time.Duration {
 	return total
 }
 
-// postgresCPU is the CPU time of the process whose /proc directory is dir,
-// if it is named postgres: its scheduler run time in nanoseconds
-// (schedstat), where the kernel keeps it, else its user and system time in
-// ticks (stat), which is short by up to a tick per process: over the
-// twenty-odd processes of a phase, too coarse for a short phase.
+// postgresCPU is, if the process whose /proc directory is dir is named
+// postgres, its CPU time and its exited children's (cutime and cstime in
+// stat, in ticks). Its own is its scheduler run time in nanoseconds
+// (schedstat) where the kernel keeps it, else its utime and stime in ticks,
+// which are short by up to a tick per process: over the twenty-odd
+// processes of a phase, too coarse for a short phase.
 func postgresCPU(dir string) (time.Duration, bool) {
 	b, err := os.ReadFile(dir + "/stat")
 	if err != nil {
@@ -238,22 +244,25 @@ func postgresCPU(dir string) (time.Duration, bool) {
 	if open < 0 || end < open || s[open+1:end] != "postgres" {
 		return 0, false
 	}
+	// After the name: state(0) ... utime(11) stime(12) cutime(13) cstime(14).
+	f := strings.Fields(s[end+1:])
+	if len(f) < 15 {
+		return 0, false
+	}
+	ticks := func(i int) time.Duration {
+		n, _ := strconv.ParseInt(f[i], 10, 64)
+		return time.Duration(n) * time.Second / clockTicks
+	}
+	own := ticks(11) + ticks(12)
 	if b, err := os.ReadFile(dir + "/schedstat"); err == nil {
 		// run time (ns), wait time (ns), time slices
-		if f := strings.Fields(string(b)); len(f) > 0 {
-			if ns, err := strconv.ParseInt(f[0], 10, 64); err == nil {
-				return time.Duration(ns), true
+		if g := strings.Fields(string(b)); len(g) > 0 {
+			if ns, err := strconv.ParseInt(g[0], 10, 64); err == nil {
+				own = time.Duration(ns)
 			}
 		}
 	}
-	f := strings.Fields(s[end+1:])
-	// After the name: state(0) ... utime(11) stime(12).
-	if len(f) < 13 {
-		return 0, false
-	}
-	u, _ := strconv.ParseInt(f[11], 10, 64)
-	st, _ := strconv.ParseInt(f[12], 10, 64)
-	return time.Duration(u+st) * time.Second / clockTicks, true
+	return own + ticks(13) + ticks(14), true
 }
 
 // gitCommit is the commit of the code in dir, with "+dirty" when the work

@@ -1,31 +1,40 @@
 package bench
 
 import (
+	"context"
+	"errors"
+	"io/fs"
 	"os"
 	"path/filepath"
+	"strconv"
 	"testing"
 	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/leasehold/leasehold/impl/postgres/pgtest"
 )
 
 // TestPostgresCPU: a postgres process's CPU time is its schedstat run time
-// in nanoseconds where there is one, else its stat utime+stime in ticks;
-// other processes are not counted.
+// in nanoseconds where there is one, else its stat utime+stime in ticks,
+// plus its exited children's (cutime+cstime); other processes are not
+// counted.
 func TestPostgresCPU(t *testing.T) {
-	// A stat line with a name that has spaces and parentheses, as the
-	// kernel writes it; utime 120 and stime 30 ticks.
+	// A stat line as the kernel writes it: utime 120 and stime 30 ticks,
+	// cutime 7 and cstime 3.
 	stat := func(name string) string {
-		return "4242 (" + name + ") S 1 4242 4242 0 -1 4194560 1 0 0 0 120 30 0 0 20 0 1 0 100 1000 10\n"
+		return "4242 (" + name + ") S 1 4242 4242 0 -1 4194560 1 0 0 0 120 30 7 3 20 0 1 0 100 1000 10\n"
 	}
 	for _, tc := range []struct {
 		name, stat, schedstat string
 		want                  time.Duration
 		ok                    bool
 	}{
-		{"schedstat", stat("postgres"), "1503000123 2000 7\n", 1503000123, true},
-		{"ticks without schedstat", stat("postgres"), "", 1500 * time.Millisecond, true},
-		{"ticks when schedstat is unreadable", stat("postgres"), "garbage\n", 1500 * time.Millisecond, true},
+		{"schedstat", stat("postgres"), "1503000123 2000 7\n", 1503000123 + 100*time.Millisecond, true},
+		{"ticks without schedstat", stat("postgres"), "", 1600 * time.Millisecond, true},
+		{"ticks when schedstat is unreadable", stat("postgres"), "garbage\n", 1600 * time.Millisecond, true},
+		// A name with a space and parentheses: the name ends at the last ')'.
 		{"another process", stat("post gres (x)"), "1503000123 2000 7\n", 0, false},
-		{"a truncated stat", "4242 (postgres) S 1 2\n", "", 0, false},
+		{"a truncated stat", "4242 (postgres) S 1 2 3 4 5 6 7 8 9 10 11 12 13\n", "", 0, false},
 	} {
 		dir := t.TempDir()
 		if err := os.WriteFile(filepath.Join(dir, "stat"), []byte(tc.stat), 0o600); err != nil {
@@ -42,5 +51,49 @@ func TestPostgresCPU(t *testing.T) {
 	}
 	if _, ok := postgresCPU(filepath.Join(t.TempDir(), "gone")); ok {
 		t.Errorf("a process that exited (no /proc entry) was counted")
+	}
+}
+
+// TestServerCPUCountsExitedBackends: a backend that works and exits between
+// two readings of serverCPU is counted for what it did in between. Counting
+// live processes alone, the difference lost that work and also took off
+// what the backend had done before the first reading.
+func TestServerCPUCountsExitedBackends(t *testing.T) {
+	ctx := context.Background()
+	conn, err := pgx.Connect(ctx, pgtest.DSN(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(ctx)
+	var pid int
+	if err := conn.QueryRow(ctx, `SELECT pg_backend_pid()`).Scan(&pid); err != nil {
+		t.Fatal(err)
+	}
+	dir := "/proc/" + strconv.Itoa(pid)
+	if _, ok := postgresCPU(dir); !ok {
+		t.Skipf("backend %d is not a process of this machine named postgres: the server runs elsewhere, and serverCPU reads /proc", pid)
+	}
+	before := serverCPU()
+	start, _ := postgresCPU(dir)
+	if _, err := conn.Exec(ctx, `SELECT count(*) FROM generate_series(1, 3000000)`); err != nil {
+		t.Fatal(err)
+	}
+	end, _ := postgresCPU(dir)
+	if err := conn.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	// Gone from /proc once the postmaster has reaped it.
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(5 * time.Millisecond) {
+		if _, err := os.Stat(dir); errors.Is(err, fs.ErrNotExist) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("backend %d still in /proc 10 s after its connection closed", pid)
+		}
+	}
+	used, got := end-start, serverCPU()-before
+	// The children's time is read in ticks: up to two short (cutime, cstime).
+	if slack := 2 * time.Second / clockTicks; got < used-slack {
+		t.Errorf("server CPU across the backend's exit: %v; want at least the %v it used in between (less %v of tick rounding)", got, used, slack)
 	}
 }
