@@ -88,7 +88,7 @@ func (s *Store) CompleteBatch(ctx context.Context, reqs []spec.CompleteRequest) 
 	// taken every lock), the write and the commit marker in another.
 	first := func(b *pgx.Batch) { queueLockJobs(b, lockList, s.clock == nil) }
 	err = s.writePipelined(ctx, spec.OpCompleteBatch, first, func(t *txn, br pgx.BatchResults) error {
-		jobs, err := t.readLockJobs(br)
+		jobs, err := t.readLockJobs(br, len(lockList))
 		if err != nil {
 			return err
 		}
@@ -137,7 +137,6 @@ func (s *Store) CompleteBatch(ctx context.Context, reqs []spec.CompleteRequest) 
 			apply.outbox = apply.outbox || len(req.Outbox) > 0
 			// What a later member of the same run will find.
 			job.State, job.LeaseOwner, job.LeaseExpiresAt = spec.JobCompleted, "", 0
-			jobs[k] = job
 		}
 		if len(apply.index) == 0 {
 			return nil
@@ -160,7 +159,7 @@ func (s *Store) CompleteBatch(ctx context.Context, reqs []spec.CompleteRequest) 
 		if err != nil {
 			return err
 		}
-		runs, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (spec.Run, error) { return scanRun(row) })
+		runs, err := pgx.AppendRows(make([]spec.Run, 0, len(apply.index)), rows, func(row pgx.CollectableRow) (spec.Run, error) { return scanRun(row) })
 		if err != nil {
 			return err
 		}
@@ -179,17 +178,18 @@ func (s *Store) CompleteBatch(ctx context.Context, reqs []spec.CompleteRequest) 
 		if len(runs) != len(apply.index) {
 			return fmt.Errorf("postgres: batch completion wrote %d runs for %d members whose leases were current under lock", len(runs), len(apply.index))
 		}
-		byKey := make(map[jobKey]spec.Run, len(runs))
-		for _, r := range runs {
-			byKey[jobKey{r.Tenant, r.ID}] = r
+		byKey := make(map[jobKey]int, len(runs))
+		for n, r := range runs {
+			byKey[jobKey{r.Tenant, r.ID}] = n
 		}
 		var w outboxWrite
 		for n, i := range apply.index {
 			k := apply.keys[n]
-			r, ok := byKey[k]
+			n, ok := byKey[k]
 			if !ok {
 				return fmt.Errorf("postgres: batch completion did not write run %s/%s although its lease was current under lock", k.tenant, k.runID)
 			}
+			r := runs[n]
 			outcomes[i].Run = r
 			outbox, _ := spec.NormalizeOutbox(reqs[i].Outbox) // CheckComplete checked them
 			w.add(r, reqs[i].Lease.Generation, outbox)
@@ -240,10 +240,10 @@ func queueLockJobs(b *pgx.Batch, keys []jobKey, dbClock bool) {
 	}
 }
 
-// readLockJobs reads the answers of queueLockJobs from br, and closes it: the
-// locked job rows that exist, and with the database clock the operation's
-// one clock reading.
-func (t *txn) readLockJobs(br pgx.BatchResults) (map[jobKey]lockedJob, error) {
+// readLockJobs reads the answers of queueLockJobs for n keys from br, and
+// closes it: the locked job rows that exist, and with the database clock
+// the operation's one clock reading.
+func (t *txn) readLockJobs(br pgx.BatchResults, n int) (map[jobKey]*lockedJob, error) {
 	defer br.Close()
 	if _, err := br.Exec(); err != nil {
 		return nil, err
@@ -252,7 +252,7 @@ func (t *txn) readLockJobs(br pgx.BatchResults) (map[jobKey]lockedJob, error) {
 	if err != nil {
 		return nil, err
 	}
-	list, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (lockedJob, error) {
+	list, err := pgx.AppendRows(make([]lockedJob, 0, n), rows, func(row pgx.CollectableRow) (lockedJob, error) {
 		var j lockedJob
 		var err error
 		j.Job, err = scanJob(withCtid{row, &j.ctid})
@@ -261,9 +261,9 @@ func (t *txn) readLockJobs(br pgx.BatchResults) (map[jobKey]lockedJob, error) {
 	if err != nil {
 		return nil, err
 	}
-	jobs := make(map[jobKey]lockedJob, len(list))
-	for _, j := range list {
-		jobs[jobKey{j.Tenant, j.RunID}] = j
+	jobs := make(map[jobKey]*lockedJob, len(list))
+	for i := range list {
+		jobs[jobKey{list[i].Tenant, list[i].RunID}] = &list[i]
 	}
 	return jobs, t.readClock(br)
 }
