@@ -392,7 +392,7 @@ func runPostgres(ctx context.Context, o Options, r *Report, logf func(string, ..
 	}
 	best := variants(func(v drainMode) bool { return v.key == bestPG })
 	warm := o
-	warm.N, warm.InsertN, warm.BulkN = min(o.N, warmupN), min(o.InsertN, warmupN), min(o.BulkN, warmupN)
+	warm.N, warm.InsertN = min(o.N, warmupN), min(o.InsertN, warmupN)
 	for _, v := range best {
 		if _, err := drainLeaseholdPG(ctx, pg, lhDSN, warm, v, -1, discard); err != nil {
 			return fmt.Errorf("leasehold warm-up: %w", err)

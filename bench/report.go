@@ -618,8 +618,8 @@ func (r *Report) Markdown(w io.Writer) {
 			pgOnly(in.Store, "%.2f", in.Cost.WriteTxPerJob), pgOnly(in.Store, "%.3f", in.Cost.CommitsPerJob), pgOnly(in.Store, "%.0f", in.Cost.WALBytesPerJob),
 			pgOnly(in.Store, "%.0f", in.Cost.ServerCPUPerJob), in.Cost.ClientCPUPerJob)
 	}
-	p("\nOne per call: %d jobs from W goroutines (leasehold CreateRun: run, first event, job and idempotency record in one transaction, fingerprint checked; River Insert). Bulk: %d jobs in calls of %d, one after another (leasehold spec.BatchCreator.CreateRuns, River InsertMany). The drains of leasehold's PostgreSQL store start from the bulk loader's rows (the same rows CreateRun writes, checked by bench_test.go and by the fingerprint check at every depth); River's from InsertMany; leasehold's SQLite drains from a file admitted with CreateRun.\n",
-		r.Settings.InsertN, r.Settings.bulkN(), r.Settings.BulkBatch)
+	p("\nOne per call: %d jobs from W goroutines (leasehold CreateRun: run, first event, job and idempotency record in one transaction, fingerprint checked; River Insert). Bulk: %d jobs in calls of %d, one after another (leasehold spec.BatchCreator.CreateRuns, River InsertMany). The etcd store admits %d jobs each way. The drains of leasehold's PostgreSQL store start from the bulk loader's rows (the same rows CreateRun writes, checked by bench_test.go and by the fingerprint check at every depth); River's from InsertMany; leasehold's SQLite drains from a file admitted with CreateRun.\n",
+		r.Settings.InsertN, r.Settings.bulkN(), r.Settings.BulkBatch, r.Settings.SQLiteN)
 
 	p("\n## Latency at a steady arrival rate (PostgreSQL, notifications on)\n\n")
 	p("| system | round | arrival rate/s | achieved/s | jobs | admission call p50 ms | p99 ms | admit→start p50 ms | p99 ms | admit→complete p50 ms | p99 ms |\n|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
@@ -653,7 +653,7 @@ func (r *Report) Markdown(w io.Writer) {
 
 	p("\n## Settings\n\n")
 	s := r.Settings
-	p("- %d alternating rounds; N = %d jobs per PostgreSQL drain, %d per SQLite (and etcd) drain, %d per admission run one per call, %d per bulk admission run in batches of %d\n", s.Rounds, s.N, s.SQLiteN, s.InsertN, s.bulkN(), s.BulkBatch)
+	p("- %d alternating rounds; N = %d jobs per PostgreSQL drain, %d per SQLite drain and per etcd admission and drain, %d per admission run one per call, %d per bulk admission run in batches of %d\n", s.Rounds, s.N, s.SQLiteN, s.InsertN, s.bulkN(), s.BulkBatch)
 	p("- W = %d handler goroutines (leasehold workers, River MaxWorkers); C = %d connections per client (leasehold's pool, River's pool, the ceiling loop)\n", s.Workers, s.Conns)
 	p("- batch claim: %d producer goroutines each claim up to min(%d, free handler slots) per Claim, after a full claim waiting up to %g ms for more slots to free (worker.Config.ClaimGather); batched completion: %d goroutines each send what has queued up, up to %d per CompleteBatch\n", s.Producers, s.ClaimBatch, s.ClaimGatherMs, s.Completers, s.CompleteBatch)
 	p("- depths %v, %d timed claims per phase (fewer where the phase holds fewer expired leases); lease %d ms; leasehold on the database clock (production mode), fencing on\n", s.Depths, s.DepthSamples, s.LeaseMs)

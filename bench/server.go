@@ -158,7 +158,7 @@ func (s *server) measure(ctx context.Context, jobs int, db string, fn func() err
 		return 0, Cost{}, err
 	}
 	elapsed := time.Since(start)
-	// CPU first: a backend that exits takes its CPU time with it.
+	// Before end: the reading leaves out closing the phase's pools.
 	after, err := s.read(ctx, db)
 	if err != nil {
 		return 0, Cost{}, err
@@ -211,49 +211,71 @@ const clockTicks = 100
 // backends and the server's own processes: a backend that exits between two
 // readings is counted in the first as itself and in the second in the
 // postmaster's children's time, so the difference holds what it did in
-// between. Counting live processes alone lost that, and took off what the
-// backend had done before the first reading. Zero where /proc is not
-// available.
-func serverCPU() time.Duration {
+// between (to within the ticks of the children's time). Counting live
+// processes alone lost that, and took off what the backend had done before
+// the first reading. Zero where /proc is not available.
+func serverCPU() time.Duration { return consistentCPU(scanPostgres) }
+
+// consistentCPU is the total of a scan (own + reaped) during which no
+// child was reaped. A scan reads one process after another: a backend
+// reaped between the reading of its own time and that of its parent's
+// children's time would be counted twice, and once the other way round
+// not at all. So the reaped time is read again after the scan, and a scan
+// it changed across is taken again (a few times at most; a child of less
+// than a tick goes unseen, and costs at most that).
+func consistentCPU(scan func() (own, reaped time.Duration)) time.Duration {
+	_, before := scan()
+	for try := 1; ; try++ {
+		own, reaped := scan()
+		_, after := scan()
+		if after == before || try == 5 {
+			return own + reaped
+		}
+		before = after
+	}
+}
+
+// scanPostgres sums, over every process named postgres, its own CPU time
+// and its exited children's.
+func scanPostgres() (own, reaped time.Duration) {
 	dirs, err := filepath.Glob("/proc/[0-9]*")
 	if err != nil {
-		return 0
+		return 0, 0
 	}
-	var total time.Duration
 	for _, dir := range dirs {
-		if t, ok := postgresCPU(dir); ok {
-			total += t
+		if o, r, ok := postgresCPU(dir); ok {
+			own, reaped = own+o, reaped+r
 		}
 	}
-	return total
+	return own, reaped
 }
 
 // postgresCPU is, if the process whose /proc directory is dir is named
-// postgres, its CPU time and its exited children's (cutime and cstime in
-// stat, in ticks). Its own is its scheduler run time in nanoseconds
+// postgres, its own CPU time and its exited children's (cutime and cstime
+// in stat, in ticks). Its own is its scheduler run time in nanoseconds
 // (schedstat) where the kernel keeps it, else its utime and stime in ticks,
-// which are short by up to a tick per process: over the twenty-odd
-// processes of a phase, too coarse for a short phase.
-func postgresCPU(dir string) (time.Duration, bool) {
+// each short by up to a tick: over the twenty-odd processes of a phase,
+// too coarse for a short phase.
+func postgresCPU(dir string) (own, reaped time.Duration, ok bool) {
 	b, err := os.ReadFile(dir + "/stat")
 	if err != nil {
-		return 0, false
+		return 0, 0, false
 	}
 	s := string(b)
 	open, end := strings.IndexByte(s, '('), strings.LastIndexByte(s, ')')
 	if open < 0 || end < open || s[open+1:end] != "postgres" {
-		return 0, false
+		return 0, 0, false
 	}
 	// After the name: state(0) ... utime(11) stime(12) cutime(13) cstime(14).
 	f := strings.Fields(s[end+1:])
 	if len(f) < 15 {
-		return 0, false
+		return 0, 0, false
 	}
 	ticks := func(i int) time.Duration {
 		n, _ := strconv.ParseInt(f[i], 10, 64)
 		return time.Duration(n) * time.Second / clockTicks
 	}
-	own := ticks(11) + ticks(12)
+	own = ticks(11) + ticks(12)
 	if b, err := os.ReadFile(dir + "/schedstat"); err == nil {
 		// run time (ns), wait time (ns), time slices
 		if g := strings.Fields(string(b)); len(g) > 0 {
@@ -262,7 +284,7 @@ func postgresCPU(dir string) (time.Duration, bool) {
 			}
 		}
 	}
-	return own + ticks(13) + ticks(14), true
+	return own, ticks(13) + ticks(14), true
 }
 
 // gitCommit is the commit of the code in dir, with "+dirty" when the work

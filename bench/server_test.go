@@ -14,9 +14,9 @@ import (
 	"github.com/leasehold/leasehold/impl/postgres/pgtest"
 )
 
-// TestPostgresCPU: a postgres process's CPU time is its schedstat run time
-// in nanoseconds where there is one, else its stat utime+stime in ticks,
-// plus its exited children's (cutime+cstime); other processes are not
+// TestPostgresCPU: a postgres process's own CPU time is its schedstat run
+// time in nanoseconds where there is one, else its stat utime+stime in
+// ticks; its exited children's is cutime+cstime; other processes are not
 // counted.
 func TestPostgresCPU(t *testing.T) {
 	// A stat line as the kernel writes it: utime 120 and stime 30 ticks,
@@ -26,15 +26,15 @@ func TestPostgresCPU(t *testing.T) {
 	}
 	for _, tc := range []struct {
 		name, stat, schedstat string
-		want                  time.Duration
+		own, reaped           time.Duration
 		ok                    bool
 	}{
-		{"schedstat", stat("postgres"), "1503000123 2000 7\n", 1503000123 + 100*time.Millisecond, true},
-		{"ticks without schedstat", stat("postgres"), "", 1600 * time.Millisecond, true},
-		{"ticks when schedstat is unreadable", stat("postgres"), "garbage\n", 1600 * time.Millisecond, true},
-		// A name with a space and parentheses: the name ends at the last ')'.
-		{"another process", stat("post gres (x)"), "1503000123 2000 7\n", 0, false},
-		{"a truncated stat", "4242 (postgres) S 1 2 3 4 5 6 7 8 9 10 11 12 13\n", "", 0, false},
+		{"schedstat", stat("postgres"), "1503000123 2000 7\n", 1503000123, 100 * time.Millisecond, true},
+		{"ticks without schedstat", stat("postgres"), "", 1500 * time.Millisecond, 100 * time.Millisecond, true},
+		{"ticks when schedstat is unreadable", stat("postgres"), "garbage\n", 1500 * time.Millisecond, 100 * time.Millisecond, true},
+		// The name ends at the last ')': read to the first, it would be postgres.
+		{"another process", stat("postgres) (x"), "1503000123 2000 7\n", 0, 0, false},
+		{"a truncated stat", "4242 (postgres) S 1 2 3 4 5 6 7 8 9 10 11 12 13\n", "", 0, 0, false},
 	} {
 		dir := t.TempDir()
 		if err := os.WriteFile(filepath.Join(dir, "stat"), []byte(tc.stat), 0o600); err != nil {
@@ -45,11 +45,11 @@ func TestPostgresCPU(t *testing.T) {
 				t.Fatal(err)
 			}
 		}
-		if got, ok := postgresCPU(dir); got != tc.want || ok != tc.ok {
-			t.Errorf("%s: postgresCPU = %v, %v; want %v, %v", tc.name, got, ok, tc.want, tc.ok)
+		if own, reaped, ok := postgresCPU(dir); own != tc.own || reaped != tc.reaped || ok != tc.ok {
+			t.Errorf("%s: postgresCPU = %v, %v, %v; want %v, %v, %v", tc.name, own, reaped, ok, tc.own, tc.reaped, tc.ok)
 		}
 	}
-	if _, ok := postgresCPU(filepath.Join(t.TempDir(), "gone")); ok {
+	if _, _, ok := postgresCPU(filepath.Join(t.TempDir(), "gone")); ok {
 		t.Errorf("a process that exited (no /proc entry) was counted")
 	}
 }
@@ -70,15 +70,15 @@ func TestServerCPUCountsExitedBackends(t *testing.T) {
 		t.Fatal(err)
 	}
 	dir := "/proc/" + strconv.Itoa(pid)
-	if _, ok := postgresCPU(dir); !ok {
+	if _, _, ok := postgresCPU(dir); !ok {
 		t.Skipf("backend %d is not a process of this machine named postgres: the server runs elsewhere, and serverCPU reads /proc", pid)
 	}
 	before := serverCPU()
-	start, _ := postgresCPU(dir)
+	start, _, _ := postgresCPU(dir)
 	if _, err := conn.Exec(ctx, `SELECT count(*) FROM generate_series(1, 3000000)`); err != nil {
 		t.Fatal(err)
 	}
-	end, _ := postgresCPU(dir)
+	end, _, _ := postgresCPU(dir)
 	if err := conn.Close(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -95,5 +95,34 @@ func TestServerCPUCountsExitedBackends(t *testing.T) {
 	// The children's time is read in ticks: up to two short (cutime, cstime).
 	if slack := 2 * time.Second / clockTicks; got < used-slack {
 		t.Errorf("server CPU across the backend's exit: %v; want at least the %v it used in between (less %v of tick rounding)", got, used, slack)
+	}
+}
+
+// TestConsistentCPU: a scan across which a child was reaped (its parent's
+// reaped time changed) is taken again, and a scan is used only once the
+// reaped time held still across it.
+func TestConsistentCPU(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		scans  [][2]time.Duration // (own, reaped) of each scan in turn
+		want   time.Duration
+		nScans int
+	}{
+		{"still", [][2]time.Duration{{0, 5}, {100, 5}, {0, 5}}, 105, 3},
+		// A backend of 40 reaped during the second scan, which counted it
+		// both as itself and in its parent's time: taken again.
+		{"reaped during a scan", [][2]time.Duration{{0, 5}, {140, 45}, {0, 45}, {100, 45}, {0, 45}}, 145, 5},
+		{"never still: the last scan", [][2]time.Duration{{0, 1}, {10, 2}, {0, 3}, {10, 4}, {0, 5}, {10, 6}, {0, 7},
+			{10, 8}, {0, 9}, {10, 10}, {0, 11}}, 20, 11},
+	} {
+		n := 0
+		got := consistentCPU(func() (time.Duration, time.Duration) {
+			s := tc.scans[n]
+			n++
+			return s[0], s[1]
+		})
+		if got != tc.want || n != tc.nScans {
+			t.Errorf("%s: %v after %d scans; want %v after %d", tc.name, got, n, tc.want, tc.nScans)
+		}
 	}
 }

@@ -191,11 +191,12 @@ func TestBulkN(t *testing.T) {
 		bulkN int
 		want  []string
 	}{
-		{0, []string{"Bulk: 700 jobs in calls of 1000", "700 per admission run one per call, 700 per bulk admission run"}},
+		{0, []string{"Bulk: 700 jobs in calls of 1000", "700 per admission run one per call, 700 per bulk admission run",
+			"The etcd store admits 300 jobs each way", "300 per SQLite drain and per etcd admission and drain"}},
 		{9000, []string{"Bulk: 9000 jobs in calls of 1000", "700 per admission run one per call, 9000 per bulk admission run"}},
 	} {
 		r := roundsReport()
-		r.Settings.InsertN, r.Settings.BulkN = 700, tc.bulkN
+		r.Settings.InsertN, r.Settings.BulkN, r.Settings.SQLiteN = 700, tc.bulkN, 300
 		var md strings.Builder
 		r.Markdown(&md)
 		for _, want := range tc.want {

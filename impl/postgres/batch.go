@@ -185,11 +185,11 @@ func (s *Store) CompleteBatch(ctx context.Context, reqs []spec.CompleteRequest) 
 		var w outboxWrite
 		for n, i := range apply.index {
 			k := apply.keys[n]
-			n, ok := byKey[k]
+			j, ok := byKey[k]
 			if !ok {
 				return fmt.Errorf("postgres: batch completion did not write run %s/%s although its lease was current under lock", k.tenant, k.runID)
 			}
-			r := runs[n]
+			r := runs[j]
 			outcomes[i].Run = r
 			outbox, _ := spec.NormalizeOutbox(reqs[i].Outbox) // CheckComplete checked them
 			w.add(r, reqs[i].Lease.Generation, outbox)
