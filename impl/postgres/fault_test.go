@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/url"
 	"reflect"
 	"strings"
 	"testing"
@@ -271,14 +272,23 @@ func TestLockWaitCutShort(t *testing.T) {
 // end; the client then waits for the job. PostgreSQL breaks the cycle by
 // aborting the transaction whose deadlock_timeout fires first, the claim's
 // (it started waiting first): the claim must be unavailable, and succeed
-// when retried.
+// when retried. A backend looks for a deadlock once, when its timeout
+// fires: the claim's sessions get 3 s, for the client's wait to begin
+// within it on a loaded machine (at the server's default, 1 s, a CI run's
+// client began later, the claim found no cycle, and the client's own
+// check aborted the client), and the client 60 s, so that it never looks
+// first.
 func TestDeadlockIsUnavailable(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	dsn, schema := pgtest.Schema(t)
 	clk := clock.NewManual(t0)
 	app := "lh-deadlock-" + schema[len(schema)-8:]
-	s := openOn(t, dsn, schema, postgres.Options{Clock: clk, ApplicationName: app})
+	storeDSN, err := withRuntimeParam(dsn, "deadlock_timeout", "3s")
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := openOn(t, storeDSN, schema, postgres.Options{Clock: clk, ApplicationName: app})
 	createRuns(t, s, clk, 3, "r1")
 	if l, err := s.Claim(ctx, spec.ClaimRequest{Tenant: "acme", Worker: "w", LeaseMs: 1_000, Limit: 1}); err != nil || len(l) != 1 {
 		t.Fatalf("first claim: %v, %v; want r1", runIDs(l), err)
@@ -293,6 +303,9 @@ func TestDeadlockIsUnavailable(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer tx.Rollback(context.Background())
+	if _, err := tx.Exec(ctx, `SET LOCAL deadlock_timeout = '60s'`); err != nil {
+		t.Fatal(err)
+	}
 	if _, err := tx.Exec(ctx, `INSERT INTO attempts (tenant, run_id, generation, number, worker, claimed_at, renewed_at, outcome)
 		VALUES ('acme', 'r1', 1, 1, 'foreign', 0, 0, 'running')`); err != nil {
 		t.Fatal(err)
@@ -329,4 +342,20 @@ func TestDeadlockIsUnavailable(t *testing.T) {
 	if l, err := s.Claim(ctx, spec.ClaimRequest{Tenant: "acme", Worker: "w", LeaseMs: 60_000, Limit: 1}); err != nil || len(l) != 1 || l[0].Generation != 2 {
 		t.Fatalf("claim retried after the deadlock: %v, %v; want r1 reclaimed at generation 2", runIDs(l), err)
 	}
+}
+
+// withRuntimeParam is dsn (a URL or key/value string) with the server
+// setting name = value for every connection made from it.
+func withRuntimeParam(dsn, name, value string) (string, error) {
+	if !strings.Contains(dsn, "://") {
+		return dsn + " " + name + "=" + value, nil
+	}
+	u, err := url.Parse(dsn)
+	if err != nil {
+		return "", err
+	}
+	q := u.Query()
+	q.Set(name, value)
+	u.RawQuery = q.Encode()
+	return u.String(), nil
 }
