@@ -37,17 +37,30 @@ checked here first, so a usage error or -h needs neither River nor a database.`,
 			if err := noArgs(args); err != nil {
 				return err
 			}
-			if err := c.Parse(nil); err != nil { // the derived options (depths, variants)
+			pass, err := benchArgs(fs, c.Reports)
+			if err != nil {
 				return usagef("%v", err)
-			}
-			var pass []string
-			fs.Visit(func(f *flag.Flag) { pass = append(pass, "--"+f.Name+"="+f.Value.String()) })
-			if !slices.ContainsFunc(pass, func(a string) bool { return strings.HasPrefix(a, "--reports=") }) {
-				pass = append(pass, "--reports="+c.Reports)
 			}
 			return benchCmd(ctx, o.out, o.err, pass)
 		}
 	},
+}
+
+// benchArgs are the flags set on fs as the benchmark program gets them,
+// --reports defaulting to reports. They are checked first as the program
+// will parse them, from the flags that were set: parsing nothing into the
+// flags' own values instead took every flag as unset and overwrote
+// --etcd with its mode's default.
+func benchArgs(fs *flag.FlagSet, reports string) ([]string, error) {
+	var pass []string
+	fs.Visit(func(f *flag.Flag) { pass = append(pass, "--"+f.Name+"="+f.Value.String()) })
+	if err := bench.NewCommandLine(reports).Parse(pass); err != nil {
+		return nil, err
+	}
+	if !slices.ContainsFunc(pass, func(a string) bool { return strings.HasPrefix(a, "--reports=") }) {
+		pass = append(pass, "--reports="+reports)
+	}
+	return pass, nil
 }
 
 // benchCmd runs `leasehold bench`: leasehold against River and against the
