@@ -69,8 +69,8 @@ type Options struct {
 	InsertN int
 	// BulkN is the number of jobs of each bulk admission run (CreateRuns,
 	// the peer's InsertMany), on both stores: larger than InsertN, because
-	// a bulk admission of InsertN jobs took a few tenths of a second, too
-	// short a phase to read a ratio from.
+	// a bulk admission is many times faster and a phase of InsertN jobs was
+	// too short to read a ratio from (bench/findings.md §28).
 	BulkN int
 	// SQLiteN is the number of jobs of each SQLite drain (leasehold's and the
 	// SQLite peer's), and of each etcd admission and drain (the stores of a
