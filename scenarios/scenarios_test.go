@@ -57,7 +57,7 @@ func TestScenarioCoverage(t *testing.T) {
 		"cancel_vs_complete_cancel_wins", "duplicate_create_same_fingerprint",
 		"duplicate_create_different_fingerprint", "retry_budget_vs_reap_retry_first",
 		"retry_budget_vs_reap_reap_first", "retry_budget_vs_reclaim", "renewal_racing_expiry",
-		"shutdown_while_leased", "stale_worker_every_write", "unknown_outcome",
+		"shutdown_while_leased", "stale_worker_every_write", "same_worker_reclaims_own_lease", "unknown_outcome",
 	}
 	byName := map[string]*Scenario{}
 	used := map[harness.Race]bool{}
