@@ -33,7 +33,8 @@ type Kept struct {
 	Expect  string `json:"expect"`
 	Command string `json:"command"`
 	// Transient: the store came from outside the repository (Target.Transient),
-	// so rapid's copy under testdata/ was moved out, not copied.
+	// so rapid's copy under testdata/ was moved out, not copied, into the
+	// run's reports directory rather than reports/failfiles.
 	Transient bool `json:"transient,omitempty"`
 }
 
@@ -81,6 +82,21 @@ func FailfilesDir() (string, error) {
 	return filepath.Join(root, "reports", "failfiles"), nil
 }
 
+// keptIn is where KeepFailfile keeps a failfile: FailfilesDir, the
+// repository's regression corpus, for a store of this repository; the
+// run's ReportsDir for a transient one, whose failures are the port's, not
+// regressions of this repository for make replay to hold it to.
+func keptIn(transient bool) (string, error) {
+	if !transient {
+		return FailfilesDir()
+	}
+	reports, err := ReportsDir()
+	if err != nil {
+		return "", err
+	}
+	return filepath.Join(reports, "failfiles"), nil
+}
+
 // KeepFailfile finds the newest failfile rapid wrote for testName since
 // `since` in the working directory's testdata/rapid, keeps it under
 // reports/failfiles with its sidecar, and returns the sidecar. A regression
@@ -91,7 +107,7 @@ func FailfilesDir() (string, error) {
 // that runs do not churn the repository (delete the directory to renew it,
 // for example when `leasehold replay` says it no longer reproduces). A
 // transient store's failfile (k.Transient) is moved out too, and always
-// kept.
+// kept, in the run's reports directory (keptIn).
 func KeepFailfile(testName string, since time.Time, k Kept) (Kept, error) {
 	move := k.Expect == "fail" || k.Transient
 	safe := rapidSafeName(testName)
@@ -114,7 +130,7 @@ func KeepFailfile(testName string, since time.Time, k Kept) (Kept, error) {
 	if err != nil {
 		return k, err
 	}
-	failfiles, err := FailfilesDir()
+	failfiles, err := keptIn(k.Transient)
 	if err != nil {
 		return k, err
 	}

@@ -24,9 +24,10 @@ type Target struct {
 	Tags string
 	// Transient marks a store that is not part of this repository (a
 	// command under `leasehold verify --store-cmd`): a failing property
-	// run's failfile is kept under reports/ only, never left in the
-	// package's testdata/, where rapid would replay it on every later run
-	// against whatever store the next command is.
+	// run's failfile is kept in the run's reports directory only, never
+	// left in the package's testdata/, where rapid would replay it on every
+	// later run against whatever store the next command is, nor in
+	// reports/failfiles, which make replay holds this repository to.
 	Transient bool
 }
 

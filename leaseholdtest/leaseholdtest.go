@@ -143,7 +143,8 @@ func Conformance(t *testing.T, s Store) {
 // Property runs the rapid model-vs-store property (harness.RunPropertyOn):
 // one round of random sequences in a plain go test, rounds until
 // LEASEHOLD_BUDGET is spent under leasehold verify. A failure keeps its
-// failfile under reports/failfiles and prints the seed and replay command.
+// failfile (under reports/failfiles; a Transient store's in the run's
+// reports directory) and prints the seed and replay command.
 func Property(t *testing.T, s Store) { harness.RunPropertyOn(t, s.target(t)) }
 
 // Linearizability records concurrent histories and checks them against the

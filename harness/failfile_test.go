@@ -1,0 +1,68 @@
+package harness
+
+import (
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+)
+
+// TestKeepFailfileWhere: a failfile of this repository's stores joins the
+// regression corpus (reports/failfiles, copied: rapid replays its testdata
+// copy too); a transient store's is moved into the run's reports directory,
+// where make replay does not hold this repository to it.
+func TestKeepFailfileWhere(t *testing.T) {
+	for _, c := range []struct {
+		name      string
+		transient bool
+		wantDir   string // relative to the repository root
+		wantLeft  bool   // rapid's copy left in testdata
+	}{
+		{"regression", false, "reports/failfiles/TestX", true},
+		{"transient", true, "reports/run/failfiles/TestX", false},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			root := t.TempDir()
+			pkg := filepath.Join(root, "pkg")
+			rapidFile := filepath.Join(pkg, "testdata", "rapid", "TestX", "TestX-20261205-1.fail")
+			writeFile(t, filepath.Join(root, "go.mod"), "module example.com/x\n")
+			writeFile(t, rapidFile, "# rapid failfile\nv0.4.8#1234\n")
+			t.Chdir(pkg)
+			t.Setenv("LEASEHOLD_REPORTS", filepath.Join(root, "reports", "run"))
+
+			k, err := KeepFailfile("TestX", time.Now().Add(-time.Minute), Kept{Test: "TestX", Expect: "pass", Transient: c.transient})
+			if err != nil {
+				t.Fatalf("KeepFailfile: %v", err)
+			}
+			want := filepath.Join(c.wantDir, "TestX-20261205-1.fail")
+			if k.File != want || k.Seed != "1234" || k.Package != "./pkg" {
+				t.Fatalf("kept %+v; want File %s, Seed 1234, Package ./pkg", k, want)
+			}
+			for _, f := range []string{want, want + ".json"} {
+				if _, err := os.Stat(filepath.Join(root, f)); err != nil {
+					t.Errorf("want %s kept: %v", f, err)
+				}
+			}
+			other := "reports/run/failfiles"
+			if c.transient {
+				other = "reports/failfiles"
+			}
+			if _, err := os.Stat(filepath.Join(root, other)); !os.IsNotExist(err) {
+				t.Errorf("want nothing under %s, got %v", other, err)
+			}
+			if _, err := os.Stat(rapidFile); (err == nil) != c.wantLeft {
+				t.Errorf("rapid's copy in testdata: left %v, want left %v", err == nil, c.wantLeft)
+			}
+		})
+	}
+}
+
+func writeFile(t *testing.T, path, body string) {
+	t.Helper()
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(path, []byte(body), 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
