@@ -303,7 +303,8 @@ func (m *machine) actions() map[string]func(*rapid.T) {
 }
 
 // roundActions are a worker's, a relay's and a retrying client's whole
-// rounds, added after zzzzz_retry: each is a few operations, the later on
+// rounds, added after zzzzz_retry (zzzzzzz_restart after them all, so that
+// kept failfiles keep their meaning): each is a few operations, the later on
 // what the earlier returned, so that a batch completion that completes one
 // member and refuses another, an outbox claim that takes messages, a mark
 // that marks them and a bulk admission that replays members are common in
@@ -334,6 +335,23 @@ func (m *machine) roundActions() map[string]func(*rapid.T) {
 			at := rapid.IntRange(0, len(reqs)).Draw(t, "zombie_at")
 			reqs = slices.Insert(reqs, at, spec.CompleteRequest{Lease: zombie})
 			m.do(t, model.Op{Req: spec.CompleteBatchRequest{Requests: reqs}})
+		},
+		// A worker restarts under its name while its lease expires: it
+		// reclaims the run at the next generation, and its earlier
+		// incarnation's late completion through the old lease (same owner,
+		// a lease live again) must be refused on the generation alone.
+		"zzzzzzz_restart": func(t *rapid.T) {
+			tenant, worker := m.tenant(t), rapid.SampledFrom(workers).Draw(t, "worker")
+			got := m.do(t, model.Op{Req: spec.ClaimRequest{Tenant: tenant, Worker: worker, LeaseMs: 20, Limit: 1}})
+			leases, _ := got.Value.([]spec.Lease)
+			if len(leases) == 0 {
+				return
+			}
+			if _, err := m.clk.Advance(20); err != nil {
+				t.Fatalf("advance clock: %v", err)
+			}
+			m.do(t, model.Op{Req: spec.ClaimRequest{Tenant: tenant, Worker: worker, LeaseMs: 60, Limit: 3}})
+			m.do(t, model.Op{Req: spec.CompleteRequest{Lease: leases[0].Ref(), Result: []byte(`{"late":true}`)}})
 		},
 		// A client admits a run with messages; a relay claims messages of
 		// every tenant and marks what it took delivered.
