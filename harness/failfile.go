@@ -85,16 +85,26 @@ func FailfilesDir() (string, error) {
 // keptIn is where KeepFailfile keeps a failfile: FailfilesDir, the
 // repository's regression corpus, for a store of this repository; the
 // run's ReportsDir for a transient one, whose failures are the port's, not
-// regressions of this repository for make replay to hold it to.
+// regressions of this repository for make replay to hold it to (and
+// reports/latest when the run reports into reports/ itself).
 func keptIn(transient bool) (string, error) {
-	if !transient {
-		return FailfilesDir()
+	corpus, err := FailfilesDir()
+	if err != nil || !transient {
+		return corpus, err
 	}
 	reports, err := ReportsDir()
 	if err != nil {
 		return "", err
 	}
-	return filepath.Join(reports, "failfiles"), nil
+	// LEASEHOLD_REPORTS may be relative to where go test was started.
+	if reports, err = filepath.Abs(reports); err != nil {
+		return "", err
+	}
+	dir := filepath.Join(reports, "failfiles")
+	if dir == corpus {
+		dir = filepath.Join(reports, "latest", "failfiles")
+	}
+	return dir, nil
 }
 
 // KeepFailfile finds the newest failfile rapid wrote for testName since

@@ -10,16 +10,19 @@ import (
 // TestKeepFailfileWhere: a failfile of this repository's stores joins the
 // regression corpus (reports/failfiles, copied: rapid replays its testdata
 // copy too); a transient store's is moved into the run's reports directory,
-// where make replay does not hold this repository to it.
+// where make replay does not hold this repository to it, even when the run
+// reports into reports/ or names its directory relative to the package.
 func TestKeepFailfileWhere(t *testing.T) {
 	for _, c := range []struct {
 		name      string
 		transient bool
+		reports   string // LEASEHOLD_REPORTS, relative to the package directory
 		wantDir   string // relative to the repository root
 		wantLeft  bool   // rapid's copy left in testdata
 	}{
-		{"regression", false, "reports/failfiles/TestX", true},
-		{"transient", true, "reports/run/failfiles/TestX", false},
+		{"regression", false, "../reports/run", "reports/failfiles/TestX", true},
+		{"transient", true, "../reports/run", "reports/run/failfiles/TestX", false},
+		{"transient reporting into reports/", true, "../reports", "reports/latest/failfiles/TestX", false},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			root := t.TempDir()
@@ -28,7 +31,7 @@ func TestKeepFailfileWhere(t *testing.T) {
 			writeFile(t, filepath.Join(root, "go.mod"), "module example.com/x\n")
 			writeFile(t, rapidFile, "# rapid failfile\nv0.4.8#1234\n")
 			t.Chdir(pkg)
-			t.Setenv("LEASEHOLD_REPORTS", filepath.Join(root, "reports", "run"))
+			t.Setenv("LEASEHOLD_REPORTS", c.reports)
 
 			k, err := KeepFailfile("TestX", time.Now().Add(-time.Minute), Kept{Test: "TestX", Expect: "pass", Transient: c.transient})
 			if err != nil {
@@ -43,12 +46,10 @@ func TestKeepFailfileWhere(t *testing.T) {
 					t.Errorf("want %s kept: %v", f, err)
 				}
 			}
-			other := "reports/run/failfiles"
-			if c.transient {
-				other = "reports/failfiles"
-			}
-			if _, err := os.Stat(filepath.Join(root, other)); !os.IsNotExist(err) {
-				t.Errorf("want nothing under %s, got %v", other, err)
+			for _, dir := range []string{"reports/failfiles/TestX", "reports/run/failfiles/TestX", "reports/latest/failfiles/TestX"} {
+				if _, err := os.Stat(filepath.Join(root, dir)); dir != c.wantDir && !os.IsNotExist(err) {
+					t.Errorf("want nothing under %s, got %v", dir, err)
+				}
 			}
 			if _, err := os.Stat(rapidFile); (err == nil) != c.wantLeft {
 				t.Errorf("rapid's copy in testdata: left %v, want left %v", err == nil, c.wantLeft)

@@ -298,14 +298,15 @@ func (m *machine) actions() map[string]func(*rapid.T) {
 	for name, action := range m.roundActions() {
 		a[name] = action
 	}
-	a["zzzzzzz_retry"] = a["retry"] // "zzzzz_retry" was the last name
+	a["zzzzzzz_retry"] = a["retry"]   // "zzzzz_retry" was the last name
+	a["zzzzzzzzz_retry"] = a["retry"] // "zzzzzzz_retry" was, before zzzzzzzz_restart
 	return a
 }
 
 // roundActions are a worker's, a relay's and a retrying client's whole
-// rounds, added after zzzzz_retry (zzzzzzz_restart after them all, so that
-// kept failfiles keep their meaning): each is a few operations, the later on
-// what the earlier returned, so that a batch completion that completes one
+// rounds, added after zzzzz_retry (zzzzzzzz_restart after zzzzzzz_retry,
+// so that kept failfiles keep their meaning): each is a few operations, the
+// later on what the earlier returned, so that a batch completion that completes one
 // member and refuses another, an outbox claim that takes messages, a mark
 // that marks them and a bulk admission that replays members are common in
 // every run, not left to the luck of a short one (etcd's 30 sequences).
@@ -340,7 +341,7 @@ func (m *machine) roundActions() map[string]func(*rapid.T) {
 		// reclaims the run at the next generation, and its earlier
 		// incarnation's late completion through the old lease (same owner,
 		// a lease live again) must be refused on the generation alone.
-		"zzzzzzz_restart": func(t *rapid.T) {
+		"zzzzzzzz_restart": func(t *rapid.T) {
 			tenant, worker := m.tenant(t), rapid.SampledFrom(workers).Draw(t, "worker")
 			got := m.do(t, model.Op{Req: spec.ClaimRequest{Tenant: tenant, Worker: worker, LeaseMs: 20, Limit: 1}})
 			leases, _ := got.Value.([]spec.Lease)

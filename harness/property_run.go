@@ -20,7 +20,7 @@ import (
 // under leasehold verify rounds of a tenth of those sequences until
 // LEASEHOLD_BUDGET is spent, and past it only while the run is vacuous, up
 // to a plain run's sequences. A failure
-// keeps its failfile under reports/failfiles and prints the seed and the
+// keeps its failfile (keptIn) and prints the seed and the
 // replay command (go test -run with the calling test's name); a run that
 // exercised no stale write, no refusal or no success fails as vacuous (no
 // failfile: it prints the command that runs the test again). It
