@@ -108,8 +108,8 @@ func keptIn(transient bool) (string, error) {
 }
 
 // KeepFailfile finds the newest failfile rapid wrote for testName since
-// `since` in the working directory's testdata/rapid, keeps it under
-// reports/failfiles with its sidecar, and returns the sidecar. A regression
+// `since` in the working directory's testdata/rapid, keeps it with its
+// sidecar where keptIn says, and returns the sidecar. A regression
 // (k.Expect "pass") is copied: rapid also replays the testdata copy on every
 // run of the test. A demonstration (k.Expect "fail", a mutant's bug) is moved
 // out of testdata, so the mutant test starts from scratch each time and its
