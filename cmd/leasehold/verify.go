@@ -948,6 +948,37 @@ func (r *checkResult) merge(o checkResult) {
 	}
 }
 
+// timeSpent is verify.md's account of where the run's time went: the
+// fixed-work checks run whatever the budget, the exploring checks share what
+// they leave of it. When the run took longer than its budget, it says by how
+// much, and whether the fixed work and the compile alone took all of it (the
+// exploring checks then ran at their minimum: a machine too slow for the
+// budget, not a check that overran). Empty when no check ran.
+func timeSpent(rep verifyReport) string {
+	var fixed, exploring, share int64
+	for _, c := range rep.Checks {
+		if c.BudgetMs > 0 {
+			exploring += c.DurationMs
+			share += c.BudgetMs
+		} else {
+			fixed += c.DurationMs
+		}
+	}
+	if fixed+exploring == 0 {
+		return ""
+	}
+	sec := func(ms int64) float64 { return float64(ms) / 1000 }
+	line := fmt.Sprintf("Time: the fixed-work checks %.1f s (they do the same work at any budget), the exploring checks %.1f s against the %.1f s of budget they shared", sec(fixed), sec(exploring), sec(share))
+	budget, err := time.ParseDuration(rep.Budget)
+	if over := rep.DurationMs - budget.Milliseconds(); err == nil && over > 0 {
+		line += fmt.Sprintf("; the run took %.1f s more than its budget of %s", sec(over), rep.Budget)
+		if fixed+rep.PrebuildMs > budget.Milliseconds() {
+			line += fmt.Sprintf(": the fixed-work checks and the compile alone took %.1f s, more than all of it, so each exploring check ran at its minimum", sec(fixed+rep.PrebuildMs))
+		}
+	}
+	return line + ".\n\n"
+}
+
 func writeVerifyReports(dir string, rep verifyReport) error {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return err
@@ -973,6 +1004,7 @@ func writeVerifyReports(dir string, rep verifyReport) error {
 	if rep.PrebuildMs > 0 {
 		fmt.Fprintf(&b, "Compiling the exploring checks' tests before dividing the budget among them: %.1f s.\n\n", float64(rep.PrebuildMs)/1000)
 	}
+	b.WriteString(timeSpent(rep))
 	b.WriteString("| check | store | status | tests (passed) | operations | histories | states explored | depth | violations | budget (s) | seconds |\n|---|---|---|---:|---:|---:|---:|---|---:|---:|---:|\n")
 	for _, c := range rep.Checks {
 		budget, took := "fixed", fmt.Sprintf("%.1f", float64(c.DurationMs)/1000)

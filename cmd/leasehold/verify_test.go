@@ -231,6 +231,7 @@ func TestReportShowsDepthAndOverrun(t *testing.T) {
 		"| conformance | sqlite | pass | 0 (0) | 0 | 0 | 0 |  | 0 | fixed | 7.0 |",
 		"rapid/postgres: took 104.8 s against a budget of 7.6 s: 97.2 s",
 		"the exploring checks' tests before dividing the budget among them: 12.3 s",
+		"Time: the fixed-work checks 7.0 s (they do the same work at any budget), the exploring checks 112.9 s against the 15.4 s of budget they shared.",
 	} {
 		if !strings.Contains(string(md), want) {
 			t.Errorf("verify.md lacks %q:\n%s", want, md)
@@ -303,6 +304,32 @@ func TestReplayPick(t *testing.T) {
 		}
 		if p.seed != tc.want || p.replay != wantReplay {
 			t.Errorf("%s: seed %q, replay %q; want seed %q, replay %q", tc.name, p.seed, p.replay, tc.want, wantReplay)
+		}
+	}
+}
+
+// TestTimeSpent: verify.md says where the time went, and when the run took
+// longer than its budget, whether the fixed work alone explains it.
+func TestTimeSpent(t *testing.T) {
+	fixed := checkResult{Name: "postgres-store", DurationMs: 250_000}
+	exploring := checkResult{Name: "rapid", BudgetMs: 40_000, DurationMs: 45_500}
+	for _, tc := range []struct {
+		name string
+		rep  verifyReport
+		want string
+	}{
+		{"nothing ran", verifyReport{Budget: "5m0s"}, ""},
+		{"within the budget", verifyReport{Budget: "5m0s", DurationMs: 295_500, Checks: []checkResult{fixed, exploring}},
+			"Time: the fixed-work checks 250.0 s (they do the same work at any budget), the exploring checks 45.5 s against the 40.0 s of budget they shared.\n\n"},
+		{"over, the exploring checks' overrun", verifyReport{Budget: "5m0s", DurationMs: 310_000, PrebuildMs: 4_000,
+			Checks: []checkResult{fixed, {Name: "rapid", BudgetMs: 40_000, DurationMs: 56_000}}},
+			"Time: the fixed-work checks 250.0 s (they do the same work at any budget), the exploring checks 56.0 s against the 40.0 s of budget they shared; the run took 10.0 s more than its budget of 5m0s.\n\n"},
+		{"over, the fixed work alone", verifyReport{Budget: "5m0s", DurationMs: 381_000, PrebuildMs: 6_000,
+			Checks: []checkResult{{Name: "postgres-store", DurationMs: 296_000}, {Name: "rapid", BudgetMs: 2_000, DurationMs: 79_000}}},
+			"Time: the fixed-work checks 296.0 s (they do the same work at any budget), the exploring checks 79.0 s against the 2.0 s of budget they shared; the run took 81.0 s more than its budget of 5m0s: the fixed-work checks and the compile alone took 302.0 s, more than all of it, so each exploring check ran at its minimum.\n\n"},
+	} {
+		if got := timeSpent(tc.rep); got != tc.want {
+			t.Errorf("%s: timeSpent =\n%q\nwant\n%q", tc.name, got, tc.want)
 		}
 	}
 }
