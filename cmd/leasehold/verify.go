@@ -7,6 +7,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"net/url"
 	"os"
 	"os/exec"
@@ -16,6 +17,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -253,7 +255,13 @@ type verifyReport struct {
 	// PrebuildMs is the time spent compiling the exploring checks' tests
 	// before their budgets were divided (prebuild): a fixed cost, taken
 	// from --budget before the exploring checks share it.
-	PrebuildMs int64         `json:"prebuild_ms,omitempty"`
+	PrebuildMs int64 `json:"prebuild_ms,omitempty"`
+	// FixedMs is how long the fixed-work checks took together, from the
+	// start of the run (they run Jobs at a time, so their durations add up
+	// to more); 0 in reports from before it.
+	FixedMs int64 `json:"fixed_ms,omitempty"`
+	// Jobs is how many fixed-work checks ran at once (--jobs).
+	Jobs       int           `json:"jobs,omitempty"`
 	Violations int64         `json:"violations"`
 	Checks     []checkResult `json:"checks"`
 }
@@ -267,7 +275,9 @@ type verifyOptions struct {
 	// protocol instead of leasehold's own stores.
 	storeCmd  string
 	requirePG bool
-	out       *streams
+	// jobs is how many fixed-work checks run at once (--jobs; below 1: one).
+	jobs int
+	out  *streams
 }
 
 var verifyCommand = &command{
@@ -293,6 +303,7 @@ an explicit --reports reports (make evidence) rewrites. The exit status is 0 for
 		store := fs.String("store", "all", "the stores to verify: all, sqlite, postgres or etcd")
 		storeCmd := fs.String("store-cmd", "", "check this store command (run with sh -c from here) through the store protocol "+
 			"(docs/PROTOCOL.md) instead of leasehold's own stores")
+		jobs := fs.Int("jobs", 2, "fixed-work checks run at once (the exploring checks run one at a time, each with its share of the budget)")
 		keep := fs.Bool("keep-histories", false, "keep every linearizability history under REPORTS/lin/, the passing ones too")
 		return func(ctx context.Context, args []string) error {
 			if err := noArgs(args); err != nil {
@@ -319,13 +330,16 @@ an explicit --reports reports (make evidence) rewrites. The exit status is 0 for
 					return usagef("--only %q names no check of %s (checks: %s)", f, strings.Join(stores, ", "), checkNames(stores))
 				}
 			}
+			if *jobs < 1 {
+				return usagef("--jobs %d: want 1 or more", *jobs)
+			}
 			if *budget <= 0 {
 				return usagef("--budget %s: want a positive duration such as 5m", *budget)
 			}
 			if *keep {
 				os.Setenv(harness.EnvKeepHistory, "1") // the go test runs inherit it
 			}
-			return verify(ctx, verifyOptions{budget: *budget, reports: *reports, only: filters, stores: stores, storeCmd: *storeCmd,
+			return verify(ctx, verifyOptions{budget: *budget, reports: *reports, only: filters, stores: stores, storeCmd: *storeCmd, jobs: *jobs,
 				requirePG: *storeCmd == "" && (os.Getenv("LEASEHOLD_REQUIRE_PG") == "1" || os.Getenv("CI") == "true"), out: o})
 		}
 	},
@@ -406,33 +420,23 @@ func verify(ctx context.Context, o verifyOptions) error {
 		fmt.Fprintf(out, "store command: %s (through the store protocol, docs/PROTOCOL.md)\n", o.storeCmd)
 	}
 	selected = runOrder(selected)
-	rest := 0.0 // the shares of the exploring checks not yet run
-	for _, c := range selected {
-		rest += c.Share
-	}
-	prebuilt := false
-	for i, c := range selected {
+	var mu sync.Mutex // out, between checks that run at once
+	// runOne runs the i-th selected check (perTest 0: fixed work) and
+	// prints what it found.
+	runOne := func(i int, perTest time.Duration) checkResult {
+		c := selected[i]
 		label := fmt.Sprintf("[%d/%d] %s/%s", i+1, len(selected), c.Name, c.Store)
-		if c.Share > 0 && !prebuilt {
-			prebuilt = true
-			took, n := prebuild(ctx, selected[i:], o)
-			rep.PrebuildMs = took.Milliseconds()
-			fmt.Fprintf(out, "compiled the exploring checks' tests (%d builds) in %.1fs, before dividing what is left of the budget\n", n, took.Seconds())
-		}
-		var perTest time.Duration // 0: fixed work
-		if c.Share > 0 {
-			perTest = testBudget(c, o.budget-time.Since(start), rest)
-			rest -= c.Share
-		}
 		if c.NeedsPG && pgProblem != "" {
 			r := checkResult{Name: c.Name, Store: c.Store, Status: statusSkipped, Note: "PostgreSQL " + pgProblem}
 			if o.requirePG {
 				r.Status = statusFail
 			}
+			mu.Lock()
 			fmt.Fprintf(out, "%s: %s: PostgreSQL %s\n", label, r.Status, pgProblem)
-			rep.Checks = append(rep.Checks, r)
-			continue
+			mu.Unlock()
+			return r
 		}
+		mu.Lock()
 		switch n := budgetUnits(c); {
 		case perTest == 0:
 			fmt.Fprintf(out, "%s: running (fixed work)\n", label)
@@ -442,51 +446,56 @@ func verify(ctx context.Context, o verifyOptions) error {
 			fmt.Fprintf(out, "%s: running (budget %s: %s for each of %d)\n", label,
 				(perTest * time.Duration(n)).Round(time.Second), perTest.Round(time.Second), n)
 		}
-		var r checkResult
-		if len(c.Fuzz) == 0 {
-			r = runCheck(ctx, c, perTest, o)
-		} else {
-			r = checkResult{Name: c.Name, Store: c.Store, Status: statusPass}
-			for _, target := range c.Fuzz {
-				fc := c
-				fc.Tests, fc.Fuzz = nil, []string{target}
-				fr := runCheck(ctx, fc, perTest, o)
-				if fr.coordinatorRace {
-					// Go's own flake, not a finding: run the target once more.
-					fmt.Fprintf(out, "%s: %s: %s; running it again\n", label, target, coordinatorRaceNote)
-					r.Retried = append(r.Retried, target+": "+coordinatorRaceNote)
-					fr = runCheck(ctx, fc, perTest, o)
-				}
-				r.merge(fr)
-			}
+		mu.Unlock()
+		r := runChecked(ctx, c, perTest, o, func(note string) {
+			mu.Lock()
+			fmt.Fprintf(out, "%s: %s\n", label, note)
+			mu.Unlock()
+		})
+		mu.Lock()
+		printResult(out, label, r)
+		mu.Unlock()
+		return r
+	}
+
+	// The fixed-work checks first, o.jobs at a time: most of them wait on
+	// their servers more than they compute (make test runs packages at
+	// once the same way). Their results keep the selected order.
+	fixed := slices.IndexFunc(selected, func(c check) bool { return c.Share > 0 })
+	if fixed < 0 {
+		fixed = len(selected)
+	}
+	results := make([]*checkResult, fixed)
+	inLanes(ctx, fixed, o.jobs, func(i int) {
+		r := runOne(i, 0)
+		results[i] = &r
+	})
+	for _, r := range results {
+		if r != nil {
+			rep.Checks = append(rep.Checks, *r)
+			rep.Violations += r.Violations
 		}
-		r.BudgetMs = (perTest * time.Duration(budgetUnits(c))).Milliseconds()
-		r.OverrunMs = overrun(time.Duration(r.BudgetMs)*time.Millisecond, time.Duration(r.DurationMs)*time.Millisecond).Milliseconds()
+	}
+	rep.FixedMs, rep.Jobs = time.Since(start).Milliseconds(), max(1, o.jobs)
+
+	// Then the exploring checks, one at a time, each with its share of
+	// what is left of the budget.
+	rest := 0.0 // the shares of the exploring checks not yet run
+	for _, c := range selected[fixed:] {
+		rest += c.Share
+	}
+	for i := fixed; i < len(selected) && ctx.Err() == nil; i++ {
+		c := selected[i]
+		if i == fixed {
+			took, n := prebuild(ctx, selected[i:], o)
+			rep.PrebuildMs = took.Milliseconds()
+			fmt.Fprintf(out, "compiled the exploring checks' tests (%d builds) in %.1fs, before dividing what is left of the budget\n", n, took.Seconds())
+		}
+		perTest := testBudget(c, o.budget-time.Since(start), rest)
+		rest -= c.Share
+		r := runOne(i, perTest)
 		rep.Checks = append(rep.Checks, r)
 		rep.Violations += r.Violations
-		fmt.Fprintf(out, "%s: %s — %d tests (%d passed), %d operations, %d histories, %d states, %d violations, %.1fs\n",
-			label, r.Status, r.Tests, r.Passed, r.Operations, r.Histories, r.StatesExplored, r.Violations, float64(r.DurationMs)/1000)
-		for _, f := range r.Failures {
-			fmt.Fprintf(out, "    FAIL %s\n", f)
-		}
-		for _, s := range r.Skipped {
-			fmt.Fprintf(out, "    SKIPPED %s\n", s)
-		}
-		if len(r.NotApplicable) > 0 {
-			fmt.Fprintf(out, "    not applicable (a capability the store does not offer): %s\n", strings.Join(r.NotApplicable, ", "))
-		}
-		if r.Note != "" {
-			fmt.Fprintf(out, "    note: %s\n", r.Note)
-		}
-		if r.OverrunMs > 0 {
-			fmt.Fprintf(out, "    over its budget of %.1fs by %.1fs\n", float64(r.BudgetMs)/1000, float64(r.OverrunMs)/1000)
-		}
-		if r.Replay != "" {
-			fmt.Fprintf(out, "    replay: %s\n", r.Replay)
-		}
-		if ctx.Err() != nil {
-			break
-		}
 	}
 	rep.Verdict = verdictOf(rep.Checks, len(selected))
 	rep.DurationMs = time.Since(start).Milliseconds()
@@ -511,6 +520,82 @@ func verify(ctx context.Context, o verifyOptions) error {
 		return fmt.Errorf("FAIL: %d violations, and %d required checks could not run (see above)", rep.Violations, cannot)
 	}
 	return fmt.Errorf("FAIL: %d violations", rep.Violations)
+}
+
+// inLanes calls run(i) for each i in [0, n) in order, at most lanes (at
+// least one) at a time, and starts none once ctx is done. It returns when
+// every call it started has returned.
+func inLanes(ctx context.Context, n, lanes int, run func(i int)) {
+	next := make(chan int)
+	var wg sync.WaitGroup
+	for range max(1, lanes) {
+		wg.Go(func() {
+			for i := range next {
+				if ctx.Err() == nil {
+					run(i)
+				}
+			}
+		})
+	}
+	for i := range n {
+		if ctx.Err() != nil {
+			break
+		}
+		next <- i
+	}
+	close(next)
+	wg.Wait()
+}
+
+// runChecked runs check c (a fuzz check target by target, a target that
+// met Go's coordinator race once more, noting it) and sets its budget and
+// overrun.
+func runChecked(ctx context.Context, c check, perTest time.Duration, o verifyOptions, note func(string)) checkResult {
+	var r checkResult
+	if len(c.Fuzz) == 0 {
+		r = runCheck(ctx, c, perTest, o)
+	} else {
+		r = checkResult{Name: c.Name, Store: c.Store, Status: statusPass}
+		for _, target := range c.Fuzz {
+			fc := c
+			fc.Tests, fc.Fuzz = nil, []string{target}
+			fr := runCheck(ctx, fc, perTest, o)
+			if fr.coordinatorRace {
+				// Go's own flake, not a finding: run the target once more.
+				note(fmt.Sprintf("%s: %s; running it again", target, coordinatorRaceNote))
+				r.Retried = append(r.Retried, target+": "+coordinatorRaceNote)
+				fr = runCheck(ctx, fc, perTest, o)
+			}
+			r.merge(fr)
+		}
+	}
+	r.BudgetMs = (perTest * time.Duration(budgetUnits(c))).Milliseconds()
+	r.OverrunMs = overrun(time.Duration(r.BudgetMs)*time.Millisecond, time.Duration(r.DurationMs)*time.Millisecond).Milliseconds()
+	return r
+}
+
+// printResult prints a check's result under its label.
+func printResult(out io.Writer, label string, r checkResult) {
+	fmt.Fprintf(out, "%s: %s — %d tests (%d passed), %d operations, %d histories, %d states, %d violations, %.1fs\n",
+		label, r.Status, r.Tests, r.Passed, r.Operations, r.Histories, r.StatesExplored, r.Violations, float64(r.DurationMs)/1000)
+	for _, f := range r.Failures {
+		fmt.Fprintf(out, "    FAIL %s\n", f)
+	}
+	for _, s := range r.Skipped {
+		fmt.Fprintf(out, "    SKIPPED %s\n", s)
+	}
+	if len(r.NotApplicable) > 0 {
+		fmt.Fprintf(out, "    not applicable (a capability the store does not offer): %s\n", strings.Join(r.NotApplicable, ", "))
+	}
+	if r.Note != "" {
+		fmt.Fprintf(out, "    note: %s\n", r.Note)
+	}
+	if r.OverrunMs > 0 {
+		fmt.Fprintf(out, "    over its budget of %.1fs by %.1fs\n", float64(r.BudgetMs)/1000, float64(r.OverrunMs)/1000)
+	}
+	if r.Replay != "" {
+		fmt.Fprintf(out, "    replay: %s\n", r.Replay)
+	}
 }
 
 // minTestBudget is the least LEASEHOLD_BUDGET an exploring check's test gets
@@ -968,7 +1053,12 @@ func timeSpent(rep verifyReport) string {
 		return ""
 	}
 	sec := func(ms int64) float64 { return float64(ms) / 1000 }
-	line := fmt.Sprintf("Time: the fixed-work checks %.1f s (they do the same work at any budget), the exploring checks %.1f s against the %.1f s of budget they shared", sec(fixed), sec(exploring), sec(share))
+	at := ""
+	if rep.FixedMs > 0 {
+		// Run Jobs at a time: what they took is the phase's length.
+		fixed, at = rep.FixedMs, fmt.Sprintf(", %d at a time", rep.Jobs)
+	}
+	line := fmt.Sprintf("Time: the fixed-work checks %.1f s%s (they do the same work at any budget), the exploring checks %.1f s against the %.1f s of budget they shared", sec(fixed), at, sec(exploring), sec(share))
 	budget, err := time.ParseDuration(rep.Budget)
 	if over := rep.DurationMs - budget.Milliseconds(); err == nil && over > 0 {
 		line += fmt.Sprintf("; the run took %.1f s more than its budget of %s", sec(over), rep.Budget)
@@ -1058,7 +1148,7 @@ func writeVerifyReports(dir string, rep verifyReport) error {
 		sort.Strings(notes)
 		b.WriteString("\n## Notes\n\n" + strings.Join(notes, "\n") + "\n")
 	}
-	b.WriteString("\nOperations are store calls compared with the model; histories are concurrent runs checked for linearizability; states are distinct model states explored exhaustively; depth is what an exploring check explored: random sequences and rounds (rapid), histories and operations (linearizability, runtime), inputs executed (fuzz). Fixed-work checks run first; the exploring checks share what they leave of the budget. A skipped, incomplete or not-applicable check is not a pass.\n")
+	b.WriteString("\nOperations are store calls compared with the model; histories are concurrent runs checked for linearizability; states are distinct model states explored exhaustively; depth is what an exploring check explored: random sequences and rounds (rapid), histories and operations (linearizability, runtime), inputs executed (fuzz). Fixed-work checks run first, --jobs of them at a time; the exploring checks then run one at a time and share what they leave of the budget. A skipped, incomplete or not-applicable check is not a pass.\n")
 	return os.WriteFile(filepath.Join(dir, "verify.md"), []byte(b.String()), 0o644)
 }
 

@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -327,9 +328,54 @@ func TestTimeSpent(t *testing.T) {
 		{"over, the fixed work alone", verifyReport{Budget: "5m0s", DurationMs: 381_000, PrebuildMs: 6_000,
 			Checks: []checkResult{{Name: "postgres-store", DurationMs: 296_000}, {Name: "rapid", BudgetMs: 2_000, DurationMs: 79_000}}},
 			"Time: the fixed-work checks 296.0 s (they do the same work at any budget), the exploring checks 79.0 s against the 2.0 s of budget they shared; the run took 81.0 s more than its budget of 5m0s: the fixed-work checks and the compile alone took 302.0 s, more than all of it, so each exploring check ran at its minimum.\n\n"},
+		{"two at a time", verifyReport{Budget: "5m0s", DurationMs: 260_000, FixedMs: 200_000, Jobs: 2,
+			Checks: []checkResult{fixed, {Name: "mutants", DurationMs: 120_000}, exploring}},
+			"Time: the fixed-work checks 200.0 s, 2 at a time (they do the same work at any budget), the exploring checks 45.5 s against the 40.0 s of budget they shared.\n\n"},
 	} {
 		if got := timeSpent(tc.rep); got != tc.want {
 			t.Errorf("%s: timeSpent =\n%q\nwant\n%q", tc.name, got, tc.want)
 		}
+	}
+}
+
+// TestInLanes: every index runs once (one after another with one lane), never more than
+// the lanes at once; one lane is one after another; nothing starts once the
+// context is done.
+func TestInLanes(t *testing.T) {
+	for _, lanes := range []int{0, 1, 2, 3} {
+		var mu sync.Mutex
+		var started []int
+		running, most := 0, 0
+		inLanes(context.Background(), 7, lanes, func(i int) {
+			mu.Lock()
+			started = append(started, i)
+			running++
+			most = max(most, running)
+			mu.Unlock()
+			time.Sleep(20 * time.Millisecond) // long enough for the other lanes to start theirs
+			mu.Lock()
+			running--
+			mu.Unlock()
+		})
+		if lanes > 1 {
+			slices.Sort(started) // handed out in order, recorded as each lane gets to it
+		}
+		if !slices.Equal(started, []int{0, 1, 2, 3, 4, 5, 6}) {
+			t.Errorf("lanes %d: started %v, want each of 0..6 once (in order with one lane)", lanes, started)
+		}
+		if want := max(1, lanes); most != want {
+			t.Errorf("lanes %d: at most %d ran at once, want %d", lanes, most, want)
+		}
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	var ran []int
+	inLanes(ctx, 5, 1, func(i int) {
+		ran = append(ran, i)
+		if i == 1 {
+			cancel()
+		}
+	})
+	if !slices.Equal(ran, []int{0, 1}) {
+		t.Errorf("cancelled after index 1: ran %v, want [0 1]", ran)
 	}
 }
