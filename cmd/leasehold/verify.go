@@ -283,7 +283,7 @@ type verifyOptions struct {
 var verifyCommand = &command{
 	name:    "verify",
 	summary: "run every check (conformance, model exploration, property, linearizability, scenarios, mutants): the main job",
-	usage:   "verify [--store all|sqlite|postgres|etcd | --store-cmd CMD] [--budget D] [--only CHECK,...] [--reports DIR] [--keep-histories]",
+	usage:   "verify [--store all|sqlite|postgres|etcd | --store-cmd CMD] [--budget D] [--only CHECK,...] [--jobs N] [--reports DIR] [--keep-histories]",
 	help: `Runs every check on the selected stores and writes verify.json and verify.md. The verdict is
 PASS only when every selected check ran completely and passed; a check that was skipped (its
 database missing) or skipped some of its tests makes the run INCOMPLETE, never PASS; any failure
