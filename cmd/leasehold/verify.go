@@ -258,7 +258,7 @@ type verifyReport struct {
 	PrebuildMs int64 `json:"prebuild_ms,omitempty"`
 	// FixedMs is how long the fixed-work checks took together, from the
 	// start of the run (they run Jobs at a time, so their durations add up
-	// to more); 0 in reports from before it.
+	// to more); 0 when none ran, and in reports from before it.
 	FixedMs int64 `json:"fixed_ms,omitempty"`
 	// Jobs is how many fixed-work checks ran at once (--jobs).
 	Jobs       int           `json:"jobs,omitempty"`
@@ -476,7 +476,9 @@ func verify(ctx context.Context, o verifyOptions) error {
 			rep.Violations += r.Violations
 		}
 	}
-	rep.FixedMs, rep.Jobs = time.Since(start).Milliseconds(), max(1, o.jobs)
+	if fixed > 0 {
+		rep.FixedMs, rep.Jobs = time.Since(start).Milliseconds(), max(1, o.jobs)
+	}
 
 	// Then the exploring checks, one at a time, each with its share of
 	// what is left of the budget.
