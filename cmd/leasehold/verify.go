@@ -213,8 +213,12 @@ type checkResult struct {
 	// NotApplicable are the tests that need a capability the store does
 	// not offer: neither passed nor failed, and not counted in Tests.
 	NotApplicable []string `json:"not_applicable,omitempty"`
-	Replay        string   `json:"replay,omitempty"`
-	Note          string   `json:"note,omitempty"`
+	// NotSelected are the tests left out because they need PostgreSQL and
+	// the run did not select it (--store sqlite); neither passed nor
+	// counted in Tests.
+	NotSelected []string `json:"not_selected,omitempty"`
+	Replay      string   `json:"replay,omitempty"`
+	Note        string   `json:"note,omitempty"`
 	// Faults sums the fault tests' figures; MaxRecoveryMs is the largest.
 	Faults *metrics.Faults `json:"faults,omitempty"`
 
@@ -589,6 +593,9 @@ func printResult(out io.Writer, label string, r checkResult) {
 	if len(r.NotApplicable) > 0 {
 		fmt.Fprintf(out, "    not applicable (a capability the store does not offer): %s\n", strings.Join(r.NotApplicable, ", "))
 	}
+	if len(r.NotSelected) > 0 {
+		fmt.Fprintf(out, "    not selected (they need PostgreSQL, which --store left out): %d tests\n", len(r.NotSelected))
+	}
 	if r.Note != "" {
 		fmt.Fprintf(out, "    note: %s\n", r.Note)
 	}
@@ -851,10 +858,17 @@ func runCheck(ctx context.Context, c check, perTest time.Duration, o verifyOptio
 				pkgFailed = pkgFailed || ev.Action == "fail"
 				continue
 			}
-			if ev.Action == "skip" && storetest.IsNotApplicable(strings.Join(failedOutput[ev.Test], "\n")) {
-				res.NotApplicable = append(res.NotApplicable, ev.Test)
-				delete(failedOutput, ev.Test)
-				continue
+			if ev.Action == "skip" {
+				switch skipKind(strings.Join(failedOutput[ev.Test], "\n"), slices.Contains(o.stores, "postgres")) {
+				case statusNotApplicable:
+					res.NotApplicable = append(res.NotApplicable, ev.Test)
+					delete(failedOutput, ev.Test)
+					continue
+				case skipNotSelected:
+					res.NotSelected = append(res.NotSelected, ev.Test)
+					delete(failedOutput, ev.Test)
+					continue
+				}
 			}
 			res.Tests++ // subtests too: the conformance suite is one test of its subtests
 			switch ev.Action {
@@ -894,6 +908,8 @@ func runCheck(ctx context.Context, c check, perTest time.Duration, o verifyOptio
 		}
 	case res.Tests == 0 && len(res.NotApplicable) > 0:
 		res.Status, res.Note = statusNotApplicable, "not applicable: the store does not offer a capability the check needs"
+	case res.Tests == 0 && len(res.NotSelected) > 0:
+		res.Status, res.Note = statusSkipped, "every test needs PostgreSQL, which --store did not select"
 	case res.Tests == 0 && len(c.Fuzz) == 0:
 		return fail("the check ran no test")
 	case len(res.Skipped) > 0:
@@ -985,6 +1001,26 @@ func overrun(budget, took time.Duration) time.Duration {
 }
 
 // skipReason is the last line of a skipped test's output (its t.Skip text).
+// skipNotSelected is skipKind's answer for a test that needs PostgreSQL in
+// a run that did not select it.
+const skipNotSelected = "not selected"
+
+// skipKind says what a skipped test's output means: statusNotApplicable
+// (the store does not offer a capability the test needs), skipNotSelected
+// (the test needs PostgreSQL, and the run did not select it: it is left out
+// as a postgres-only check is), else statusSkipped, which leaves its check
+// incomplete. A test that found no PostgreSQL in a run that selected it is
+// a skip.
+func skipKind(output string, pgSelected bool) string {
+	switch {
+	case storetest.IsNotApplicable(output):
+		return statusNotApplicable
+	case !pgSelected && storetest.IsNoPostgreSQL(output):
+		return skipNotSelected
+	}
+	return statusSkipped
+}
+
 func skipReason(lines []string) string {
 	for i := len(lines) - 1; i >= 0; i-- {
 		if l := strings.TrimSpace(lines[i]); l != "" && !strings.HasPrefix(l, "---") && !strings.HasPrefix(l, "=== ") {
@@ -1144,6 +1180,10 @@ func writeVerifyReports(dir string, rep verifyReport) error {
 		if len(c.NotApplicable) > 0 {
 			notes = append(notes, fmt.Sprintf("- %s/%s: %d tests not applicable (a capability the store does not offer): %s",
 				c.Name, c.Store, len(c.NotApplicable), strings.Join(c.NotApplicable, ", ")))
+		}
+		if len(c.NotSelected) > 0 {
+			notes = append(notes, fmt.Sprintf("- %s/%s: %d tests not selected (they need PostgreSQL, which --store left out; not counted as passed): %s",
+				c.Name, c.Store, len(c.NotSelected), strings.Join(c.NotSelected, ", ")))
 		}
 	}
 	if len(notes) > 0 {

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/leasehold/leasehold/impl/storetest"
 	"github.com/leasehold/leasehold/metrics"
 )
 
@@ -377,5 +378,30 @@ func TestInLanes(t *testing.T) {
 	})
 	if !slices.Equal(ran, []int{0, 1}) {
 		t.Errorf("cancelled after index 1: ran %v, want [0 1]", ran)
+	}
+}
+
+// TestSkipKind: a test that found no PostgreSQL is left out as not selected
+// only when the run did not select PostgreSQL; in a run that did, it is a
+// skip (its check is incomplete). A capability the store lacks is not
+// applicable either way; any other skip is a skip.
+func TestSkipKind(t *testing.T) {
+	noPG := "pgtest.go:299: " + storetest.NoPostgreSQLPrefix + "LEASEHOLD_PG_DSN and DATABASE_URL are unset"
+	notApplicable := "suite.go:40: " + storetest.NotApplicablePrefix + "the store offers no hooks"
+	for _, tc := range []struct {
+		output     string
+		pgSelected bool
+		want       string
+	}{
+		{noPG, false, skipNotSelected},
+		{noPG, true, statusSkipped},
+		{notApplicable, false, statusNotApplicable},
+		{notApplicable, true, statusNotApplicable},
+		{"x_test.go:12: flaky on this platform", false, statusSkipped},
+		{"", true, statusSkipped},
+	} {
+		if got := skipKind(tc.output, tc.pgSelected); got != tc.want {
+			t.Errorf("skipKind(%q, PostgreSQL selected %v) = %q, want %q", tc.output, tc.pgSelected, got, tc.want)
+		}
 	}
 }

@@ -128,6 +128,15 @@ func wasNotApplicable(t testing.TB) bool {
 // IsNotApplicable reports whether a test's output says it did not apply.
 func IsNotApplicable(output string) bool { return strings.Contains(output, NotApplicablePrefix) }
 
+// NoPostgreSQLPrefix starts the message of a test skipped because no
+// PostgreSQL server was there (pgtest.DSN): `leasehold verify` lists such a
+// test as not selected when the run did not select PostgreSQL (--store
+// sqlite), and as skipped otherwise.
+const NoPostgreSQLPrefix = "NO POSTGRESQL FOR THIS TEST: "
+
+// IsNoPostgreSQL reports whether a test's output says it had no PostgreSQL.
+func IsNoPostgreSQL(output string) bool { return strings.Contains(output, NoPostgreSQLPrefix) }
+
 // Declared opens one store of f (under spec.DefaultConfig, with a hook, so
 // that a store that offers hooks is asked for them), reads what it offers
 // and closes it again. Checks that open many stores call it once, first, to

@@ -74,7 +74,7 @@ func DSN(t testing.TB) string {
 	t.Helper()
 	shared.once.Do(provision)
 	if shared.err != nil {
-		msg := fmt.Sprintf("NO POSTGRESQL FOR THIS TEST: %v. Set %s (e.g. postgres://postgres@127.0.0.1:5432/test?sslmode=disable) or start a Docker engine for testcontainers.",
+		msg := fmt.Sprintf(storetest.NoPostgreSQLPrefix+"%v. Set %s (e.g. postgres://postgres@127.0.0.1:5432/test?sslmode=disable) or start a Docker engine for testcontainers.",
 			shared.err, EnvDSN)
 		if Required() {
 			t.Fatalf("%s (%s=1 or %s=true: a PostgreSQL suite may not skip)", msg, EnvRequire, EnvCI)
