@@ -243,6 +243,18 @@ type Peer interface {
 	Close() error
 }
 
+// UniqueBulkPeer is a Peer whose bulk insert can also check every job for
+// a duplicate, the nearest a queue without idempotency records comes to an
+// idempotent admission (River: UniqueOpts{ByArgs: true}). The benchmark
+// measures it beside the plain bulk insert, for scale: no goal is set
+// against it.
+type UniqueBulkPeer interface {
+	Peer
+	// InsertBulkUnique is InsertBulk with the peer's duplicate check on
+	// every job; no two of the n jobs are alike, so all are inserted.
+	InsertBulkUnique(ctx context.Context, n, batch int) error
+}
+
 // SteadyPeer is a Peer that can also run the latency measurement.
 type SteadyPeer interface {
 	Peer
@@ -412,7 +424,7 @@ func runPostgres(ctx context.Context, o Options, r *Report, logf func(string, ..
 		if _, err := peer.drain(ctx, pg, warm, -1, discard); err != nil {
 			return fmt.Errorf("%s warm-up: %w", r.PeerName, err)
 		}
-		if _, err := peer.insert(ctx, pg, warm, false, -1, discard); err != nil {
+		if _, err := peer.insert(ctx, pg, warm, methodOne, -1, discard); err != nil {
 			return fmt.Errorf("%s warm-up: %w", r.PeerName, err)
 		}
 	}
@@ -444,11 +456,13 @@ func runPostgres(ctx context.Context, o Options, r *Report, logf func(string, ..
 				r.Inserts = append(r.Inserts, in)
 			}
 			if peer != nil {
-				in, err := peer.insert(ctx, pg, o, bulk, round, logf)
-				if err != nil {
-					return fmt.Errorf("%s insert: %w", r.PeerName, err)
+				for _, m := range peer.methods(bulk) {
+					in, err := peer.insert(ctx, pg, o, m, round, logf)
+					if err != nil {
+						return fmt.Errorf("%s insert: %w", r.PeerName, err)
+					}
+					r.Inserts = append(r.Inserts, in)
 				}
-				r.Inserts = append(r.Inserts, in)
 			}
 		}
 	}

@@ -160,6 +160,9 @@ const (
 	methodOne       = "one per call"
 	methodCoalesced = "one per call, coalesced"
 	methodBulk      = "bulk"
+	// methodBulkUnique is a peer's bulk insert with its duplicate check on
+	// every job (UniqueBulkPeer).
+	methodBulkUnique = "bulk, unique"
 )
 
 // drainLeaseholdPG bulk-loads N jobs into a fresh schema and drains them
@@ -317,17 +320,28 @@ func openPeerPG(ctx context.Context, pg *server, o Options) (*peerPG, error) {
 	return &peerPG{p: o.Peer, dsn: dsn}, err
 }
 
-// insert measures one round of the peer's admission (bulk: o.BulkN jobs by
-// its bulk insert in batches of o.BulkBatch; else o.InsertN jobs, one per
-// call from W goroutines) into an emptied job table. The peer's pool is opened for the
-// phase and closed after it, so that its commits are counted.
-func (pp *peerPG) insert(ctx context.Context, pg *server, o Options, bulk bool, round int, logf func(string, ...any)) (InsertResult, error) {
-	name := pp.p.Name()
-	n := o.admissionN(bulk)
-	res := InsertResult{System: name, Store: "postgres", Method: methodOne, Jobs: n, Round: round}
-	if bulk {
-		res.Method = methodBulk
+// methods are the peer's admission methods of one kind: one per call, or
+// its bulk insert and, when it has one, its bulk insert with a duplicate
+// check (UniqueBulkPeer).
+func (pp *peerPG) methods(bulk bool) []string {
+	if !bulk {
+		return []string{methodOne}
 	}
+	if _, ok := pp.p.(UniqueBulkPeer); ok {
+		return []string{methodBulk, methodBulkUnique}
+	}
+	return []string{methodBulk}
+}
+
+// insert measures one round of the peer's admission by method (methodBulk:
+// o.BulkN jobs by its bulk insert in batches of o.BulkBatch; methodBulkUnique
+// the same with its duplicate check; methodOne o.InsertN jobs, one per call
+// from W goroutines) into an emptied job table. The peer's pool is opened
+// for the phase and closed after it, so that its commits are counted.
+func (pp *peerPG) insert(ctx context.Context, pg *server, o Options, method string, round int, logf func(string, ...any)) (InsertResult, error) {
+	name := pp.p.Name()
+	n := o.admissionN(method != methodOne)
+	res := InsertResult{System: name, Store: "postgres", Method: method, Jobs: n, Round: round}
 	if err := pp.p.Open(ctx, pp.dsn, o.Conns); err != nil {
 		return res, err
 	}
@@ -336,8 +350,11 @@ func (pp *peerPG) insert(ctx context.Context, pg *server, o Options, bulk bool, 
 		return res, err
 	}
 	elapsed, c, err := pg.measure(ctx, n, DBPeer, func() error {
-		if bulk {
+		switch method {
+		case methodBulk:
 			return pp.p.InsertBulk(ctx, n, o.BulkBatch)
+		case methodBulkUnique:
+			return pp.p.(UniqueBulkPeer).InsertBulkUnique(ctx, n, o.BulkBatch)
 		}
 		return pp.p.InsertOne(ctx, n, o.Workers)
 	}, func() { pp.p.Close() })

@@ -385,6 +385,10 @@ func (r *Report) computeRatios() {
 	rounds("leasehold CreateRuns / "+peer+" InsertMany (PostgreSQL, bulk, per job)", fmt.Sprintf("jobs/s / jobs/s, batches of %d, round by round", r.Settings.BulkBatch),
 		r.insertRates("leasehold", "postgres", methodBulk), r.insertRates(r.PeerName, "postgres", methodBulk), "higher", 1.0,
 		cmpNote(r.insertNote("leasehold", "postgres", methodBulk), peerNote))
+	rounds("leasehold CreateRuns / "+peer+" InsertMany of unique jobs (PostgreSQL, bulk, per job)",
+		fmt.Sprintf("jobs/s / jobs/s, batches of %d, round by round; the peer checks every job for a duplicate (UniqueOpts{ByArgs: true}), the nearest it has to an idempotent admission; for scale, no goal", r.Settings.BulkBatch),
+		r.insertRates("leasehold", "postgres", methodBulk), r.insertRates(r.PeerName, "postgres", methodBulkUnique), "higher", 0,
+		cmpNote(r.insertNote("leasehold", "postgres", methodBulk), peerNote))
 	rounds("leasehold / "+speer+" (SQLite drain)", "jobs/s of leasehold sqlite [batch claim, CompleteBatch] / jobs/s of "+speer+", round by round",
 		r.drainRates("leasehold", "sqlite", sqliteBest), r.drainRates(r.SQLitePeerName, "sqlite", "peer"), "higher", 1.5, speerNote)
 	rounds("leasehold CreateRun / "+speer+" Insert (SQLite, one per call)", "jobs/s / jobs/s, round by round",
@@ -618,7 +622,7 @@ func (r *Report) Markdown(w io.Writer) {
 			pgOnly(in.Store, "%.2f", in.Cost.WriteTxPerJob), pgOnly(in.Store, "%.3f", in.Cost.CommitsPerJob), pgOnly(in.Store, "%.0f", in.Cost.WALBytesPerJob),
 			pgOnly(in.Store, "%.0f", in.Cost.ServerCPUPerJob), in.Cost.ClientCPUPerJob)
 	}
-	p("\nOne per call: %d jobs from W goroutines (leasehold CreateRun: run, first event, job and idempotency record in one transaction, fingerprint checked; River Insert). Bulk: %d jobs in calls of %d, one after another (leasehold spec.BatchCreator.CreateRuns, River InsertMany). The etcd store admits %d jobs each way. The drains of leasehold's PostgreSQL store start from the bulk loader's rows (the same rows CreateRun writes, checked by bench_test.go and by the fingerprint check at every depth); River's from InsertMany; leasehold's SQLite drains from a file admitted with CreateRun.\n",
+	p("\nOne per call: %d jobs from W goroutines (leasehold CreateRun: run, first event, job and idempotency record in one transaction, fingerprint checked; River Insert). Bulk: %d jobs in calls of %d, one after another (leasehold spec.BatchCreator.CreateRuns, River InsertMany; and, for scale, River InsertMany with UniqueOpts{ByArgs: true}, which checks every job for a duplicate as an idempotent admission checks its key). The etcd store admits %d jobs each way. The drains of leasehold's PostgreSQL store start from the bulk loader's rows (the same rows CreateRun writes, checked by bench_test.go and by the fingerprint check at every depth); River's from InsertMany; leasehold's SQLite drains from a file admitted with CreateRun.\n",
 		r.Settings.InsertN, r.Settings.bulkN(), r.Settings.BulkBatch, r.Settings.SQLiteN)
 
 	p("\n## Latency at a steady arrival rate (PostgreSQL, notifications on)\n\n")
@@ -711,6 +715,8 @@ func methodText(in InsertResult) string {
 		return "CreateRuns (bulk)"
 	case in.Method == methodBulk:
 		return "InsertMany (bulk)"
+	case in.Method == methodBulkUnique:
+		return "InsertMany, UniqueOpts{ByArgs: true} (bulk, every job checked for a duplicate)"
 	}
 	return in.Method
 }

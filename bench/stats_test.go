@@ -499,3 +499,49 @@ func TestEtcdDefault(t *testing.T) {
 		}
 	}
 }
+
+// TestUniqueBulkRatio: the bulk admission is compared with the peer's
+// bulk insert of unique jobs round by round, for scale (no goal), and a
+// peer without one leaves the ratio empty, saying so.
+func TestUniqueBulkRatio(t *testing.T) {
+	const name = "leasehold CreateRuns / River vX InsertMany of unique jobs (PostgreSQL, bulk, per job)"
+	for _, tc := range []struct {
+		name   string
+		unique []float64 // the peer's unique bulk rates by round; nil: not run
+		value  float64
+		note   string
+	}{
+		{"measured", []float64{1000, 800, 1200}, 0.25, ""},
+		{"peer without it", nil, 0, "a side was not measured"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := &Report{Mode: "quick", PeerName: "River vX", Settings: Settings{Rounds: 3, BulkBatch: 1000}}
+			for i, lh := range []float64{250, 200, 300} {
+				r.Inserts = append(r.Inserts,
+					InsertResult{System: "leasehold", Store: "postgres", Method: methodBulk, Round: i + 1, JobsPerSec: lh},
+					InsertResult{System: "River vX", Store: "postgres", Method: methodBulk, Round: i + 1, JobsPerSec: 2 * lh})
+				if tc.unique != nil {
+					r.Inserts = append(r.Inserts, InsertResult{System: "River vX", Store: "postgres", Method: methodBulkUnique, Round: i + 1, JobsPerSec: tc.unique[i]})
+				}
+			}
+			r.computeRatios()
+			var got *Ratio
+			for i := range r.Ratios {
+				if r.Ratios[i].Name == name {
+					got = &r.Ratios[i]
+				}
+			}
+			if got == nil {
+				t.Fatalf("no ratio %q", name)
+			}
+			if !near(got.Value, tc.value) || got.Note != tc.note || got.Target != 0 || got.Status != "" || (got.Spread == nil) != (tc.unique == nil) {
+				t.Errorf("%+v; want value %v, note %q, no target, no status, a spread only when measured", *got, tc.value, tc.note)
+			}
+			for _, g := range r.Goals {
+				if strings.Contains(g.Goal, "unique jobs") {
+					t.Errorf("a goal was set against the unique bulk insert: %+v", g)
+				}
+			}
+		})
+	}
+}

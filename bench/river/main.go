@@ -187,7 +187,13 @@ func (p *riverPeer) InsertOne(ctx context.Context, n, workers int) error {
 }
 
 func (p *riverPeer) InsertBulk(ctx context.Context, n, size int) error {
-	return insertBulk(ctx, riverpgxv5.New(p.pool), p.logger(), n, size)
+	return insertBulk(ctx, riverpgxv5.New(p.pool), p.logger(), n, size, nil)
+}
+
+// InsertBulkUnique implements bench.UniqueBulkPeer: InsertMany with every
+// job unique by its arguments (River's unique_key and its unique index).
+func (p *riverPeer) InsertBulkUnique(ctx context.Context, n, size int) error {
+	return insertBulk(ctx, riverpgxv5.New(p.pool), p.logger(), n, size, &river.InsertOpts{UniqueOpts: river.UniqueOpts{ByArgs: true}})
 }
 
 // Drain starts a client with one queue of MaxWorkers = workers and River's
@@ -274,7 +280,7 @@ func (p *riverSQLitePeer) InsertOne(ctx context.Context, n, workers int) error {
 }
 
 func (p *riverSQLitePeer) InsertBulk(ctx context.Context, n, size int) error {
-	return insertBulk(ctx, riversqlite.New(p.db), p.logger(), n, size)
+	return insertBulk(ctx, riversqlite.New(p.db), p.logger(), n, size, nil)
 }
 
 func (p *riverSQLitePeer) Drain(ctx context.Context, n, workers int) error {
@@ -317,18 +323,25 @@ func insertOne[TTx any](ctx context.Context, d riverdriver.Driver[TTx], log *slo
 	return <-errs
 }
 
-// insertBulk inserts n jobs with InsertMany, size per call.
-func insertBulk[TTx any](ctx context.Context, d riverdriver.Driver[TTx], log *slog.Logger, n, size int) error {
+// insertBulk inserts n jobs with InsertMany, size per call, each with opts
+// (nil: River's defaults).
+func insertBulk[TTx any](ctx context.Context, d riverdriver.Driver[TTx], log *slog.Logger, n, size int, opts *river.InsertOpts) error {
 	c, err := river.NewClient(d, &river.Config{Logger: log})
 	if err != nil {
 		return err
 	}
 	batch := make([]river.InsertManyParams, 0, size)
 	for i := 1; i <= n; i++ {
-		batch = append(batch, river.InsertManyParams{Args: NoopArgs{N: i}})
+		batch = append(batch, river.InsertManyParams{Args: NoopArgs{N: i}, InsertOpts: opts})
 		if len(batch) == size || i == n {
-			if _, err := c.InsertMany(ctx, batch); err != nil {
+			results, err := c.InsertMany(ctx, batch)
+			if err != nil {
 				return err
+			}
+			for _, r := range results {
+				if r.UniqueSkippedAsDuplicate {
+					return fmt.Errorf("InsertMany skipped job %d as a duplicate: every job's arguments differ", r.Job.ID)
+				}
 			}
 			batch = batch[:0]
 		}
