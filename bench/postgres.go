@@ -2,6 +2,7 @@ package bench
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -362,6 +363,9 @@ func (pp *peerPG) insert(ctx context.Context, pg *server, o Options, method stri
 		return res, err
 	}
 	res.Seconds, res.JobsPerSec, res.Cost = elapsed.Seconds(), float64(n)/elapsed.Seconds(), c
+	if err := pp.empty(ctx); err != nil {
+		return res, err
+	}
 	logf("round %d: %s %s: %.0f jobs/s", round, name, res.Method, res.JobsPerSec)
 	return res, nil
 }
@@ -415,8 +419,23 @@ func (pp *peerPG) drain(ctx context.Context, pg *server, o Options, round int, l
 		return res, fmt.Errorf("%d jobs completed after the drain, want %d", completed, o.N)
 	}
 	res.fill(elapsed, c, &drainStats{})
+	if err := pp.empty(ctx); err != nil {
+		return res, err
+	}
 	logf("round %d: %s drain: %.0f jobs/s (%.2f write transactions/job)", round, name, res.JobsPerSec, c.WriteTxPerJob)
 	return res, nil
+}
+
+// empty empties the peer's job table once a phase is measured (Reset on a
+// pool of its own), so that the jobs it leaves give autovacuum no work to
+// do during the next phase, which may be leasehold's (leasehold drops its
+// schema after each phase).
+func (pp *peerPG) empty(ctx context.Context) error {
+	if err := pp.p.Open(ctx, pp.dsn, 1); err != nil {
+		return err
+	}
+	err := pp.p.Reset(ctx)
+	return errors.Join(err, pp.p.Close())
 }
 
 // peerLoadBatch is the batch of the peer's bulk insert when it only loads
