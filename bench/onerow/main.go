@@ -285,7 +285,11 @@ func runRound(ctx context.Context, dsn string, d design, n, depth int) (m measur
 	}
 	now := time.Now().UnixMilli()
 
-	cpu0, t0 := mustCPU(pid), time.Now()
+	cpu0, err := backendCPU(pid)
+	if err != nil {
+		return m, err
+	}
+	t0 := time.Now()
 	for start := 0; start < n; start += 1000 {
 		var ids, payloads, fingerprints, keys []string
 		for i := start; i < min(start+1000, n); i++ {
@@ -298,7 +302,11 @@ func runRound(ctx context.Context, dsn string, d design, n, depth int) (m measur
 			return m, fmt.Errorf("bulk insert: %w", err)
 		}
 	}
-	m.bulkCPU, m.bulkRate = perJob(mustCPU(pid)-cpu0, n), float64(n)/time.Since(t0).Seconds()
+	cpu1, err := backendCPU(pid)
+	if err != nil {
+		return m, err
+	}
+	m.bulkCPU, m.bulkRate = perJob(cpu1-cpu0, n), float64(n)/time.Since(t0).Seconds()
 	for _, s := range []string{`VACUUM ANALYZE jobs`, `CHECKPOINT`} {
 		if _, err := c.Exec(ctx, s); err != nil {
 			return m, err
@@ -313,7 +321,10 @@ func runRound(ctx context.Context, dsn string, d design, n, depth int) (m measur
 	if err := updates(ctx, c, &upd0, &hot0); err != nil {
 		return m, err
 	}
-	cpu0, t0 = mustCPU(pid), time.Now()
+	if cpu0, err = backendCPU(pid); err != nil {
+		return m, err
+	}
+	t0 = time.Now()
 	var inFlight [][]lease
 	done := 0
 	for {
@@ -338,7 +349,10 @@ func runRound(ctx context.Context, dsn string, d design, n, depth int) (m measur
 	if done != n {
 		return m, fmt.Errorf("drained %d of %d jobs", done, n)
 	}
-	m.drainCPU, m.drainRate = perJob(mustCPU(pid)-cpu0, n), float64(n)/time.Since(t0).Seconds()
+	if cpu1, err = backendCPU(pid); err != nil {
+		return m, err
+	}
+	m.drainCPU, m.drainRate = perJob(cpu1-cpu0, n), float64(n)/time.Since(t0).Seconds()
 	var wal float64
 	if err := c.QueryRow(ctx, `SELECT pg_wal_lsn_diff(pg_current_wal_lsn(), $1::pg_lsn)::float8`, lsn0).Scan(&wal); err != nil {
 		return m, err
@@ -352,15 +366,6 @@ func runRound(ctx context.Context, dsn string, d design, n, depth int) (m measur
 		m.hotShare = float64(hot1-hot0) / float64(upd1-upd0)
 	}
 	return m, nil
-}
-
-func mustCPU(pid uint32) time.Duration {
-	d, err := backendCPU(pid)
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "onerow:", err)
-		os.Exit(1)
-	}
-	return d
 }
 
 func perJob(d time.Duration, n int) float64 { return float64(d.Microseconds()) / float64(n) }
@@ -387,7 +392,7 @@ func claim(ctx context.Context, c *pgx.Conn, d design, now int64) ([]lease, erro
 	var out []lease
 	for rows.Next() {
 		var l lease
-		var payload string
+		var payload string // read as a worker would, not used
 		var deadline int64
 		if err := rows.Scan(&l.runID, &l.generation, &payload, &deadline); err != nil {
 			return nil, fmt.Errorf("claim: %w", err)
