@@ -38,7 +38,6 @@ import (
 	"fmt"
 	"os"
 	"slices"
-	"sort"
 	"strconv"
 	"strings"
 	"time"
@@ -196,6 +195,10 @@ func main() {
 		fmt.Fprintln(os.Stderr, "onerow: no database: pass -dsn or set LEASEHOLD_PG_DSN")
 		os.Exit(2)
 	}
+	if *n < 1 || *rounds < 1 || *fillfactor < 10 || *fillfactor > 100 {
+		fmt.Fprintln(os.Stderr, "onerow: -n and -rounds must be at least 1, -fillfactor between 10 and 100")
+		os.Exit(2)
+	}
 	designs := []design{{"two rows", twoRows, bulkTwoRows, claimTwoRows, completeTwoRows},
 		{fmt.Sprintf("one row (fillfactor %d)", *fillfactor), oneRow(*fillfactor), bulkOneRow, claimOneRow, completeOneRow}}
 	ctx := context.Background()
@@ -238,7 +241,7 @@ func median(ms []measure, f func(measure) float64) float64 {
 	for i, m := range ms {
 		xs[i] = f(m)
 	}
-	sort.Float64s(xs)
+	slices.Sort(xs)
 	return xs[len(xs)/2]
 }
 
