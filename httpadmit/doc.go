@@ -16,7 +16,9 @@
 // key (ParseKeyValue). A missing, malformed or repeated key (two header lines,
 // or a list in one) is 400. The key is scoped by the tenant the
 // Authenticator returns and by the Handler's operation: tenant A's key is
-// never tenant B's, and neither can read or replay the other's runs. Keys
+// never tenant B's, and neither can read or replay the other's runs. Only
+// the Authenticator decides the tenant: a header, the query or the body
+// naming another tenant changes nothing (TestTenantOnlyFromAuthenticator). Keys
 // are never logged or echoed; logs carry spec.ShortHash of the key.
 //
 // # Responses

@@ -13,6 +13,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/leasehold/leasehold/impl/mutant"
 	"github.com/leasehold/leasehold/spec"
 )
 
@@ -272,6 +273,9 @@ func (h *Handler) Status(name string) http.Handler {
 func (h *Handler) authenticate(w http.ResponseWriter, r *http.Request) (string, bool) {
 	tenant, err := h.cfg.Auth.Authenticate(r)
 	if err == nil {
+		if mutant.On(mutant.TenantFromRequest) && r.Header.Get("X-Tenant") != "" {
+			tenant = r.Header.Get("X-Tenant")
+		}
 		return tenant, true
 	}
 	challenge := "Bearer"

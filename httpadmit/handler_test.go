@@ -149,6 +149,7 @@ type request struct {
 	auth   string // Authorization value; default "Bearer " + apiKeyA; "-" for none
 	keys   []string
 	body   string
+	header http.Header // more request headers
 }
 
 // client bounds every request generously, so that a handler that waits when
@@ -194,6 +195,11 @@ func doAt(t testing.TB, base string, r request, bodies io.Writer) response {
 	}
 	for _, k := range r.keys {
 		req.Header.Add(httpadmit.KeyHeader, k)
+	}
+	for name, values := range r.header {
+		for _, v := range values {
+			req.Header.Add(name, v)
+		}
 	}
 	resp, err := client.Do(req)
 	if err != nil {

@@ -127,6 +127,9 @@ var checks = []check{
 	{Name: "relay-faults", Store: "sqlite", Package: "./relay",
 		Tests: []string{"TestRelayKilledBetweenPublishAndMark", "TestRelayRidesOutNATSRestart", "TestSeveralRelaysAtOnce", "TestFaultTestCatchesBrokenRelays"}},
 	{Name: "mutants", Store: "sqlite", Package: "./harness", Tests: []string{"TestMutants", "TestMutantsLinearizability", "TestMutantsRuntime"}, Tags: "leasehold_mutants"},
+	// The mutants of the parts around the stores (mutant.Parts): each
+	// package's check fails on its own broken variant.
+	{Name: "mutants-httpadmit", Store: "sqlite", Package: "./httpadmit", Tests: []string{"TestMutantTenantFromRequest"}, Tags: "leasehold_mutants"},
 	{Name: "mutants-scenarios", Store: "sqlite+postgres", Package: "./scenarios",
 		Tests: []string{"TestMutantsScenarios", "TestMutantsScenariosPostgres", "TestModelJudgesBrokenExpectations"},
 		Tags:  "leasehold_mutants", NeedsPG: true},

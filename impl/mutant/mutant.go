@@ -1,7 +1,9 @@
 // Package mutant names the deliberately broken variants of leasehold's
-// stores, the same names for every store. They exist to prove that the
-// conformance suite, the model comparison, the linearizability checks and
-// the scenarios catch real bugs. A mutant can only be switched on in a binary
+// stores, the same names for every store, and of the parts around them (the
+// HTTP edge, the doctor, the store-protocol harness, the worker). They exist
+// to prove that the conformance suite, the model comparison, the
+// linearizability checks, the scenarios and each part's own tests catch
+// real bugs. A mutant can only be switched on in a binary
 // built with the leasehold_mutants tag (Set); in every other build On is
 // false for every name and the compiler drops the broken paths.
 package mutant
@@ -32,11 +34,31 @@ const (
 	BulkIgnoresFingerprint = "bulk_ignores_fingerprint"
 )
 
-// Names lists every mutant, in the order reports list them.
+// Names lists every store mutant, in the order reports list them.
 var Names = []string{
 	CompleteIgnoresGeneration, ClaimIgnoresExpired, BudgetNotAtomic,
 	IdempotencyIgnoresFingerprint, RetryResetsGeneration, BatchIgnoresGeneration, BulkIgnoresFingerprint,
 }
+
+// The mutants of the parts around the stores. Each breaks one promise of
+// one package, and that package's mutants test (built with the
+// leasehold_mutants tag, run by verify) shows the test that holds the
+// promise failing on it.
+const (
+	// TenantFromRequest makes httpadmit act for the tenant a request names
+	// in its X-Tenant header instead of the one its Authenticator returned.
+	TenantFromRequest = "httpadmit_tenant_from_request"
+	// ScopedRepairSkipsInvariants makes the doctor's repair scoped to one
+	// tenant go ahead although the database's invariants fail.
+	ScopedRepairSkipsInvariants = "doctor_scoped_repair_skips_invariants"
+	// AfterCommitAcceptsUnavailable makes the store-protocol harness accept
+	// unavailable after a fault injected at after_commit (where only
+	// unknown_outcome is true: the write committed).
+	AfterCommitAcceptsUnavailable = "storeproto_after_commit_accepts_unavailable"
+)
+
+// Parts lists the mutants of the parts around the stores.
+var Parts = []string{TenantFromRequest, ScopedRepairSkipsInvariants, AfterCommitAcceptsUnavailable}
 
 // Derive returns a store's own statement with one part replaced, the way
 // every mutant statement is made, so that a mutant cannot drift from what it
