@@ -27,6 +27,7 @@ test-race:
 
 ## verify: the main job for CI; writes $(REPORTS)/verify.json and verify.md
 verify:
+	@echo "make verify: compiling cmd/leasehold (a cold build cache takes minutes; verify then shows its progress)"
 	LEASEHOLD_REQUIRE_PG=1 $(GO) run ./cmd/leasehold verify --budget $(BUDGET) --reports $(REPORTS)
 
 ## evidence: verify, writing the committed reports/verify.{json,md}

@@ -141,6 +141,8 @@ func verify(ctx context.Context, o verifyOptions) error {
 		fmt.Fprintf(out, "store command: %s (through the store protocol, docs/PROTOCOL.md)\n", o.storeCmd)
 	}
 	selected = runOrder(selected)
+	took, _ := compileChecks(ctx, selected, o)
+	rep.CompileMs = took.Milliseconds()
 	var mu sync.Mutex // out, between checks that run at once
 	// runOne runs the i-th selected check (perTest 0: fixed work) and
 	// prints what it found.
@@ -186,6 +188,7 @@ func verify(ctx context.Context, o verifyOptions) error {
 	if fixed < 0 {
 		fixed = len(selected)
 	}
+	fixedStart := time.Now()
 	results := make([]*checkResult, fixed)
 	inLanes(ctx, fixed, o.jobs, func(i int) {
 		r := runOne(i, 0)
@@ -198,7 +201,7 @@ func verify(ctx context.Context, o verifyOptions) error {
 		}
 	}
 	if fixed > 0 {
-		rep.FixedMs, rep.Jobs = time.Since(start).Milliseconds(), max(1, o.jobs)
+		rep.FixedMs, rep.Jobs = time.Since(fixedStart).Milliseconds(), max(1, o.jobs)
 	}
 
 	// Then the exploring checks, one at a time, each with its share of
@@ -209,11 +212,6 @@ func verify(ctx context.Context, o verifyOptions) error {
 	}
 	for i := fixed; i < len(selected) && ctx.Err() == nil; i++ {
 		c := selected[i]
-		if i == fixed {
-			took, n := prebuild(ctx, selected[i:], o)
-			rep.PrebuildMs = took.Milliseconds()
-			fmt.Fprintf(out, "compiled the exploring checks' tests (%d builds) in %.1fs, before dividing what is left of the budget\n", n, took.Seconds())
-		}
 		perTest := testBudget(c, o.budget-time.Since(start), rest)
 		rest -= c.Share
 		r := runOne(i, perTest)

@@ -106,12 +106,12 @@ type verifyReport struct {
 	// (verify --store-cmd), if any.
 	StoreCmd   string `json:"store_cmd,omitempty"`
 	DurationMs int64  `json:"duration_ms"`
-	// PrebuildMs is the time spent compiling the exploring checks' tests
-	// before their budgets were divided (prebuild): a fixed cost, taken
-	// from --budget before the exploring checks share it.
-	PrebuildMs int64 `json:"prebuild_ms,omitempty"`
+	// CompileMs is the time spent compiling every check's tests before
+	// any ran (compileChecks): a fixed cost, taken from --budget before
+	// the exploring checks share it.
+	CompileMs int64 `json:"compile_ms,omitempty"`
 	// FixedMs is how long the fixed-work checks took together, from the
-	// start of the run (they run Jobs at a time, so their durations add up
+	// end of the compile (they run Jobs at a time, so their durations add up
 	// to more); 0 when none ran, and in reports from before it.
 	FixedMs int64 `json:"fixed_ms,omitempty"`
 	// Jobs is how many fixed-work checks ran at once (--jobs).
@@ -206,8 +206,8 @@ func timeSpent(rep verifyReport) string {
 	budget, err := time.ParseDuration(rep.Budget)
 	if over := rep.DurationMs - budget.Milliseconds(); err == nil && over > 0 {
 		line += fmt.Sprintf("; the run took %.1f s more than its budget of %s", sec(over), rep.Budget)
-		if fixed+rep.PrebuildMs > budget.Milliseconds() {
-			line += fmt.Sprintf(": the fixed-work checks and the compile alone took %.1f s, more than all of it, so each exploring check ran at its minimum", sec(fixed+rep.PrebuildMs))
+		if fixed+rep.CompileMs > budget.Milliseconds() {
+			line += fmt.Sprintf(": the fixed-work checks and the compile alone took %.1f s, more than all of it, so each exploring check ran at its minimum", sec(fixed+rep.CompileMs))
 		}
 	}
 	return line + ".\n\n"
@@ -235,8 +235,8 @@ func writeVerifyReports(dir string, rep verifyReport) error {
 	if rep.StoreCmd != "" {
 		fmt.Fprintf(&b, "Store command: `%s`, through the store protocol (docs/PROTOCOL.md).\n\n", rep.StoreCmd)
 	}
-	if rep.PrebuildMs > 0 {
-		fmt.Fprintf(&b, "Compiling the exploring checks' tests before dividing the budget among them: %.1f s.\n\n", float64(rep.PrebuildMs)/1000)
+	if rep.CompileMs > 0 {
+		fmt.Fprintf(&b, "Compiling the checks' tests before any ran: %.1f s.\n\n", float64(rep.CompileMs)/1000)
 	}
 	b.WriteString(timeSpent(rep))
 	b.WriteString("| check | store | status | tests (passed) | operations | histories | states explored | depth | violations | budget (s) | seconds |\n|---|---|---|---:|---:|---:|---:|---|---:|---:|---:|\n")

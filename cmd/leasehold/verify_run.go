@@ -46,40 +46,6 @@ func runChecked(ctx context.Context, c check, perTest time.Duration, o verifyOpt
 	return r
 }
 
-// prebuild compiles the tests of the exploring checks in cs, each package
-// and build tags once, by running go test with no test (a fuzz target's
-// build with one input, instrumented as -fuzz builds it), and returns how
-// long that took and how many builds it ran. Compiling does not depend on
-// the budget: spent here, before the budget is divided, it is not taken
-// from the share of the first exploring check of each package. A build
-// that fails is left for its check to report.
-func prebuild(ctx context.Context, cs []check, o verifyOptions) (time.Duration, int) {
-	start := time.Now()
-	done := map[string]bool{}
-	for _, c := range cs {
-		if c.Share == 0 {
-			continue
-		}
-		args := []string{"test", "-count=1", "-run", "^$"}
-		key := c.Package + " " + c.Tags
-		if len(c.Fuzz) > 0 {
-			args = append(args, "-fuzz", "^"+c.Fuzz[0]+"$", "-fuzztime", "1x")
-			key += " fuzz"
-		}
-		if done[key] {
-			continue
-		}
-		done[key] = true
-		if c.Tags != "" {
-			args = append(args, "-tags", c.Tags)
-		}
-		cmd := exec.CommandContext(ctx, "go", append(args, c.Package)...)
-		cmd.Env = append(os.Environ(), "LEASEHOLD_BUDGET=", "LEASEHOLD_REPORTS="+absPath(o.reports))
-		cmd.Run()
-	}
-	return time.Since(start), len(done)
-}
-
 // runCheck runs one check's tests with go test -json and folds the events
 // into a result. perTest is each test's LEASEHOLD_BUDGET (a fuzz target's
 // -fuzztime); 0 for a fixed-work check, which gets none. A failing test

@@ -213,7 +213,7 @@ func TestEtcdSplit(t *testing.T) {
 // explains an overrun; verify.json carries the figures.
 func TestReportShowsDepthAndOverrun(t *testing.T) {
 	dir := t.TempDir()
-	rep := verifyReport{Verdict: "PASS", Budget: "5m0s", PrebuildMs: 12_300, Checks: []checkResult{
+	rep := verifyReport{Verdict: "PASS", Budget: "5m0s", CompileMs: 12_300, Checks: []checkResult{
 		{Name: "conformance", Store: "sqlite", Status: statusPass, DurationMs: 7_000},
 		{Name: "rapid", Store: "postgres", Status: statusPass, Operations: 13_532, Sequences: 110, Rounds: 11, BudgetMs: 7_600, DurationMs: 104_800, OverrunMs: 97_200},
 		{Name: "linearizability", Store: "sqlite", Status: statusPass, Operations: 3_631, Histories: 2, BudgetMs: 4_000, DurationMs: 4_100},
@@ -232,7 +232,7 @@ func TestReportShowsDepthAndOverrun(t *testing.T) {
 		"| fuzz | any | pass | 0 (0) | 0 | 0 | 0 | 424242 execs | 0 | 3.8 | 4.0 |",
 		"| conformance | sqlite | pass | 0 (0) | 0 | 0 | 0 |  | 0 | fixed | 7.0 |",
 		"rapid/postgres: took 104.8 s against a budget of 7.6 s: 97.2 s",
-		"the exploring checks' tests before dividing the budget among them: 12.3 s",
+		"Compiling the checks' tests before any ran: 12.3 s",
 		"Time: the fixed-work checks 7.0 s (they do the same work at any budget), the exploring checks 112.9 s against the 15.4 s of budget they shared.",
 	} {
 		if !strings.Contains(string(md), want) {
@@ -243,7 +243,7 @@ func TestReportShowsDepthAndOverrun(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, want := range []string{`"overrun_ms": 97200`, `"sequences": 110`, `"rounds": 11`, `"execs": 424242`, `"prebuild_ms": 12300`} {
+	for _, want := range []string{`"overrun_ms": 97200`, `"sequences": 110`, `"rounds": 11`, `"execs": 424242`, `"compile_ms": 12300`} {
 		if !strings.Contains(string(js), want) {
 			t.Errorf("verify.json lacks %s", want)
 		}
@@ -323,10 +323,10 @@ func TestTimeSpent(t *testing.T) {
 		{"nothing ran", verifyReport{Budget: "5m0s"}, ""},
 		{"within the budget", verifyReport{Budget: "5m0s", DurationMs: 295_500, Checks: []checkResult{fixed, exploring}},
 			"Time: the fixed-work checks 250.0 s (they do the same work at any budget), the exploring checks 45.5 s against the 40.0 s of budget they shared.\n\n"},
-		{"over, the exploring checks' overrun", verifyReport{Budget: "5m0s", DurationMs: 310_000, PrebuildMs: 4_000,
+		{"over, the exploring checks' overrun", verifyReport{Budget: "5m0s", DurationMs: 310_000, CompileMs: 4_000,
 			Checks: []checkResult{fixed, {Name: "rapid", BudgetMs: 40_000, DurationMs: 56_000}}},
 			"Time: the fixed-work checks 250.0 s (they do the same work at any budget), the exploring checks 56.0 s against the 40.0 s of budget they shared; the run took 10.0 s more than its budget of 5m0s.\n\n"},
-		{"over, the fixed work alone", verifyReport{Budget: "5m0s", DurationMs: 381_000, PrebuildMs: 6_000,
+		{"over, the fixed work alone", verifyReport{Budget: "5m0s", DurationMs: 381_000, CompileMs: 6_000,
 			Checks: []checkResult{{Name: "postgres-store", DurationMs: 296_000}, {Name: "rapid", BudgetMs: 2_000, DurationMs: 79_000}}},
 			"Time: the fixed-work checks 296.0 s (they do the same work at any budget), the exploring checks 79.0 s against the 2.0 s of budget they shared; the run took 81.0 s more than its budget of 5m0s: the fixed-work checks and the compile alone took 302.0 s, more than all of it, so each exploring check ran at its minimum.\n\n"},
 		{"two at a time", verifyReport{Budget: "5m0s", DurationMs: 260_000, FixedMs: 200_000, Jobs: 2,
@@ -402,6 +402,29 @@ func TestSkipKind(t *testing.T) {
 	} {
 		if got := skipKind(tc.output, tc.pgSelected); got != tc.want {
 			t.Errorf("skipKind(%q, PostgreSQL selected %v) = %q, want %q", tc.output, tc.pgSelected, got, tc.want)
+		}
+	}
+}
+
+// TestBuilds: the compile phase builds each package once per set of build
+// tags, and a fuzz check's package once more, instrumented.
+func TestBuilds(t *testing.T) {
+	got := builds([]check{
+		{Package: "./a"}, {Package: "./b"}, {Package: "./a"},
+		{Package: "./a", Tags: "m"},
+		{Package: "./s", Fuzz: []string{"FuzzX", "FuzzY"}}, {Package: "./s"},
+	})
+	want := []build{
+		{packages: []string{"./a", "./b", "./s"}},
+		{tags: "m", packages: []string{"./a"}},
+		{packages: []string{"./s"}, fuzz: "FuzzX"},
+	}
+	if len(got) != len(want) {
+		t.Fatalf("builds = %+v, want %+v", got, want)
+	}
+	for i := range want {
+		if got[i].tags != want[i].tags || got[i].fuzz != want[i].fuzz || !slices.Equal(got[i].packages, want[i].packages) {
+			t.Errorf("build %d = %+v, want %+v", i, got[i], want[i])
 		}
 	}
 }
