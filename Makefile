@@ -12,7 +12,7 @@ FUZZTIME  ?= 10s
 REPORTS   ?= reports/latest
 TESTFLAGS ?=
 
-.PHONY: all test test-race verify evidence replay demo fmt lint fuzz bench clean verify-port verify-port-broken test-outside test-python
+.PHONY: all test test-race verify evidence replay demo fmt lint fuzz bench clean verify-port verify-port-broken test-outside test-python test-peers-node
 
 all: test
 
@@ -90,6 +90,15 @@ test-outside:
 ## test-python: the Python port's own tests (RFC 8785 vectors, fingerprint, payloads)
 test-python:
 	python3 -m unittest discover -s ports/python-sqlite -p 'test_*.py'
+
+## test-peers-node: the Node.js peer adapters (peers/pg-boss, …), each installed from its
+## package-lock.json and driven through docs/ADAPTERS.md against real servers
+PEERS_NODE ?= pg-boss
+test-peers-node:
+	set -e; for p in $(PEERS_NODE); do \
+	  echo "== peers/$$p"; \
+	  (cd peers/$$p && npm ci --no-audit --no-fund --loglevel=error && node --test --test-concurrency=1 test/); \
+	done
 
 clean:
 	rm -rf reports/latest reports/tmp
