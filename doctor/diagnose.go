@@ -179,15 +179,23 @@ func (d *diag) invariants(ctx context.Context) error {
 	if err != nil {
 		return notChecked(&c.Check, "Snapshot", err)
 	}
+	// The whole database's violations are counted whatever the scope: a
+	// repair of one tenant is refused while any rows are broken.
+	all := invariant.Check(snap)
+	c.DatabaseViolations = len(all)
 	if d.o.Tenant != "" {
 		snap = snap.Of(d.o.Tenant)
+		all = invariant.Check(snap)
 	}
-	c.Violations = append(c.Violations, invariant.Check(snap)...)
+	c.Violations = append(c.Violations, all...)
 	c.Runs = len(snap.Runs)
 	c.Rows = len(snap.Runs) + len(snap.Events) + len(snap.Jobs) + len(snap.Attempts) + len(snap.Idempotency) + len(snap.Effects)
 	scope := fmt.Sprintf("%s, %s, one snapshot of every row (limit %d runs)", plural(c.Runs, "run"), plural(c.Rows, "row"), d.o.MaxRuns)
 	if len(c.Violations) == 0 {
 		c.Status, c.Summary = StatusOK, "no violations in "+scope
+		if c.DatabaseViolations > 0 {
+			c.Summary += fmt.Sprintf("; the database has %s in other tenants' rows, so --repair is refused", plural(c.DatabaseViolations, "violation"))
+		}
 		return nil
 	}
 	c.Status, c.Summary = StatusFail, fmt.Sprintf("%s in %s", plural(len(c.Violations), "violation"), scope)

@@ -47,6 +47,7 @@ var themes = []struct {
 }{
 	{"Healthy", testHealthy},
 	{"BrokenInvariants", testBrokenInvariants},
+	{"NoRepairInABrokenDatabase", testNoRepairInABrokenDatabase},
 	{"StuckRunsReaped", testStuckRunsReaped},
 	{"DeadOwnerReleased", testDeadOwnerReleased},
 	{"FailedRepair", testFailedRepair},
@@ -341,6 +342,58 @@ func testBrokenInvariants(t *testing.T, k kit) {
 			equal(t, "beta's runs", beta.Invariants.Runs, 1)
 		})
 	}
+}
+
+// testNoRepairInABrokenDatabase: whatever its scope, Repair changes nothing
+// in a database whose invariants fail (acme's rows here), though each
+// scope has a run to reap. The mutant doctor_scoped_repair_skips_invariants
+// (TestMutantScopedRepair) is caught by this check.
+func testNoRepairInABrokenDatabase(t *testing.T, k kit) {
+	for _, p := range repairsInABrokenDatabase(t, k) {
+		t.Error(p)
+	}
+}
+
+// repairsInABrokenDatabase breaks acme's rows, leaves a reapable run in
+// acme and in beta, tries Repair on the whole database and scoped to each
+// tenant, and returns what went wrong: a repair that was not refused with
+// failed_precondition, or that changed a row or wrote the audit trail.
+func repairsInABrokenDatabase(t *testing.T, k kit) (problems []string) {
+	f := newFx(t, k)
+	f.claimNew("acme", "r-stuck", 1, "w-dead", 10_000)
+	f.claimNew("beta", "b-stuck", 1, "w-dead", 10_000)
+	f.healthyRows()
+	f.clock.Set(t0 + 600_000)
+	f.breakRows(false, `UPDATE jobs SET lease_generation = 0 WHERE tenant = 'acme' AND run_id = 'r-done'`)
+	before, err := f.s.Snapshot(f.ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, scope := range []string{"", "acme", "beta"} {
+		o := Options{Clock: f.clock, Tenant: scope}
+		if planned := f.diagnose(o).Repairs.Actions; len(planned) == 0 {
+			t.Fatalf("scope %q: nothing planned to repair; the check needs a run to reap in every scope", scope)
+		}
+		r, err := Repair(f.ctx, f.target, o, "ops-eve")
+		if spec.CodeOf(err) != spec.CodeFailedPrecondition || r == nil || r.Repairs.Mode != "dry_run" {
+			problems = append(problems, fmt.Sprintf("scope %q: Repair of a database with broken invariants returned %v; want failed_precondition and the diagnosis", scope, err))
+		}
+		if r != nil && r.Invariants.DatabaseViolations == 0 {
+			problems = append(problems, fmt.Sprintf("scope %q: the report counts no violation in the database", scope))
+		}
+		after, err := f.s.Snapshot(f.ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !reflect.DeepEqual(after, before) {
+			problems = append(problems, fmt.Sprintf("scope %q: the repair changed rows of the broken database", scope))
+			before = after
+		}
+		if a := f.audit(); len(a) != 0 {
+			problems = append(problems, fmt.Sprintf("scope %q: the audit trail has %d rows: %v", scope, len(a), outcomes(a)))
+		}
+	}
+	return problems
 }
 
 func both(s ...string) map[storetest.Layout][]string {

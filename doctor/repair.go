@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/leasehold/leasehold/impl/mutant"
 	"github.com/leasehold/leasehold/spec"
 )
 
@@ -37,8 +38,9 @@ const reapBatch = 100
 // not an error.
 //
 // A database whose invariants fail is not repaired (failed_precondition,
-// with the diagnosis): the operations keep invariants that hold, and rows
-// already broken need a person. When the invariants were not checked (more
+// with the diagnosis), whatever o.Tenant: the operations keep invariants
+// that hold, and rows already broken need a person; a repair scoped to one
+// tenant is refused while any tenant's rows are broken. When the invariants were not checked (more
 // runs than Options.MaxRuns) the repairs go ahead, each re-checked by its
 // operation's guard. A run makes at most the reaps its diagnosis listed
 // (1000); run it again for more.
@@ -50,10 +52,16 @@ func Repair(ctx context.Context, t *Target, o Options, actor string) (*Report, e
 	if err != nil {
 		return nil, err
 	}
-	if before.Invariants.Status == StatusFail {
-		before.Repairs.Notes = append(before.Repairs.Notes, "Not repaired: the database violates the contract's invariants (above), "+
-			"and the store's operations are only shown to keep invariants that hold. Find out how the rows got so first.")
-		return before, spec.Errorf(spec.CodeFailedPrecondition, "doctor: %s violates contract invariants; nothing was repaired (the report lists them)", t.name)
+	broken := before.Invariants.Status == StatusFail || before.Invariants.DatabaseViolations > 0
+	if mutant.On(mutant.ScopedRepairSkipsInvariants) && o.Tenant != "" {
+		broken = false
+	}
+	if broken {
+		before.Repairs.Notes = append(before.Repairs.Notes, "Not repaired: the database violates the contract's invariants (above; "+
+			"a repair scoped to one tenant is refused for any tenant's), and the store's operations are only shown to keep invariants that hold. "+
+			"Find out how the rows got so first.")
+		return before, spec.Errorf(spec.CodeFailedPrecondition, "doctor: %s violates contract invariants (%d violations); nothing was repaired (the report says where)",
+			t.name, before.Invariants.DatabaseViolations)
 	}
 	a := &auditor{t: t, actor: actor, o: o}
 	actions, err := a.apply(ctx, before.Repairs.Actions)

@@ -95,6 +95,10 @@ type InvariantsCheck struct {
 	Rows       int                   `json:"rows"` // rows checked, of every kind
 	MaxRuns    int                   `json:"max_runs"`
 	Violations []invariant.Violation `json:"violations"`
+	// DatabaseViolations counts the violations in the whole database,
+	// every tenant's rows (Violations lists only the tenant's, with
+	// --tenant). Repair refuses while it is not 0, whatever its scope.
+	DatabaseViolations int `json:"database_violations"`
 }
 
 // TenantLeases is one tenant's count of a kind of lease.

@@ -34,8 +34,8 @@ table: Store.Reap of the jobs that can never be claimed (their runs fail with le
 Store.Release of the unexpired leases of each --release-owner, a worker you know is dead (the job
 is queued now, its attempt refunded, its generation kept; a live owner would be fenced but may
 already have called external systems). It never edits rows or rewrites history, and it repairs
-nothing in a database whose invariants fail (those rows need a person). The report then shows
-the state after the repairs.
+nothing in a database whose invariants fail, with --tenant or without (those rows need a
+person). The report then shows the state after the repairs.
 
 The report is Markdown on stdout (--json: JSON); --reports DIR also writes doctor.md and
 doctor.json there. Findings are measured against the database clock (PostgreSQL) or this host's
@@ -48,7 +48,7 @@ refused or failed, or the database could not be opened; 2 a usage error.`,
 		sqlitePath := fs.String("sqlite", "", "the SQLite database `FILE` (must exist)")
 		dsn := fs.String("dsn", "", "the PostgreSQL database, e.g. postgres://user@host:5432/db?sslmode=disable")
 		schema := fs.String("schema", postgres.DefaultSchema, "the PostgreSQL schema holding leasehold's tables (with --dsn)")
-		tenant := fs.String("tenant", "", "report on this tenant only (the invariants still read every row)")
+		tenant := fs.String("tenant", "", "report on this tenant only (the invariants still read every row, and --repair is refused while any tenant's rows break them)")
 		asJSON := fs.Bool("json", false, "write the report as JSON on stdout")
 		asMD := fs.Bool("md", false, "write the report as Markdown on stdout (the default)")
 		reports := fs.String("reports", "", "also write doctor.md and doctor.json in `DIR`")

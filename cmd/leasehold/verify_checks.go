@@ -107,6 +107,7 @@ var checks = []check{
 	// The mutants of the parts around the stores (mutant.Parts): each
 	// package's check fails on its own broken variant.
 	{Name: "mutants-httpadmit", Store: "sqlite", Package: "./httpadmit", Tests: []string{"TestMutantTenantFromRequest"}, Tags: "leasehold_mutants"},
+	{Name: "mutants-doctor", Store: "sqlite", Package: "./doctor", Tests: []string{"TestMutantScopedRepair"}, Tags: "leasehold_mutants"},
 	{Name: "mutants-scenarios", Store: "sqlite+postgres", Package: "./scenarios",
 		Tests: []string{"TestMutantsScenarios", "TestMutantsScenariosPostgres", "TestModelJudgesBrokenExpectations"},
 		Tags:  "leasehold_mutants", NeedsPG: true},
