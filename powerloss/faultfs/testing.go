@@ -1,0 +1,44 @@
+package faultfs
+
+import (
+	"fmt"
+	"os"
+	"testing"
+)
+
+// EnvRequire, set to 1 (or CI=true), makes a missing FUSE fail a test
+// instead of skipping it.
+const EnvRequire = "LEASEHOLD_REQUIRE_FUSE"
+
+// Required reports whether a test may not skip for want of FUSE.
+func Required() bool { return os.Getenv(EnvRequire) == "1" || os.Getenv("CI") == "true" }
+
+// MountForTest mounts a fault filesystem in a temporary directory of t,
+// unmounted when t ends. Where FUSE is missing it skips t loudly, or fails it
+// when Required.
+func MountForTest(t testing.TB) *FS {
+	t.Helper()
+	dir := t.TempDir()
+	f, err := Mount(dir)
+	if err != nil {
+		unavailable(t, err)
+	}
+	t.Cleanup(func() {
+		if err := f.Unmount(); err != nil {
+			t.Errorf("faultfs: %v", err)
+		}
+	})
+	return f
+}
+
+// unavailable skips or fails t because no fault filesystem could be mounted.
+func unavailable(t testing.TB, err error) {
+	t.Helper()
+	msg := fmt.Sprintf("NO FUSE FOR THIS POWER-LOSS TEST: %v. It mounts a fault-injecting filesystem, which needs /dev/fuse and "+
+		"root (or fusermount3 from Debian's fuse3 package).", err)
+	if Required() {
+		t.Fatalf("%s (%s=1 or CI=true: a power-loss test may not skip)", msg, EnvRequire)
+	} else {
+		t.Skip(msg)
+	}
+}
