@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"github.com/leasehold/leasehold/harness"
@@ -136,6 +137,16 @@ func misbehave(mode string) int {
 			say(`{"id":1,"call":"random","params":{"n":0}}`)
 		case "store_request":
 			say(`{"id":1,"op":"snapshot","params":{}}`)
+		case "after_commit:unknown_outcome", "after_commit:unavailable", "after_commit:success", "after_commit:not_found":
+			// The hook fails at after_commit (the session's hook fails
+			// everywhere), then the store answers as mode says.
+			say(`{"id":1,"call":"hook","params":{"op":"create_run","point":"after_commit"}}`)
+			read()
+			if answer := strings.TrimPrefix(mode, "after_commit:"); answer == "success" {
+				say(`{"in_reply_to":%s,"result":{"run":{"tenant":"acme","run_id":"r1","operation":"work","state":"queued","version":1,"last_seq":1,"payload":"{}","fingerprint":"fp1:x","max_attempts":3,"error_code":"","result":"","created_at":1,"deadline_at":2,"replay_of":"","replay_depth":0},"replayed":false}}`, id)
+			} else {
+				say(`{"in_reply_to":%s,"error":{"code":%q,"message":"answered by the broken child"}}`, id, answer)
+			}
 		case "exit_1":
 			say(`{"in_reply_to":%s,"error":{"code":"not_found","message":"run r1 not found"}}`, id)
 			in.Scan()

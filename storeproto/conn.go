@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/leasehold/leasehold/clock"
+	"github.com/leasehold/leasehold/impl/mutant"
 	"github.com/leasehold/leasehold/spec"
 )
 
@@ -381,7 +382,11 @@ func (c *Conn) reply(label string, m message, faults map[spec.HookPoint]error) (
 		}
 		perr.Err = err
 	} else if err := faults[spec.AfterCommit]; err != nil {
-		if perr == nil || perr.Code != spec.CodeUnknownOutcome {
+		accepted := perr != nil && perr.Code == spec.CodeUnknownOutcome
+		if mutant.On(mutant.AfterCommitAcceptsUnavailable) && perr != nil && perr.Code == spec.CodeUnavailable {
+			accepted = true
+		}
+		if !accepted {
 			return nil, nil, c.finding(label, "the hook failed at after_commit, so the store must answer unknown_outcome; it answered %s", outcome(m, perr))
 		}
 		perr.Err = err

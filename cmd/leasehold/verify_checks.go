@@ -108,6 +108,7 @@ var checks = []check{
 	// package's check fails on its own broken variant.
 	{Name: "mutants-httpadmit", Store: "sqlite", Package: "./httpadmit", Tests: []string{"TestMutantTenantFromRequest"}, Tags: "leasehold_mutants"},
 	{Name: "mutants-doctor", Store: "sqlite", Package: "./doctor", Tests: []string{"TestMutantScopedRepair"}, Tags: "leasehold_mutants"},
+	{Name: "mutants-storeproto", Store: "any", Package: "./storeproto", Tests: []string{"TestMutantAfterCommitAcceptsUnavailable"}, Tags: "leasehold_mutants"},
 	{Name: "mutants-scenarios", Store: "sqlite+postgres", Package: "./scenarios",
 		Tests: []string{"TestMutantsScenarios", "TestMutantsScenariosPostgres", "TestModelJudgesBrokenExpectations"},
 		Tags:  "leasehold_mutants", NeedsPG: true},
