@@ -119,6 +119,10 @@ const (
 	// brokenMarkFirst marks a batch delivered before publishing it: a relay
 	// killed in between loses the batch.
 	brokenMarkFirst
+	// brokenMarkUnpublished marks the whole batch delivered after a publish
+	// failed for good within the claim: the messages it did not publish
+	// are lost.
+	brokenMarkUnpublished
 )
 
 // Stats are a relay's counters since New.
@@ -254,6 +258,9 @@ func (r *Relay) Once(ctx context.Context) (int, error) {
 			break // the rest wait for the claim to expire
 		}
 		acked = append(acked, m.Key())
+	}
+	if pubErr != nil && r.cfg.broken == brokenMarkUnpublished {
+		acked = keys(msgs)
 	}
 	if r.cfg.afterPublish != nil && len(acked) > 0 && r.cfg.broken != brokenMarkFirst {
 		r.cfg.afterPublish(msgs[:len(acked)])

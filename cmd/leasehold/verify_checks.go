@@ -102,7 +102,8 @@ var checks = []check{
 	{Name: "doctor", Store: "sqlite", Package: "./doctor", Tests: []string{"TestDoctorSQLite"}},
 	{Name: "doctor", Store: "postgres", Package: "./doctor", Tests: []string{"TestDoctorPostgres"}, NeedsPG: true},
 	{Name: "relay-faults", Store: "sqlite", Package: "./relay",
-		Tests: []string{"TestRelayKilledBetweenPublishAndMark", "TestRelayRidesOutNATSRestart", "TestSeveralRelaysAtOnce", "TestFaultTestCatchesBrokenRelays"}},
+		Tests: []string{"TestRelayKilledBetweenPublishAndMark", "TestRelayRidesOutNATSRestart", "TestSeveralRelaysAtOnce", "TestFaultTestCatchesBrokenRelays",
+			"TestPublishFailingForGood", "TestPublishFailingForGoodCatchesBrokenRelay"}},
 	{Name: "mutants", Store: "sqlite", Package: "./harness", Tests: []string{"TestMutants", "TestMutantsLinearizability", "TestMutantsRuntime"}, Tags: "leasehold_mutants"},
 	// The mutants of the parts around the stores (mutant.Parts): each
 	// package's check fails on its own broken variant.
