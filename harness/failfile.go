@@ -188,8 +188,8 @@ func KeepFailfile(testName string, since time.Time, k Kept) (Kept, error) {
 // that replays a kept failfile.
 func ReplayCommand(k Kept) string {
 	cmd := envPrefix(k.Env) + "go test"
-	if k.Tags != "" {
-		cmd += " -tags " + k.Tags
+	if tags := buildTags(k.Tags); tags != "" {
+		cmd += " -tags " + tags
 	}
 	file := `"$PWD/` + k.File + `"`
 	if filepath.IsAbs(k.File) {

@@ -4,9 +4,11 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 
+	"github.com/leasehold/leasehold/impl/mutant"
 	"github.com/leasehold/leasehold/impl/storetest"
 )
 
@@ -70,10 +72,23 @@ func envPrefix(env map[string]string) string {
 // with env and tags.
 func TestCommand(env map[string]string, tags, name string) string {
 	cmd := envPrefix(env) + "go test"
-	if tags != "" {
+	if tags = buildTags(tags); tags != "" {
 		cmd += " -tags " + tags
 	}
 	return fmt.Sprintf("%s %s -count=1 -run %s", cmd, packagePath(), ShellQuote(RunPattern(name)))
+}
+
+// buildTags is tags with leasehold_mutants added when this binary was built
+// with it: a test of a mutants build (TestMutantsRuntime, the mutant
+// scenarios) does not exist, or is not the same, without the tag.
+func buildTags(tags string) string {
+	if !mutant.Built || slices.Contains(strings.Split(tags, ","), "leasehold_mutants") {
+		return tags
+	}
+	if tags == "" {
+		return "leasehold_mutants"
+	}
+	return tags + ",leasehold_mutants"
 }
 
 // packagePath is the working directory (a test's package) relative to the

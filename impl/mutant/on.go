@@ -9,6 +9,10 @@ import (
 
 var active atomic.Value // string
 
+// Built is true in leasehold_mutants builds: a command that runs a test of
+// this build again must build with the tag too.
+const Built = true
+
 // On reports whether the named mutant is switched on.
 func On(name string) bool {
 	a, _ := active.Load().(string)
