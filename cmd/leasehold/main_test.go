@@ -39,6 +39,8 @@ func TestCommandLines(t *testing.T) {
 		{[]string{"scenario", "-h"}, 0, "--store"},
 		{[]string{"scenario", "run"}, 2, "give at least one scenario file"},
 		{[]string{"bench", "-h"}, 0, "-quick"},
+		{[]string{"replay", "--reports", filepath.Join(dir, "reprots")}, 2, "there is no " + filepath.Join(dir, "reprots", "failfiles") + " directory"},
+		{[]string{"replay", "--reports", dir}, 2, "there is no " + filepath.Join(dir, "failfiles") + " directory"},
 		{[]string{"relay", "-h"}, 0, "-subject-prefix"},
 		{[]string{"relay"}, 2, "give exactly one store"},
 		{[]string{"relay", "--sqlite", "a.db", "--dsn", "postgres://x"}, 2, "give exactly one store"},

@@ -35,6 +35,12 @@ run is incomplete (exit status 1), never ok.`,
 func replay(ctx context.Context, out io.Writer, reports string, files []string) error {
 	var kept []harness.Kept
 	if len(files) == 0 {
+		// A mistyped --reports (or a run outside the repository root) is not
+		// "nothing to replay".
+		if st, err := os.Stat(filepath.Join(reports, "failfiles")); err != nil || !st.IsDir() {
+			return usagef("--reports %s: there is no %s directory (kept failfiles are under reports/failfiles: run from the repository root, or name the directory that holds failfiles/)",
+				reports, filepath.Join(reports, "failfiles"))
+		}
 		var err error
 		if kept, err = harness.KeptFailfiles(reports); err != nil {
 			return err
