@@ -94,7 +94,7 @@ test-python:
 
 ## test-peers-node: the Node.js peer adapters (peers/pg-boss, …), each installed from its
 ## package-lock.json and driven through docs/ADAPTERS.md against real servers
-PEERS_NODE ?= pg-boss graphile-worker
+PEERS_NODE ?= pg-boss graphile-worker bullmq
 test-peers-node:
 	set -e; for p in $(PEERS_NODE); do \
 	  echo "== peers/$$p"; \

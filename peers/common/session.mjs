@@ -15,6 +15,10 @@ export class AdapterError extends Error {
 
 const write = msg => process.stdout.write(JSON.stringify(msg) + '\n');
 
+// stdout carries the protocol alone: anything a queue library prints with console.log goes to
+// stderr, the adapter's log.
+for (const level of ['log', 'info', 'debug']) console[level] = (...parts) => log(...parts);
+
 /** emit writes an event line (the `started` event), between or during replies. */
 export function emit(event, fields) {
   write({ event, ...fields });

@@ -37,7 +37,7 @@ export async function completes(run) {
   const st = await w1.started(e => e.job === job);
   await w1.ok('finish', { handle: st.handle, do: 'complete' });
   await w1.ok('stop');
-  return { started: st, final: await c.ok('state', { job }) };
+  return { started: st, final: await c.ok('state', { job }), rows: (await c.ok('rows', { job })).rows };
 }
 
 /**
@@ -93,7 +93,9 @@ export async function retryBudget(run, attempts = 3) {
     const st = await w1.started(e => e.job === job, 60000, `start ${i + 1} of ${job}`);
     starts.push(st.attempt);
     await w1.ok('finish', { handle: st.handle, do: 'retry' });
-    await c.until(job, info => info.state !== 'running', 'the end of the attempt');
+    // The attempt has ended once the job is not running or a later attempt already started
+    // (BullMQ moves a failed job with no backoff straight back to wait, and it is claimed again).
+    await c.until(job, info => info.state !== 'running' || info.attempt > st.attempt, 'the end of the attempt');
     await c.ok('make_due', { job });
   }
   // A sentinel: once it started, W1 has polled past the point where a fourth start of J was due.

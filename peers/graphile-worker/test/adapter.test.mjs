@@ -57,6 +57,7 @@ test('a job runs to completion, and completing deletes it', { skip }, async () =
   assert.equal(r.started.attempt, 1);
   assert.deepEqual(r.started.payload, { n: 1 });
   assert.equal(r.final.state, 'missing');
+  assert.deepEqual(r.rows, []);
 });
 
 test('a stale completion after expire and re-claim deletes the newer attempt\'s job (completeJobs matches the id alone)', { skip }, async () => {

@@ -58,6 +58,8 @@ test('a job runs to completion', { skip }, async () => {
   assert.deepEqual(r.started.payload, { n: 1 });
   assert.equal(r.final.state, 'completed');
   assert.equal(r.final.attempt, 1);
+  assert.equal(r.rows.length, 1);
+  assert.equal(r.rows[0].state, 'completed');
 });
 
 test('stale completion after expire and re-claim is refused (the fence of #925)', { skip }, async () => {
