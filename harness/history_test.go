@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"math"
 	"strings"
 	"testing"
@@ -35,8 +36,10 @@ func recorded(t *testing.T) []byte {
 }
 
 // TestDecodeHistoryRefusesMalformed: a history file that is empty,
-// misspelled or has an incomplete entry is refused with an error naming
-// what is wrong, never judged (an empty history would check as Ok).
+// misspelled, has a key twice, an incomplete entry, a negative clock
+// reading or no final snapshot is refused with a *HistoryError whose code
+// says why, never judged (an empty history would check as Ok, one without
+// its final scan as having lost every run).
 func TestDecodeHistoryRefusesMalformed(t *testing.T) {
 	good := recorded(t)
 	if _, _, err := DecodeHistory(good); err != nil {
@@ -74,43 +77,60 @@ func TestDecodeHistoryRefusesMalformed(t *testing.T) {
 		return b
 	}
 	entry := func(m map[string]any, i int) map[string]any { return m["entries"].([]any)[i].(map[string]any) }
+	// The history without its final scan: the snapshot entries at its end.
+	noFinal := edit(func(m map[string]any) {
+		es := m["entries"].([]any)
+		for len(es) > 0 && es[len(es)-1].(map[string]any)["kind"] == "snapshot" {
+			es = es[:len(es)-1]
+		}
+		m["entries"] = es
+	})
+	// A key twice: at the top and in an entry (encoding/json keeps the last).
+	dupTop := bytes.Replace(good, []byte(`"store": "sqlite",`), []byte(`"store": "sqlite", "store": "postgres",`), 1)
+	dupEntry := bytes.Replace(good, []byte(`"kind": "create_run",`), []byte(`"kind": "claim", "kind": "create_run",`), 1)
 	cases := []struct {
 		name string
 		data []byte
+		code string
 		want string
 	}{
-		{"empty file", nil, "not a history file"},
-		{"not JSON", []byte("history"), "not a history file"},
-		{"an object with nothing", []byte("{}"), "no entries"},
-		{"no entries", edit(func(m map[string]any) { m["entries"] = []any{} }), "no entries"},
-		{"a misspelled field", edit(func(m map[string]any) { m["entires"] = m["entries"] }), `unknown field "entires"`},
-		{"a misspelled entry field", edit(func(m map[string]any) { entry(m, 0)["requst"] = 1 }), `unknown field "requst"`},
-		{"trailing data", append(append([]byte(nil), good...), []byte(" {}")...), "trailing data"},
-		{"an unknown operation", edit(func(m map[string]any) { entry(m, 0)["kind"] = "teleport" }), `unknown operation "teleport"`},
-		{"no request", edit(func(m map[string]any) { delete(entry(m, 0), "req") }), "no request"},
-		{"a request of another operation", edit(func(m map[string]any) { entry(m, create)["kind"] = "claim" }), `(claim) request: json: unknown field`},
-		{"no outcome", edit(func(m map[string]any) { delete(entry(m, valued), "value") }), "no outcome"},
+		{"empty file", nil, HistoryNotAHistory, "not a history file"},
+		{"not JSON", []byte("history"), HistoryNotAHistory, "not a history file"},
+		{"an object with nothing", []byte("{}"), HistoryNoEntries, "no entries"},
+		{"no entries", edit(func(m map[string]any) { m["entries"] = []any{} }), HistoryNoEntries, "no entries"},
+		{"a misspelled field", edit(func(m map[string]any) { m["entires"] = m["entries"] }), HistoryNotAHistory, `unknown field "entires"`},
+		{"a misspelled entry field", edit(func(m map[string]any) { entry(m, 0)["requst"] = 1 }), HistoryNotAHistory, `unknown field "requst"`},
+		{"trailing data", append(append([]byte(nil), good...), []byte(" {}")...), HistoryNotAHistory, "trailing data"},
+		{"a key twice", dupTop, HistoryDuplicateKey, "the key at /store appears twice"},
+		{"a key twice in an entry", dupEntry, HistoryDuplicateKey, "/kind appears twice"},
+		{"an unknown operation", edit(func(m map[string]any) { entry(m, 0)["kind"] = "teleport" }), HistoryInvalidEntry, `unknown operation "teleport"`},
+		{"no request", edit(func(m map[string]any) { delete(entry(m, 0), "req") }), HistoryInvalidEntry, "no request"},
+		{"a request of another operation", edit(func(m map[string]any) { entry(m, create)["kind"] = "claim" }), HistoryInvalidEntry, `(claim): request: json: unknown field`},
+		{"no outcome", edit(func(m map[string]any) { delete(entry(m, valued), "value") }), HistoryInvalidEntry, "no outcome"},
 		{"a value and an error", edit(func(m map[string]any) {
 			entry(m, valued)["err"] = map[string]any{"code": "not_found", "message": "x"}
-		}), "both a value and an error"},
+		}), HistoryInvalidEntry, "both a value and an error"},
 		{"an unknown outcome that returns", edit(func(m map[string]any) {
 			e := entry(m, valued)
 			delete(e, "value")
 			e["unknown"] = true
-		}), "an unknown outcome never returns"},
-		{"a return before the call", edit(func(m map[string]any) { entry(m, valued)["return"] = 0 }), "returns (0) before it is called"},
+		}), HistoryInvalidEntry, "an unknown outcome never returns"},
+		{"a return before the call", edit(func(m map[string]any) { entry(m, valued)["return"] = 0 }), HistoryInvalidEntry, "returns (0) before it is called"},
 		{"an unknown error code", edit(func(m map[string]any) {
 			e := entry(m, valued)
 			delete(e, "value")
 			e["err"] = map[string]any{"code": "oops", "message": "x"}
-		}), `error code "oops"`},
-		{"a bad config", edit(func(m map[string]any) { m["config"] = map[string]any{} }), "config"},
+		}), HistoryInvalidEntry, `error code "oops"`},
+		{"a negative now", edit(func(m map[string]any) { entry(m, create)["now"] = -1 }), HistoryNegativeNow, "now is -1"},
+		{"no final snapshot", noFinal, HistoryNoFinalSnapshot, "does not end with its final scan"},
+		{"a bad config", edit(func(m map[string]any) { m["config"] = map[string]any{} }), HistoryInvalidConfig, "config"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			_, _, err := DecodeHistory(c.data)
-			if err == nil || !strings.Contains(err.Error(), c.want) {
-				t.Fatalf("want an error containing %q, got %v", c.want, err)
+			var he *HistoryError
+			if !errors.As(err, &he) || he.Code != c.code || !strings.Contains(err.Error(), c.want) {
+				t.Fatalf("want a *HistoryError %s containing %q, got %T %v", c.code, c.want, err, err)
 			}
 		})
 	}

@@ -76,66 +76,157 @@ func EncodeHistory(h *History, store string, seed uint64, j Judgement, cfg spec.
 	return json.MarshalIndent(f, "", " ")
 }
 
+// The codes of a HistoryError: why DecodeHistory refused a file. They are
+// stable; docs/HISTORY.md lists them.
+const (
+	HistoryNotAHistory     = "not_a_history"     // not JSON, an unknown field, data after the object
+	HistoryDuplicateKey    = "duplicate_key"     // a key twice in one object, anywhere
+	HistoryNoEntries       = "no_entries"        // nothing to check
+	HistoryInvalidConfig   = "invalid_config"    // the config does not validate
+	HistoryInvalidEntry    = "invalid_entry"     // an entry's kind, request, outcome or times
+	HistoryNegativeNow     = "negative_now"      // a clock reading before the epoch
+	HistoryNoFinalSnapshot = "no_final_snapshot" // no final scan: "lost" could not be judged
+)
+
+// HistoryError is a history file DecodeHistory refuses: Code (a History*
+// constant) says why, Entry which entry (-1: the file as a whole).
+type HistoryError struct {
+	Code   string
+	Entry  int
+	Detail string
+}
+
+func (e *HistoryError) Error() string { return e.Detail + " [" + e.Code + "]" }
+
+func refuse(code string, entry int, format string, args ...any) *HistoryError {
+	return &HistoryError{Code: code, Entry: entry, Detail: fmt.Sprintf(format, args...)}
+}
+
 // DecodeHistory parses a HistoryFile back into a History (the format is
-// docs/HISTORY.md). Decoding is strict: an unknown field, trailing data, an
-// unknown operation, an entry without its request, without an outcome (a
-// value, an error or unknown) or with two, an unknown outcome that returns,
-// an error code the contract does not have, and a history with no entries
-// are errors, never a history that would check as linearizable by default.
+// docs/HISTORY.md). Decoding is strict: an unknown field, a key twice in
+// one object, trailing data, an unknown operation, an entry without its
+// request, without an outcome (a value, an error or unknown) or with two, an
+// unknown outcome that returns, a negative clock reading, an error code the
+// contract does not have, a history with no entries and one without its
+// final snapshot are refused with a *HistoryError, never a history that
+// would be judged by default (an empty one as linearizable, one without its
+// final scan as having lost every run).
 func DecodeHistory(data []byte) (*History, HistoryFile, error) {
 	var f HistoryFile
 	dec := json.NewDecoder(bytes.NewReader(data))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(&f); err != nil {
-		return nil, f, fmt.Errorf("not a history file: %w", err)
+		return nil, f, refuse(HistoryNotAHistory, -1, "not a history file: %v", err)
 	}
 	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
-		return nil, f, errors.New("not a history file: trailing data after the JSON object")
+		return nil, f, refuse(HistoryNotAHistory, -1, "not a history file: trailing data after the JSON object")
+	}
+	if path, dup := duplicateKey(data); dup {
+		return nil, f, refuse(HistoryDuplicateKey, -1, "the key at %s appears twice in its object: which one the history means is not said", path)
 	}
 	if len(f.Entries) == 0 {
-		return nil, f, errors.New("the history has no entries: there is nothing to check")
+		return nil, f, refuse(HistoryNoEntries, -1, "the history has no entries: there is nothing to check")
 	}
 	if err := f.Config.Validate(); err != nil {
-		return nil, f, fmt.Errorf("the history's config: %w", err)
+		return nil, f, refuse(HistoryInvalidConfig, -1, "the history's config: %v", err)
 	}
 	h := &History{Notes: f.Notes, Holds: f.Holds, Blocks: f.Blocks, Provider: NewProvider()}
 	maps.Copy(h.Provider.applied, f.Applied)
 	for i, j := range f.Entries {
+		bad := func(format string, args ...any) (*History, HistoryFile, error) {
+			return nil, f, refuse(HistoryInvalidEntry, i, "entry %d (%s): %s", i, j.Kind, fmt.Sprintf(format, args...))
+		}
 		o, known := spec.Lookup(j.Kind)
 		if !known {
-			return nil, f, fmt.Errorf("entry %d: unknown operation %q", i, j.Kind)
+			return nil, f, refuse(HistoryInvalidEntry, i, "entry %d: unknown operation %q", i, j.Kind)
 		}
 		if len(j.Req) == 0 {
-			return nil, f, fmt.Errorf("entry %d (%s): no request", i, j.Kind)
+			return bad("no request")
+		}
+		if j.Now < 0 {
+			return nil, f, refuse(HistoryNegativeNow, i, "entry %d (%s): now is %d: a clock reading is milliseconds since the epoch, never negative", i, j.Kind, j.Now)
 		}
 		req, err := o.DecodeRequest(j.Req)
 		if err != nil {
-			return nil, f, fmt.Errorf("entry %d (%s) request: %w", i, j.Kind, err)
+			return bad("request: %v", err)
 		}
 		e := Entry{Client: j.Client, Actor: j.Actor, Call: j.Call, Return: j.Return,
 			Op:  model.Op{Now: j.Now, Jitter: j.Jitter, Req: req},
 			Out: Observed{Unknown: j.Unknown, Result: model.Result{Err: j.Err}}}
 		switch {
 		case j.Unknown && (len(j.Value) > 0 || j.Err != nil):
-			return nil, f, fmt.Errorf("entry %d (%s): an unknown outcome has neither a value nor an error", i, j.Kind)
+			return bad("an unknown outcome has neither a value nor an error")
 		case j.Unknown && j.Return != math.MaxInt64:
-			return nil, f, fmt.Errorf("entry %d (%s): an unknown outcome never returns (return %d, want %d)", i, j.Kind, j.Return, int64(math.MaxInt64))
+			return bad("an unknown outcome never returns (return %d, want %d)", j.Return, int64(math.MaxInt64))
 		case len(j.Value) > 0 && j.Err != nil:
-			return nil, f, fmt.Errorf("entry %d (%s): both a value and an error", i, j.Kind)
+			return bad("both a value and an error")
 		case !j.Unknown && len(j.Value) == 0 && j.Err == nil:
-			return nil, f, fmt.Errorf("entry %d (%s): no outcome: want a value, an error or \"unknown\": true", i, j.Kind)
+			return bad("no outcome: want a value, an error or \"unknown\": true")
 		case j.Call > j.Return:
-			return nil, f, fmt.Errorf("entry %d (%s): returns (%d) before it is called (%d)", i, j.Kind, j.Return, j.Call)
+			return bad("returns (%d) before it is called (%d)", j.Return, j.Call)
 		case j.Err != nil && !knownCode(j.Err.Code):
-			return nil, f, fmt.Errorf("entry %d (%s): error code %q is not a code of the contract", i, j.Kind, j.Err.Code)
+			return bad("error code %q is not a code of the contract", j.Err.Code)
 		case len(j.Value) > 0:
 			if e.Out.Result.Value, err = o.DecodeResult(j.Value); err != nil {
-				return nil, f, fmt.Errorf("entry %d (%s) value: %w", i, j.Kind, err)
+				return bad("value: %v", err)
 			}
 		}
 		h.Entries = append(h.Entries, e)
 	}
+	if len(finalScans(h)) == 0 {
+		return nil, f, refuse(HistoryNoFinalSnapshot, -1, "the history does not end with its final scan (a snapshot, with its value, called after every other operation returned): "+
+			"without it nothing can be said about lost runs; the file is incomplete")
+	}
 	return h, f, nil
+}
+
+// duplicateKey reports the JSON Pointer of the first key that appears twice
+// in one object of data (valid JSON), at any depth: encoding/json keeps the
+// last and says nothing.
+func duplicateKey(data []byte) (string, bool) {
+	dec := json.NewDecoder(bytes.NewReader(data))
+	dec.UseNumber()
+	var dup string
+	var walk func(path string) bool
+	walk = func(path string) bool {
+		tok, err := dec.Token()
+		if err != nil {
+			return false
+		}
+		switch tok {
+		case json.Delim('{'):
+			seen := map[string]bool{}
+			for dec.More() {
+				kt, err := dec.Token()
+				if err != nil {
+					return false
+				}
+				k, _ := kt.(string)
+				p := path + "/" + strings.ReplaceAll(strings.ReplaceAll(k, "~", "~0"), "/", "~1")
+				if seen[k] {
+					dup = p
+					return false
+				}
+				seen[k] = true
+				if !walk(p) {
+					return false
+				}
+			}
+			_, err = dec.Token()
+			return err == nil
+		case json.Delim('['):
+			for i := 0; dec.More(); i++ {
+				if !walk(fmt.Sprintf("%s/%d", path, i)) {
+					return false
+				}
+			}
+			_, err = dec.Token()
+			return err == nil
+		}
+		return true
+	}
+	walk("")
+	return dup, dup != ""
 }
 
 func knownCode(c spec.Code) bool {

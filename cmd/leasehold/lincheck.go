@@ -18,8 +18,10 @@ var lincheckCommand = &command{
 	usage:   "lincheck [--timeout D] history.json",
 	help: `Re-checks a history file as the harness wrote it (reports/latest/lin/<run>/history.json; the
 format is docs/HISTORY.md): porcupine against the model, then the
-accounting. A file that is not a history, has an unknown field or operation, an incomplete entry or
-no entries at all is an error, never Ok. Exit status 1 on any violation.`,
+accounting. A file that is not a history, has an unknown field or operation, a key twice, an
+incomplete entry, a negative clock reading, no entries or no final snapshot is refused with its
+code in brackets (docs/HISTORY.md lists them), never judged. Exit status 1 on a refusal or any
+violation.`,
 	flags: func(fs *flag.FlagSet, o *streams) func(context.Context, []string) error {
 		timeout := fs.Duration("timeout", 5*time.Minute, "checker time limit (a timeout is a failure)")
 		return func(_ context.Context, args []string) error {
