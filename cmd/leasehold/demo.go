@@ -6,6 +6,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"time"
 
 	"github.com/leasehold/leasehold/clock"
 	"github.com/leasehold/leasehold/impl/sqlite"
@@ -28,7 +29,11 @@ func demo(ctx context.Context, out io.Writer, dir string) error {
 	if err := os.Remove(path); err != nil && !os.IsNotExist(err) {
 		return err
 	}
-	clk := clock.NewManual(1_000)
+	// A manual clock, so that the demo decides when a second passes, set
+	// to this host's time: the file it leaves is a database like any
+	// other, which `leasehold doctor --sqlite` judges healthy (a clock at
+	// 1970 left its idempotency record expired for decades).
+	clk := clock.NewManual(time.Now().UnixMilli())
 	store, err := sqlite.Open(ctx, path, sqlite.Options{Config: spec.DefaultConfig(), Clock: clk})
 	if err != nil {
 		return err
@@ -70,7 +75,7 @@ func demo(ctx context.Context, out io.Writer, dir string) error {
 		return fmt.Errorf("demo: claim returned %d leases, want 1", len(leases))
 	}
 	lease := leases[0]
-	fmt.Fprintf(out, "claim: run=%s generation=%d expires_at=%d\n", lease.RunID, lease.Generation, lease.ExpiresAt)
+	fmt.Fprintf(out, "claim: run=%s generation=%d lease=%s\n", lease.RunID, lease.Generation, time.Duration(lease.ExpiresAt-clk.Now())*time.Millisecond)
 
 	clk.Advance(1_000)
 	run, err := store.Complete(ctx, spec.CompleteRequest{Lease: lease.Ref(), Result: []byte(`{"summary":"ok"}`)})
