@@ -181,34 +181,24 @@ func (x Ratio) Text() string {
 	return "—"
 }
 
-// status is where a goal ratio stands: "not measured" without rounds; met
-// or not met when every round is on the same side of the target (noise
-// cannot change that); otherwise "not readable" when the spread is too
-// wide, else the median decides.
+// status is where a goal ratio stands: "not measured" without rounds; "not
+// readable" when its spread is too wide (the report prints such a ratio as
+// "noisy: not readable", and a ratio it cannot read is neither met nor not
+// met, whichever side of the target its rounds fell); else the median
+// decides.
 func status(x Ratio) string {
 	if x.Spread == nil || len(x.Spread.Rounds) == 0 {
 		return "not measured"
 	}
 	sp := *x.Spread
-	reaches := func(v float64) bool {
-		if x.Better == "lower" {
-			return v <= x.Target
-		}
-		return v >= x.Target
-	}
-	all, none := true, true
-	for _, v := range sp.Rounds {
-		all = all && reaches(v)
-		none = none && !reaches(v)
+	reaches := sp.Median >= x.Target
+	if x.Better == "lower" {
+		reaches = sp.Median <= x.Target
 	}
 	switch {
-	case all: // every round reached it, however wide the spread
-		return "met"
-	case none:
-		return "not met"
-	case sp.Noisy: // the rounds straddle the target and cannot be read
+	case sp.Noisy:
 		return "not readable"
-	case reaches(sp.Median):
+	case reaches:
 		return "met"
 	}
 	return "not met"
