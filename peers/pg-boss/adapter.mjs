@@ -82,10 +82,14 @@ function hello() {
       tx_complete: { supported: true, doc: `${DOCS}/docs/api/jobs.md#completename-id-data-options`, note: "complete() with the db option (CompleteOptions extends ConnectionOptions) runs in the caller's transaction; the job passed as {id, retryCount} fences it to the fetched attempt" },
       heartbeat: { supported: true, doc: `${DOCS}/docs/api/jobs.md`, note: 'touch() refreshes heartbeat_on, fenced to the attempt; the expiry that ends a lease is expireInSeconds from started_on, which touch() does not move' },
     },
+    // What 12.38.1 documents. Up to 12.33.7 the README promised "exactly-once delivery" (and
+    // "Exactly-once job delivery" in its summary); 12.35.0 dropped both sentences in the release
+    // that added the attempt fence (#925), whose comment says a worker whose claim lapsed "keeps
+    // running its handler" while the job runs again. The queue options document the re-run.
     delivery: {
-      semantics: 'exactly-once',
-      doc: 'https://github.com/timgit/pg-boss/blob/master/docs/introduction.md',
-      quote: "pg-boss relies on SKIP LOCKED ... This provides exactly-once delivery (docs/introduction.md and docs/index.md 'Exactly-once delivery'; the 12.38.1 npm README no longer carries the sentence)",
+      semantics: 'at-least-once',
+      doc: `${DOCS}/docs/api/queues.md`,
+      quote: "expireInSeconds: How many seconds a job may be in active state before being retried or failed (the README's 'exactly-once delivery' of 12.33.7 and before is gone since 12.35.0)",
     },
     exhausted: { raw_state: 'failed', doc: `${DOCS}/docs/api/jobs.md` },
     deletes_completed: false,
