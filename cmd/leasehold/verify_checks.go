@@ -38,14 +38,14 @@ type check struct {
 
 // postgresTests are the PostgreSQL store's own tests beside its conformance
 // run: concurrency (SKIP LOCKED, two pools, many claimers, admission),
-// faults, the in-transaction completion, notifications and their
+// faults, the in-transaction completion and admission, notifications and their
 // announcer, migrations and plans. TestVerifyCoversStoreTests holds the list to the package's tests.
 var postgresTests = []string{
 	"TestClassifyCommit", "TestTypedBeforeCommit", "TestCommitFailedWithoutResolution", "TestArgsRefuseMissingParameter", "TestArgsRewriteAsPgx",
 	"TestClaimStatementShowsThePredicate", "TestDatabaseClock", "TestClockReadAfterTheLock", "TestFreshAdmissionReadsTheClockAfterTheLock", "TestClaimStatementTimeRange", "TestLockedRowIsSkippedNotWaitedFor",
 	"TestClaimRolledBackAfterLocking", "TestTwoPoolsSplitTheQueue", "TestManyClaimersManyJobs", "TestConcurrentAdmission",
 	"TestPurgeWaitsForAnAbortedAdmission", "TestBackendKilledBeforeCommit", "TestCommitAnswerLost", "TestLockWaitCutShort",
-	"TestDeadlockIsUnavailable", "TestCompleteTx", "TestListenDeliversCommittedChanges", "TestAnnouncementsInCommitOrder", "TestChannelNames", "TestDisableNotify",
+	"TestDeadlockIsUnavailable", "TestCompleteTx", "TestCreateRunTx", "TestCreateRunTxConcurrent", "TestCreateRunTxRaceUndoneToSavepoint", "TestCreateRunTxNotifiesOnCommit", "TestListenDeliversCommittedChanges", "TestAnnouncementsInCommitOrder", "TestChannelNames", "TestDisableNotify",
 	"TestAnnouncerOwnConnection", "TestAnnouncerReconnects", "TestAnnouncerBacksOff", "TestNotifyQueueBound", "TestCloseGivesUpInTime", "TestAnnouncementsSpaced",
 	"TestMigrateConcurrentlyAndAgain", "TestMigrateRefusesAnEditedMigration", "TestSchemasAreIsolated", "TestOpenRejectsBadOptions",
 	"TestMigrationMovesRunStateToJobRows", "TestMigrationDerivesQueuedEvents", "TestMigrationMovesIdempotencyRecords", "TestJobCheckMatchesMigration9", "TestPlansAtDepth", "TestBatchPlansAfterGrowth", "TestBulkAdmissionPlans", "TestSweepStaleSchemas",
