@@ -12,7 +12,7 @@ FUZZTIME  ?= 10s
 REPORTS   ?= reports/latest
 TESTFLAGS ?=
 
-.PHONY: all test test-race verify evidence replay demo fmt lint fuzz bench clean verify-port verify-port-broken test-outside test-python test-peers-node
+.PHONY: all test test-race verify evidence replay demo fmt lint fuzz bench clean verify-port verify-port-broken test-outside test-python test-peers-node probe probe-evidence
 
 all: test
 
@@ -71,6 +71,17 @@ lint:
 BENCHFLAGS ?=
 bench:
 	$(GO) run ./cmd/leasehold bench --reports $(REPORTS) $(BENCHFLAGS)
+
+## probe: the probes (docs/ADAPTERS.md) on leasehold's control rows and every peers/*/probe.json,
+## each cell 3 times: $(REPORTS)/peers.{md,json,html}; PROBEFLAGS=--system river,--probe … to narrow
+## (PostgreSQL: LEASEHOLD_PG_DSN; Redis: LEASEHOLD_REDIS_URL)
+PROBEFLAGS ?=
+probe:
+	$(GO) run ./cmd/leasehold probe --reports $(REPORTS) $(PROBEFLAGS)
+
+## probe-evidence: make probe, writing the committed reports/peers.{md,json,html}
+probe-evidence:
+	$(GO) run ./cmd/leasehold probe --reports reports $(PROBEFLAGS)
 
 ## verify-port: the checks on a store command through the store protocol (docs/PROTOCOL.md);
 ## PORT_CMD defaults to the Python port, PORT_BUDGET to 2m; reports in $(REPORTS)/port
