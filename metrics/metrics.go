@@ -47,6 +47,11 @@ type Faults struct {
 	// MaxRecoveryMs: the longest time from the end of a fault to the work
 	// it held up being done.
 	MaxRecoveryMs int64 `json:"max_recovery_ms"`
+	// CaughtLost: acknowledged writes that the test's deliberately
+	// non-durable variant lost and the test caught (a power-loss check must
+	// catch some, or it proved nothing); 0 for a test without such a
+	// variant.
+	CaughtLost int64 `json:"caught_lost,omitempty"`
 }
 
 // Report logs l on one line of t's output.

@@ -88,13 +88,14 @@ func TestVerifyCoversStoreTests(t *testing.T) {
 		if len(c.Fuzz) > 0 {
 			continue
 		}
-		key := c.Package + " " + c.Tags
+		key := c.Module + " " + c.Package + " " + c.Tags
 		listed[key] = append(listed[key], c.Tests...)
 		inPackage[c.Package] = append(inPackage[c.Package], c.Tests...)
 	}
 	for key, tests := range listed {
-		pkg, tags, _ := strings.Cut(key, " ")
-		have, err := listTests(context.Background(), filepath.Join("..", "..", pkg), tags)
+		parts := strings.SplitN(key, " ", 3)
+		module, pkg, tags := parts[0], parts[1], parts[2]
+		have, err := listTests(context.Background(), filepath.Join("..", "..", module), pkg, tags)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -103,7 +104,7 @@ func TestVerifyCoversStoreTests(t *testing.T) {
 				t.Errorf("verify runs %s in %s, which has no such test", name, pkg)
 			}
 		}
-		if !slices.Contains([]string{"./impl/postgres", "./impl/sqlite", "./impl/etcd", "./doctor", "./invariant"}, pkg) {
+		if module != "" || !slices.Contains([]string{"./impl/postgres", "./impl/sqlite", "./impl/etcd", "./doctor", "./invariant"}, pkg) {
 			continue
 		}
 		for _, name := range have {

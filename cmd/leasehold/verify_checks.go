@@ -19,8 +19,11 @@ import (
 // (testBudget). A fixed-work test in an exploring check leaves its part
 // unspent, and the checks after it get what is left.
 type check struct {
-	Name    string
-	Store   string // "sqlite", "postgres", "etcd", "sqlite+postgres", "store-cmd", or "any" for store-independent checks
+	Name  string
+	Store string // "sqlite", "postgres", "etcd", "sqlite+postgres", "store-cmd", or "any" for store-independent checks
+	// Module is the directory of the module of its own that Package is in
+	// (its go test runs there), "" for this module.
+	Module  string
 	Package string
 	Tests   []string
 	Tags    string
@@ -67,6 +70,15 @@ var runtimeFaultTests = []string{
 	"TestPostgresRestartMidRun", "TestListenerResyncsAfterRestart", "TestShutdownUnderLoad",
 }
 
+// faultfsTests are the fault filesystem's tests: what survives a power
+// loss, by the rule its package documents.
+var faultfsTests = []string{
+	"TestUnflushedWriteIsLost", "TestFlushedWriteSurvives", "TestFdatasyncFlushes", "TestSyncDescriptorWritesAreDurable", "TestTornWrite",
+	"TestTruncateIsUndone", "TestCreateIsDurableOnlyAfterItsDirectoryIsSynced", "TestUnlinkIsUndone", "TestRenameIsUndone", "TestRmdirIsUndone",
+	"TestDirectoryOperationsBecomeDurableInOrder", "TestPowerLossAtAKnownOperation", "TestCleanRestartKeepsEverything", "TestSyncMakesEverythingDurable",
+	"TestMissingFUSE",
+}
+
 // etcdTests are the etcd store's tests: the porting kit's checks and the
 // fault run. TestVerifyCoversStoreTests holds the list to the package's tests.
 var etcdTests = []string{"TestConformance", "TestProperty", "TestLinearizable", "TestScenarios", "TestRuntime", "TestLinearizableUnderFaults", "TestClusterClock", "TestRunClockFailover", "TestCreateRunsGuards", "TestCreateRunsTxnLimit"}
@@ -101,6 +113,11 @@ var checks = []check{
 	{Name: "invariant-checker", Store: "any", Package: "./invariant", Tests: []string{"TestHealthySnapshot", "TestEachInvariantCatchesItsBreak"}},
 	{Name: "doctor", Store: "sqlite", Package: "./doctor", Tests: []string{"TestDoctorSQLite"}},
 	{Name: "doctor", Store: "postgres", Package: "./doctor", Tests: []string{"TestDoctorPostgres"}, NeedsPG: true},
+	// Power losses (powerloss/, a module of its own): the fault
+	// filesystem's own tests, then each store on it, its durable setting
+	// losing no acknowledged write and its faster one caught losing some.
+	{Name: "faultfs", Store: "any", Module: "powerloss", Package: "./faultfs", Tests: faultfsTests},
+	{Name: "power-loss", Store: "sqlite", Module: "powerloss", Package: "./sqlite", Tests: []string{"TestPowerLossSQLite"}},
 	{Name: "relay-faults", Store: "sqlite", Package: "./relay",
 		Tests: []string{"TestRelayKilledBetweenPublishAndMark", "TestRelayRidesOutNATSRestart", "TestSeveralRelaysAtOnce", "TestFaultTestCatchesBrokenRelays",
 			"TestPublishFailingForGood", "TestPublishFailingForGoodCatchesBrokenRelay"}},

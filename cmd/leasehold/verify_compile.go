@@ -23,13 +23,14 @@ const compileEvery = 20 * time.Second
 // with some build tags, or one package's fuzzing build (instrumented, as
 // go test -fuzz builds it, one package at a time).
 type build struct {
+	module   string // the directory of a module of its own ("": this one)
 	tags     string
 	packages []string
 	fuzz     string // a fuzz target of packages[0]: its instrumented build
 }
 
 // builds returns the compilations the checks cs need, each once: one per
-// set of build tags, and one per package with a fuzz check.
+// module and set of build tags, and one per package with a fuzz check.
 func builds(cs []check) []build {
 	var out []build
 	for _, c := range cs {
@@ -39,9 +40,9 @@ func builds(cs []check) []build {
 			}
 			continue
 		}
-		i := slices.IndexFunc(out, func(b build) bool { return b.fuzz == "" && b.tags == c.Tags })
+		i := slices.IndexFunc(out, func(b build) bool { return b.fuzz == "" && b.tags == c.Tags && b.module == c.Module })
 		if i < 0 {
-			out = append(out, build{tags: c.Tags})
+			out = append(out, build{module: c.Module, tags: c.Tags})
 			i = len(out) - 1
 		}
 		if !slices.Contains(out[i].packages, c.Package) {
@@ -123,6 +124,7 @@ func compileOne(ctx context.Context, b build, o verifyOptions, compiled func(pkg
 		args = append(args, "-tags", b.tags)
 	}
 	cmd := exec.CommandContext(ctx, "go", append(args, b.packages...)...)
+	cmd.Dir = b.module
 	cmd.Env = append(os.Environ(), "LEASEHOLD_BUDGET=", "LEASEHOLD_REPORTS="+absPath(o.reports))
 	stdout, err := cmd.StdoutPipe()
 	if err != nil {

@@ -89,6 +89,7 @@ func (r *checkResult) addFaults(f *metrics.Faults) {
 	r.Faults.DoubleEffects += f.DoubleEffects
 	r.Faults.StaleAccepted += f.StaleAccepted
 	r.Faults.MaxRecoveryMs = max(r.Faults.MaxRecoveryMs, f.MaxRecoveryMs)
+	r.Faults.CaughtLost += f.CaughtLost
 }
 
 // verifyReport is verify.json.
@@ -254,12 +255,16 @@ func writeVerifyReports(dir string, rep verifyReport) error {
 	var faults []string
 	for _, c := range rep.Checks {
 		if f := c.Faults; f != nil {
-			faults = append(faults, fmt.Sprintf("| %s | %s | %d | %d | %d | %d | %d | %d |", c.Name, c.Store,
-				f.Injected, f.Lost, f.Duplicated, f.DoubleEffects, f.StaleAccepted, f.MaxRecoveryMs))
+			caught := ""
+			if f.CaughtLost > 0 {
+				caught = fmt.Sprint(f.CaughtLost)
+			}
+			faults = append(faults, fmt.Sprintf("| %s | %s | %d | %d | %d | %d | %d | %d | %s |", c.Name, c.Store,
+				f.Injected, f.Lost, f.Duplicated, f.DoubleEffects, f.StaleAccepted, f.MaxRecoveryMs, caught))
 		}
 	}
 	if len(faults) > 0 {
-		b.WriteString("\n## Faults\n\n| check | store | injected | lost | duplicated | double effects | stale accepted | max recovery (ms) |\n|---|---|---:|---:|---:|---:|---:|---:|\n")
+		b.WriteString("\n## Faults\n\n| check | store | injected | lost | duplicated | double effects | stale accepted | max recovery (ms) | lost by the broken variant (caught) |\n|---|---|---:|---:|---:|---:|---:|---:|---:|\n")
 		b.WriteString(strings.Join(faults, "\n") + "\n")
 	}
 	var notes []string

@@ -80,6 +80,7 @@ func runCheck(ctx context.Context, c check, perTest time.Duration, o verifyOptio
 	}
 	args = append(args, c.Package)
 	cmd := exec.CommandContext(ctx, "go", args...)
+	cmd.Dir = c.Module
 	cmd.Env = append(os.Environ(), "LEASEHOLD_REPORTS="+absPath(o.reports))
 	if perTest > 0 {
 		cmd.Env = append(cmd.Env, "LEASEHOLD_BUDGET="+perTest.String())
@@ -326,12 +327,15 @@ func skipReason(lines []string) string {
 // listTests returns the test, fuzz and example functions of a package
 // (TestVerifyCoversStoreTests holds the checks to them; runCheck needs no
 // list: a listed test that does not start fails its check).
-func listTests(ctx context.Context, pkg, tags string) ([]string, error) {
+// dir is the directory of pkg's module ("": the current directory's).
+func listTests(ctx context.Context, dir, pkg, tags string) ([]string, error) {
 	args := []string{"test", "-list", ".", "-count=1"}
 	if tags != "" {
 		args = append(args, "-tags", tags)
 	}
-	out, err := exec.CommandContext(ctx, "go", append(args, pkg)...).Output()
+	cmd := exec.CommandContext(ctx, "go", append(args, pkg)...)
+	cmd.Dir = dir
+	out, err := cmd.Output()
 	if err != nil {
 		var exit *exec.ExitError
 		if errors.As(err, &exit) {

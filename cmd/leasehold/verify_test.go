@@ -406,24 +406,26 @@ func TestSkipKind(t *testing.T) {
 	}
 }
 
-// TestBuilds: the compile phase builds each package once per set of build
-// tags, and a fuzz check's package once more, instrumented.
+// TestBuilds: the compile phase builds each package once per module and set
+// of build tags, and a fuzz check's package once more, instrumented.
 func TestBuilds(t *testing.T) {
 	got := builds([]check{
 		{Package: "./a"}, {Package: "./b"}, {Package: "./a"},
 		{Package: "./a", Tags: "m"},
 		{Package: "./s", Fuzz: []string{"FuzzX", "FuzzY"}}, {Package: "./s"},
+		{Module: "n", Package: "./a"}, {Module: "n", Package: "./c"},
 	})
 	want := []build{
 		{packages: []string{"./a", "./b", "./s"}},
 		{tags: "m", packages: []string{"./a"}},
 		{packages: []string{"./s"}, fuzz: "FuzzX"},
+		{module: "n", packages: []string{"./a", "./c"}},
 	}
 	if len(got) != len(want) {
 		t.Fatalf("builds = %+v, want %+v", got, want)
 	}
 	for i := range want {
-		if got[i].tags != want[i].tags || got[i].fuzz != want[i].fuzz || !slices.Equal(got[i].packages, want[i].packages) {
+		if got[i].module != want[i].module || got[i].tags != want[i].tags || got[i].fuzz != want[i].fuzz || !slices.Equal(got[i].packages, want[i].packages) {
 			t.Errorf("build %d = %+v, want %+v", i, got[i], want[i])
 		}
 	}

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"path"
 	"path/filepath"
 	"sync"
 	"syscall"
@@ -78,9 +79,19 @@ type Cut struct {
 
 // trigger is a power loss armed by PowerLossAt.
 type trigger struct {
-	left int // writing operations still allowed
+	left int    // writing operations still allowed
+	only string // a pattern the names of the operations counted match
 	loss Loss
 	done chan Cut
+}
+
+// matches reports whether an operation on name counts.
+func (t *trigger) matches(name string) bool {
+	if t.only == "" {
+		return true
+	}
+	ok, _ := path.Match(t.only, name)
+	return ok
 }
 
 // Mount creates dir/disk (the disk) and dir/mnt (the mount point) if they do
@@ -171,17 +182,22 @@ func (f *FS) PowerLoss(l Loss) (Report, error) {
 }
 
 // PowerLossAt arms a power loss at the n-th writing operation from now (1:
-// the next): a write, truncate, fallocate, fsync or directory operation. It
-// happens instead of that operation, which fails with EIO, and is sent on
-// the returned channel (buffered). A later call replaces an armed one;
+// the next) on a file or directory whose base name matches the pattern only
+// (path.Match; "" matches every name): a write, truncate, fallocate, fsync or
+// directory operation (named by the entry it makes or removes). The power
+// goes instead of that operation, which fails with EIO, and the cut is sent
+// on the returned channel (buffered). A later call replaces an armed one;
 // PowerLoss and Restart disarm it.
-func (f *FS) PowerLossAt(n int, l Loss) <-chan Cut {
+func (f *FS) PowerLossAt(n int, only string, l Loss) <-chan Cut {
 	if n < 1 {
 		panic("faultfs: PowerLossAt wants n >= 1")
 	}
+	if _, err := path.Match(only, ""); err != nil {
+		panic("faultfs: PowerLossAt: " + err.Error())
+	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	t := &trigger{left: n - 1, loss: l, done: make(chan Cut, 1)}
+	t := &trigger{left: n - 1, only: only, loss: l, done: make(chan Cut, 1)}
 	f.armed = t
 	return t.done
 }

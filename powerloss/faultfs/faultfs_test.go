@@ -353,10 +353,12 @@ func TestPowerLossAtAKnownOperation(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer fh.Close()
-	cut := f.PowerLossAt(3, Loss{Tear: 5})
+	durableFile(t, f, "other", nil)
+	cut := f.PowerLossAt(3, "f", Loss{Tear: 5})
 	if _, err := fh.WriteAt(fill('b', 10), 0); err != nil {
 		t.Fatal(err)
 	}
+	writeFile(t, f.Path("other"), []byte("not counted"), 0, true)
 	if _, err := fh.WriteAt(fill('c', 10), 10); err != nil {
 		t.Fatal(err)
 	}
@@ -369,7 +371,7 @@ func TestPowerLossAtAKnownOperation(t *testing.T) {
 		t.Fatalf("the fsync the power went at: %v, want EIO", err)
 	}
 	c := <-cut
-	if c.Err != nil || c.Report.Writes != 2 || !strings.Contains(c.Report.Torn, "kept 5 of its 10 bytes at offset 10") && !strings.Contains(c.Report.Torn, "at offset 10: kept 5 of its 10 bytes") {
+	if c.Err != nil || c.Report.Writes != 2 || c.Report.Files != 1 || !strings.Contains(c.Report.Torn, "kept 5 of its 10 bytes at offset 10") && !strings.Contains(c.Report.Torn, "at offset 10: kept 5 of its 10 bytes") {
 		t.Fatalf("cut %+v", c)
 	}
 	if _, err := fh.WriteAt([]byte("z"), 0); !errors.Is(err, syscall.EIO) {

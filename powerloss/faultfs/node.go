@@ -21,13 +21,14 @@ type node struct {
 	f *FS
 }
 
-// begin starts a writing operation, counting it in count: EIO when the power
-// is off, or goes off now (an armed PowerLossAt). f.mu is held.
-func (f *FS) begin(count *int64) syscall.Errno {
+// begin starts a writing operation on the file or directory name (a base
+// name), counting it in count: EIO when the power is off, or goes off now (an
+// armed PowerLossAt). f.mu is held.
+func (f *FS) begin(count *int64, name string) syscall.Errno {
 	if f.off {
 		return syscall.EIO
 	}
-	if t := f.armed; t != nil {
+	if t := f.armed; t != nil && t.matches(name) {
 		if t.left == 0 {
 			rep, err := f.cut(t.loss)
 			t.done <- Cut{Report: rep, Err: err}
@@ -42,6 +43,12 @@ func (f *FS) begin(count *int64) syscall.Errno {
 // path is the node's path on the disk.
 func (n *node) path() string {
 	return filepath.Join(n.RootData.Path, n.Path(n.RootData.RootNode.EmbeddedInode()))
+}
+
+// name is the node's base name ("" for the root).
+func (n *node) name() string {
+	name, _ := n.Parent()
+	return name
 }
 
 // ino is the inode of the node's file on the disk.
@@ -95,7 +102,7 @@ func (n *node) Create(ctx context.Context, name string, flags uint32, mode uint3
 	f := n.f
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	if errno := f.begin(&f.counts.DirOps); errno != 0 {
+	if errno := f.begin(&f.counts.DirOps, name); errno != 0 {
 		return nil, nil, 0, errno
 	}
 	p := filepath.Join(n.path(), name)
@@ -110,7 +117,7 @@ func (n *node) Create(ctx context.Context, name string, flags uint32, mode uint3
 	if errno != 0 {
 		return nil, nil, 0, errno
 	}
-	h, errno := f.wrap(fh, flags)
+	h, errno := f.wrap(fh, flags, name)
 	if errno != 0 {
 		return nil, nil, 0, errno
 	}
@@ -130,7 +137,7 @@ func (n *node) Open(ctx context.Context, flags uint32) (fs.FileHandle, uint32, s
 	if flags&syscall.O_TRUNC != 0 {
 		f.mu.Lock()
 		defer f.mu.Unlock()
-		if errno := f.begin(&f.counts.Truncates); errno != 0 {
+		if errno := f.begin(&f.counts.Truncates, n.name()); errno != 0 {
 			return nil, 0, errno
 		}
 		if errno := f.truncating(n.path(), 0); errno != 0 {
@@ -141,7 +148,7 @@ func (n *node) Open(ctx context.Context, flags uint32) (fs.FileHandle, uint32, s
 	if errno != 0 {
 		return nil, 0, errno
 	}
-	h, errno := f.wrap(fh, flags)
+	h, errno := f.wrap(fh, flags, n.name())
 	return h, fuseFlags, errno
 }
 
@@ -174,7 +181,7 @@ func (n *node) creating(kind opKind, name string, op func() (*fs.Inode, syscall.
 	f := n.f
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	if errno := f.begin(&f.counts.DirOps); errno != 0 {
+	if errno := f.begin(&f.counts.DirOps, name); errno != 0 {
 		return nil, errno
 	}
 	ch, errno := op()
@@ -192,7 +199,7 @@ func (n *node) Unlink(ctx context.Context, name string) syscall.Errno {
 	f := n.f
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	if errno := f.begin(&f.counts.DirOps); errno != 0 {
+	if errno := f.begin(&f.counts.DirOps, name); errno != 0 {
 		return errno
 	}
 	p := filepath.Join(n.path(), name)
@@ -216,7 +223,7 @@ func (n *node) Rmdir(ctx context.Context, name string) syscall.Errno {
 	f := n.f
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	if errno := f.begin(&f.counts.DirOps); errno != 0 {
+	if errno := f.begin(&f.counts.DirOps, name); errno != 0 {
 		return errno
 	}
 	p := filepath.Join(n.path(), name)
@@ -254,7 +261,7 @@ func (n *node) Rename(ctx context.Context, name string, newParent fs.InodeEmbedd
 	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	if errno := f.begin(&f.counts.DirOps); errno != 0 {
+	if errno := f.begin(&f.counts.DirOps, name); errno != 0 {
 		return errno
 	}
 	p1, p2 := filepath.Join(n.path(), name), filepath.Join(np.path(), newName)
@@ -318,7 +325,7 @@ func (n *node) Setattr(ctx context.Context, fh fs.FileHandle, in *fuse.SetAttrIn
 	f := n.f
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	if errno := f.begin(&f.counts.Truncates); errno != 0 {
+	if errno := f.begin(&f.counts.Truncates, n.name()); errno != 0 {
 		return errno
 	}
 	if errno := f.truncating(n.path(), int64(size)); errno != 0 {
@@ -340,12 +347,12 @@ func (n *node) Fsync(ctx context.Context, fh fs.FileHandle, flags uint32) syscal
 		return fs.ToErrno(err)
 	}
 	if st.Mode&syscall.S_IFMT == syscall.S_IFDIR {
-		if errno := f.begin(&f.counts.DirSyncs); errno != 0 {
+		if errno := f.begin(&f.counts.DirSyncs, n.name()); errno != 0 {
 			return errno
 		}
 		return fs.ToErrno(f.commitDir(st.Ino))
 	}
-	if errno := f.begin(&f.counts.Syncs); errno != 0 {
+	if errno := f.begin(&f.counts.Syncs, n.name()); errno != 0 {
 		return errno
 	}
 	ino := st.Ino
@@ -401,6 +408,7 @@ func (d *dirHandle) Fsyncdir(ctx context.Context, flags uint32) syscall.Errno {
 // write around the filesystem) and no vectored write.
 type handle struct {
 	lf   *fs.LoopbackFile
+	name string // the file's base name when it was opened
 	fd   int
 	ino  uint64
 	sync bool // opened O_SYNC or O_DSYNC: every write is flushed
@@ -418,7 +426,7 @@ var (
 )
 
 // wrap wraps the loopback's file handle for a file opened with flags.
-func (f *FS) wrap(fh fs.FileHandle, flags uint32) (*handle, syscall.Errno) {
+func (f *FS) wrap(fh fs.FileHandle, flags uint32, name string) (*handle, syscall.Errno) {
 	lf := fh.(*fs.LoopbackFile)
 	fd, _ := lf.PassthroughFd()
 	var st syscall.Stat_t
@@ -426,7 +434,7 @@ func (f *FS) wrap(fh fs.FileHandle, flags uint32) (*handle, syscall.Errno) {
 		lf.Release(context.Background())
 		return nil, fs.ToErrno(err)
 	}
-	return &handle{lf: lf, fd: fd, ino: st.Ino, sync: flags&syscall.O_DSYNC != 0, f: f}, 0
+	return &handle{lf: lf, name: name, fd: fd, ino: st.Ino, sync: flags&syscall.O_DSYNC != 0, f: f}, 0
 }
 
 func (h *handle) Read(ctx context.Context, buf []byte, off int64) (fuse.ReadResult, syscall.Errno) {
@@ -437,7 +445,7 @@ func (h *handle) Write(ctx context.Context, data []byte, off int64) (uint32, sys
 	f := h.f
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	if errno := f.begin(&f.counts.Writes); errno != 0 {
+	if errno := f.begin(&f.counts.Writes, h.name); errno != 0 {
 		return 0, errno
 	}
 	p, err := f.pendingFor(h.ino, h.fd)
@@ -463,7 +471,7 @@ func (h *handle) Allocate(ctx context.Context, off uint64, size uint64, mode uin
 	f := h.f
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	if errno := f.begin(&f.counts.Truncates); errno != 0 {
+	if errno := f.begin(&f.counts.Truncates, h.name); errno != 0 {
 		return errno
 	}
 	p, err := f.pendingFor(h.ino, h.fd)
