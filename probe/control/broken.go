@@ -17,6 +17,7 @@ const (
 	VariantCancelReportsSuccess = "cancel-reports-success"
 	VariantKeyIgnored           = "key-ignored"
 	VariantCompleteOutsideTx    = "complete-outside-tx"
+	VariantEnqueueOutsideTx     = "enqueue-outside-tx"
 )
 
 // BrokenVariant is a deliberately broken control adapter: a bug of the kind
@@ -38,6 +39,7 @@ var Variants = []BrokenVariant{
 	{VariantCancelReportsSuccess, "a cancel that lost to a completion reports the job cancelled"},
 	{VariantKeyIgnored, "enqueue ignores the key: the same key admits a second job"},
 	{VariantCompleteOutsideTx, "complete_in_tx completes outside the caller's transaction: its rollback undoes nothing"},
+	{VariantEnqueueOutsideTx, "an enqueue in the caller's transaction admits outside it: its rollback undoes nothing"},
 }
 
 // Variant returns the variant named name, or nil.

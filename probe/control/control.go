@@ -105,8 +105,10 @@ func (q *Queue) Hello() queueproto.Hello {
 		needs = queueproto.NeedPostgres
 	}
 	txComplete := queueproto.Feature{Supported: true, Doc: "worker/doc.go (Batched and in-transaction completion); impl/postgres/intx.go CompleteTx"}
+	txEnqueue := queueproto.Feature{Supported: true, Doc: "impl/postgres/intx.go CreateRunTx (issue 40)"}
 	if q.opts.Store == SQLite {
 		txComplete = queueproto.Feature{Supported: false, Doc: "worker/doc.go: \"On PostgreSQL a handler may instead complete the run inside its own transaction\" (ADR-042): the SQLite store has no CompleteTx"}
+		txEnqueue = queueproto.Feature{Supported: false, Doc: "issue 40: admission inside the caller's transaction is on the PostgreSQL store (CreateRunTx); the SQLite store's is being added"}
 	}
 	h := queueproto.Hello{
 		Protocol: queueproto.Version,
@@ -118,7 +120,7 @@ func (q *Queue) Hello() queueproto.Hello {
 			queueproto.FeatureKey:         {Supported: true, Doc: "spec/SPEC.md (CreateRun: idempotent admission; another payload under a live key is idempotency_conflict)"},
 			queueproto.FeatureMaxAttempts: {Supported: true, Doc: "spec/SPEC.md (CreateRun max_attempts)"},
 			queueproto.FeatureCancel:      {Supported: true, Doc: "spec/SPEC.md (Cancel)"},
-			queueproto.FeatureTxEnqueue:   {Supported: false, Doc: "issue 40: admission inside the caller's transaction is being added (helper admit-tx); until it lands on main the control rows do not offer it"},
+			queueproto.FeatureTxEnqueue:   txEnqueue,
 			queueproto.FeatureTxComplete:  txComplete,
 			queueproto.FeatureHeartbeat:   {Supported: true, Doc: "spec/SPEC.md (Renew)"},
 		},
@@ -238,8 +240,44 @@ func (q *Queue) flushLocked(ctx context.Context) error {
 	return nil
 }
 
+// enqueueTx admits inside a transaction of the adapter's own (PostgreSQL:
+// Store.CreateRunTx), reads the job back inside it, and commits or rolls
+// back.
 func (q *Queue) enqueueTx(ctx context.Context, req spec.CreateRunRequest, commit bool) (queueproto.EnqueueResult, error) {
-	return queueproto.EnqueueResult{}, queueproto.Errorf(queueproto.ErrUnsupported, "tx_enqueue: admission in the caller's transaction is not on main yet (issue 40)")
+	if q.pgs == nil {
+		return queueproto.EnqueueResult{}, queueproto.Errorf(queueproto.ErrUnsupported, "tx_enqueue: the SQLite store has no admission in the caller's transaction yet (issue 40)")
+	}
+	tx, err := q.pg.Begin(ctx)
+	if err != nil {
+		return queueproto.EnqueueResult{}, err
+	}
+	defer tx.Rollback(context.WithoutCancel(ctx))
+	var res spec.CreateRunResult
+	if q.broken(VariantEnqueueOutsideTx) {
+		res, err = q.store.CreateRun(ctx, req)
+	} else {
+		res, err = q.pgs.CreateRunTx(ctx, tx, req)
+	}
+	if spec.CodeOf(err) == spec.CodeIdempotencyConflict {
+		return queueproto.EnqueueResult{}, queueproto.Errorf(queueproto.ErrRejected, "%v", err)
+	}
+	if err != nil {
+		return queueproto.EnqueueResult{}, err
+	}
+	var n int
+	if err := tx.QueryRow(ctx, fmt.Sprintf(`SELECT count(*) FROM %s WHERE tenant = $1 AND run_id = $2`, q.jobs), tenant, res.Run.ID).Scan(&n); err != nil {
+		return queueproto.EnqueueResult{}, err
+	}
+	if commit {
+		err = tx.Commit(ctx)
+	} else {
+		err = tx.Rollback(ctx)
+	}
+	if err != nil {
+		return queueproto.EnqueueResult{}, err
+	}
+	dup := res.Replayed
+	return queueproto.EnqueueResult{Job: res.Run.ID, Duplicate: &dup, SeenInTx: n == 1}, nil
 }
 
 func stateOf(j spec.JobState) string {
