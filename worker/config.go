@@ -182,14 +182,18 @@ type StoreRetry struct {
 // (Store.PurgeIdempotency, every tenant's), once per round. Many workers may
 // do it at once: each call is bounded by Batch, the stores take only what
 // they can lock (Reap skips locked rows on PostgreSQL), and the rounds are
-// jittered so that workers started together drift apart.
+// jittered so that workers started together drift apart. The first round
+// comes at a time drawn from [0, Every] after the worker starts (Random),
+// so that a fleet restarted more often than Every (a crash loop, frequent
+// deploys) still reaps, and one started at once does not reap at once.
 type MaintenancePolicy struct {
 	// Off turns housekeeping off in this worker. Some process must still do
 	// it (call Store.Reap and Store.PurgeIdempotency), or such runs stay
 	// running and the records accumulate.
 	Off bool
 	// Every is the time between rounds, plus a jitter drawn from [0,
-	// Jitter]. Defaults 30s and Every/2.
+	// Jitter]; the first round comes within [0, Every] of the start.
+	// Defaults 30s and Every/2.
 	Every, Jitter time.Duration
 	// Batch is the Limit of each Reap, PurgeRuns and PurgeIdempotency call.
 	// A round calls again while a call comes back full, up to MaxBatches

@@ -3,15 +3,22 @@ package worker
 import (
 	"context"
 
+	"github.com/leasehold/leasehold/impl/mutant"
 	"github.com/leasehold/leasehold/spec"
 )
 
-// maintainLoop runs a housekeeping round every Maintenance.Every plus a
+// maintainLoop runs a housekeeping round soon after the worker starts, at
+// a time drawn from [0, Maintenance.Every], and then every Every plus a
 // jitter, until ctx ends (shutdown begins). See MaintenancePolicy.
 func (w *Worker) maintainLoop(ctx context.Context) {
 	m := w.cfg.Maintenance
+	wait := w.cfg.Random.Int64N(ms(m.Every) + 1)
+	if mutant.On(mutant.FirstHousekeepingAfterInterval) {
+		wait = ms(m.Every) + w.cfg.Random.Int64N(ms(m.Jitter)+1)
+	}
 	for {
-		t := w.cfg.Timers.NewTimer(ms(m.Every) + w.cfg.Random.Int64N(ms(m.Jitter)+1))
+		t := w.cfg.Timers.NewTimer(wait)
+		wait = ms(m.Every) + w.cfg.Random.Int64N(ms(m.Jitter)+1)
 		select {
 		case <-t.C():
 		case <-ctx.Done():

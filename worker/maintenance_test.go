@@ -3,7 +3,9 @@ package worker_test
 import (
 	"context"
 	"fmt"
+	"math/rand/v2"
 	"testing"
+	"time"
 
 	"github.com/leasehold/leasehold/spec"
 	"github.com/leasehold/leasehold/worker"
@@ -64,8 +66,13 @@ func TestMaintenance(t *testing.T) {
 					cfg.Maintenance.Batch = c.batch
 					workers = append(workers, e.start(cfg))
 				}
+				// Each worker's first round comes at once (the zero random
+				// source draws 0 of [0, Every]), before anything expired.
+				for range c.workers {
+					recv(e, "a first housekeeping round", rounds)
+				}
 				// Each worker idles (nothing is claimable) and has armed its
-				// housekeeping timer (30 s, no jitter).
+				// next housekeeping timer (30 s, no jitter).
 				if err := e.wc.BlockUntil(e.ctx, 2*c.workers); err != nil {
 					t.Fatalf("waiting for %d idle waits and housekeeping timers: %v", c.workers, err)
 				}
@@ -105,4 +112,77 @@ func TestMaintenance(t *testing.T) {
 			})
 		})
 	}
+}
+
+// TestHousekeepingAcrossRestarts: workers restarted more often than
+// Maintenance.Every (each lives 10 s of the clock; Every is 30 s) still
+// reap the runs whose last attempt's worker died, with no Reap by the test:
+// a worker's first round comes within [0, Every] of its start, drawn from
+// its injected random source. The mutant
+// worker_first_housekeeping_after_interval (the first round a whole Every
+// after the start, as before) is caught by this check
+// (TestMutantFirstHousekeepingAfterInterval).
+func TestHousekeepingAcrossRestarts(t *testing.T) {
+	eachStore(t, func(t *testing.T, b backend) {
+		lives, open := housekeepingAcrossRestarts(t, b, 40)
+		if len(open) > 0 {
+			t.Fatalf("after %d workers of 10 s each, runs whose last attempt's worker died are still open: %v", lives, open)
+		}
+		t.Logf("every dead worker's run ended (failed, %s) in the life of worker %d of its restarts", spec.ReapErrorCode, lives)
+	})
+}
+
+// housekeepingAcrossRestarts leaves five runs leased with no attempts left
+// by a worker that died, then starts workers one after another, each living
+// 10 s of the clock, until every run is terminal or maxLives lived; it
+// returns the lives lived and the runs still open. Every step waits on the
+// clock's timers: a life begins when the worker has armed its idle and
+// housekeeping timers, and ends when, the clock moved, both are armed again
+// (a round that fell due has finished).
+func housekeepingAcrossRestarts(t *testing.T, b backend, maxLives int) (int, []string) {
+	e := newEnv(t, b)
+	const runs = 5
+	for i := range runs {
+		e.create(fmt.Sprintf("r%d", i), func(r *spec.CreateRunRequest) { r.MaxAttempts = 1 })
+	}
+	if ls, err := e.s.Claim(e.ctx, spec.ClaimRequest{Tenant: "acme", Worker: "dead-worker", LeaseMs: 1_000, Limit: runs}); err != nil || len(ls) != runs {
+		t.Fatalf("the dead worker's claim: %d leases, %v; want %d", len(ls), err, runs)
+	}
+	e.advance(2_000) // the dead worker's leases have expired
+	var open []string
+	for life := 1; life <= maxLives; life++ {
+		cfg := e.config(fmt.Sprintf("w%d", life), e.storeFor(nil), func(context.Context, *worker.Job) ([]byte, error) {
+			t.Error("a handler ran: a run with no attempts left was claimed")
+			return nil, nil
+		})
+		cfg.Random = rand.New(rand.NewPCG(42, uint64(life)))
+		cfg.Maintenance.Every = 30 * time.Second
+		w := e.start(cfg)
+		armed := func(when string) {
+			if err := e.wc.BlockUntil(e.ctx, 2); err != nil {
+				t.Fatalf("life %d: waiting for the worker's idle and housekeeping timers %s: %v", life, when, err)
+			}
+		}
+		armed("after its start")
+		e.advance(10_000)
+		armed("after 10 s")
+		w.shutdown()
+		e.stopped(w)
+		if n := e.wc.Pending(); n != 0 {
+			t.Fatalf("life %d: the stopped worker left %d timers pending", life, n)
+		}
+		open = open[:0]
+		for i := range runs {
+			id := fmt.Sprintf("r%d", i)
+			if run := e.run(id); !run.State.Terminal() {
+				open = append(open, id+" "+string(run.State))
+			} else if run.State != spec.RunFailed || run.ErrorCode != spec.ReapErrorCode {
+				t.Fatalf("%s ended %s (%q); want failed (%s)", id, run.State, run.ErrorCode, spec.ReapErrorCode)
+			}
+		}
+		if len(open) == 0 {
+			return life, nil
+		}
+	}
+	return maxLives, open
 }

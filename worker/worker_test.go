@@ -176,7 +176,9 @@ func TestDecorrelatedRetryUsesHistory(t *testing.T) {
 		if first.RetryAt != t0+1700 {
 			t.Fatalf("first retry at %d, want %d (base 1000 + draw 700)", first.RetryAt, t0+1700)
 		}
-		e.due(t0+1000, "the idle poll after the retry")
+		// The first housekeeping round is due at t0+700 too (the constant
+		// draw of [0, Every]): wait for both timers.
+		e.dueN(t0+1000, 2, "the first housekeeping round and the idle poll after the retry")
 		e.advance(1700)
 		second := e.result()
 		// prev = 1700: the draw is from [0, 3*1700-1000]; 1000+700 = 1700

@@ -63,9 +63,10 @@ var postgresTests = []string{
 // paused (in process and by SIGSTOP) between its reservation and its call,
 // a store outage longer than a publication's first tries, a PostgreSQL
 // restart mid-run with the listener reconnecting, housekeeping with no
-// reaper of the test's own, shutdown under load.
+// reaper of the test's own (and across workers restarted faster than its
+// interval), shutdown under load.
 var runtimeFaultTests = []string{
-	"TestKilledWorkerRecovers", "TestMaintenance", "TestPublicationRidesOutOutage", "TestBatchedCompletionRidesOutOutage",
+	"TestKilledWorkerRecovers", "TestMaintenance", "TestHousekeepingAcrossRestarts", "TestPublicationRidesOutOutage", "TestBatchedCompletionRidesOutOutage",
 	"TestFailedClaimRetriedSoon", "TestPausedWorkerDoesNotChargeTwice", "TestStoppedWorkerDoesNotChargeTwice",
 	"TestPostgresRestartMidRun", "TestListenerResyncsAfterRestart", "TestShutdownUnderLoad",
 }
@@ -127,6 +128,7 @@ var checks = []check{
 	{Name: "mutants-httpadmit", Store: "sqlite", Package: "./httpadmit", Tests: []string{"TestMutantTenantFromRequest"}, Tags: "leasehold_mutants"},
 	{Name: "mutants-doctor", Store: "sqlite", Package: "./doctor", Tests: []string{"TestMutantScopedRepair"}, Tags: "leasehold_mutants"},
 	{Name: "mutants-storeproto", Store: "any", Package: "./storeproto", Tests: []string{"TestMutantAfterCommitAcceptsUnavailable"}, Tags: "leasehold_mutants"},
+	{Name: "mutants-worker", Store: "sqlite", Package: "./worker", Tests: []string{"TestMutantFirstHousekeepingAfterInterval"}, Tags: "leasehold_mutants"},
 	{Name: "mutants-scenarios", Store: "sqlite+postgres", Package: "./scenarios",
 		Tests: []string{"TestMutantsScenarios", "TestMutantsScenariosPostgres", "TestModelJudgesBrokenExpectations"},
 		Tags:  "leasehold_mutants", NeedsPG: true},

@@ -55,10 +55,14 @@ const (
 	// unavailable after a fault injected at after_commit (where only
 	// unknown_outcome is true: the write committed).
 	AfterCommitAcceptsUnavailable = "storeproto_after_commit_accepts_unavailable"
+	// FirstHousekeepingAfterInterval makes a worker's first housekeeping
+	// round wait a whole Maintenance.Every plus its jitter after the
+	// start: a fleet restarted more often never reaps.
+	FirstHousekeepingAfterInterval = "worker_first_housekeeping_after_interval"
 )
 
 // Parts lists the mutants of the parts around the stores.
-var Parts = []string{TenantFromRequest, ScopedRepairSkipsInvariants, AfterCommitAcceptsUnavailable}
+var Parts = []string{TenantFromRequest, ScopedRepairSkipsInvariants, AfterCommitAcceptsUnavailable, FirstHousekeepingAfterInterval}
 
 // Derive returns a store's own statement with one part replaced, the way
 // every mutant statement is made, so that a mutant cannot drift from what it
