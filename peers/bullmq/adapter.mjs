@@ -38,7 +38,7 @@ function hello() {
     language: 'Node.js',
     needs: 'redis',
     features: {
-      key: { supported: true, doc: `${DOCS}/guide/jobs/job-ids`, note: "a custom jobId: adding a job whose id exists adds nothing; the key k becomes jobId 'key_k'" },
+      key: { supported: true, doc: `${DOCS}/guide/jobs/job-ids`, note: "a custom jobId: adding a job whose id exists adds nothing; the key k becomes jobId 'key_' + encodeURIComponent(k)" },
       max_attempts: { supported: true, doc: `${DOCS}/guide/retrying-failing-jobs`, note: 'the attempts job option: the total number of attempts, the first included' },
       cancel: {
         supported: false,
@@ -98,7 +98,8 @@ async function open(p) {
 }
 
 const key = (...parts) => [s.prefix, QUEUE, ...parts].join(':');
-const jobIdOf = k => `key_${k}`;
+// BullMQ job ids are strings without ':' (its key separator); the key is URI-encoded into one.
+const jobIdOf = k => `key_${encodeURIComponent(k)}`;
 
 const STATES = {
   waiting: 'waiting', delayed: 'waiting', prioritized: 'waiting', 'waiting-children': 'waiting', paused: 'waiting',
@@ -111,7 +112,7 @@ async function jobInfo(id) {
   const raw = await job.getState();
   return {
     job: String(job.id),
-    key: String(job.id).startsWith('key_') ? String(job.id).slice(4) : undefined,
+    key: String(job.id).startsWith('key_') ? decodeURIComponent(String(job.id).slice(4)) : undefined,
     state: STATES[raw] ?? 'missing',
     raw_state: raw,
     attempt: job.attemptsStarted ?? 0,
