@@ -5,6 +5,7 @@ import (
 	"flag"
 	"fmt"
 	"log/slog"
+	"math/rand/v2"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -29,7 +30,13 @@ repeat. The stream is created (file storage, the --duplicates window) unless --c
 The stream holds each message once only if every republish falls within the duplicate window:
 keep --duplicates longer than --claim plus the longest time no relay may run. Run the server
 with jetstream { sync_interval: always } (nats-server 2.10+): with the default lazy fsync an
-acknowledged publish can be lost on a power failure. Stops on an interrupt.`,
+acknowledged publish can be lost on a power failure.
+
+A NATS server that cannot be reached at the start (or a stream that cannot be created yet) is
+tried again with capped backoff (from 100ms, doubling, up to 5s), each failure said on stderr;
+once connected, the client reconnects on its own and failed publishes are tried again. The relay
+exits only on a usage error or a signal (interrupt, SIGTERM), or with --once when nothing is
+pending.`,
 	env: pgEnv,
 	flags: func(fs *flag.FlagSet, o *streams) func(context.Context, []string) error {
 		dsn := fs.String("dsn", "", "the PostgreSQL store's database (see LEASEHOLD_PG_DSN)")
@@ -81,21 +88,18 @@ acknowledged publish can be lost on a power failure. Stops on an interrupt.`,
 				return err
 			}
 			defer store.Close()
-			nc, err := nats.Connect(*url, nats.MaxReconnects(-1), nats.Name("leasehold-relay"))
-			if err != nil {
-				return fmt.Errorf("connect to NATS at %s: %w", *url, err)
-			}
-			defer nc.Close()
-			js, err := jetstream.New(nc)
-			if err != nil {
-				return err
-			}
+			var ensure func(context.Context, jetstream.JetStream) error
 			if *create {
-				if _, err := relay.EnsureStream(ctx, js, relay.StreamSettings{Name: *stream, Subjects: []string{*prefix + ".>"},
-					Duplicates: *duplicates}); err != nil {
-					return fmt.Errorf("create stream %s: %w", *stream, err)
+				ensure = func(ctx context.Context, js jetstream.JetStream) error {
+					_, err := relay.EnsureStream(ctx, js, relay.StreamSettings{Name: *stream, Subjects: []string{*prefix + ".>"}, Duplicates: *duplicates})
+					return err
 				}
 			}
+			nc, js, err := dialNATS(ctx, *url, ensure, log, natsBackoff)
+			if err != nil {
+				return nil // the signal came while NATS was unreachable: nothing was relayed
+			}
+			defer nc.Close()
 			r, err := relay.New(relay.Config{Store: store, JetStream: js, Stream: *stream, SubjectPrefix: *prefix, Name: *name,
 				Tenant: *tenant, Batch: *batch, ClaimMs: claim.Milliseconds(), Logger: log})
 			if err != nil {
@@ -119,4 +123,55 @@ acknowledged publish can be lost on a power failure. Stops on an interrupt.`,
 			return nil
 		}
 	},
+}
+
+// natsBackoff bounds the waits between tries to reach NATS at the start.
+var natsBackoff = backoff{base: 100 * time.Millisecond, cap: 5 * time.Second}
+
+// backoff is a capped exponential backoff with the upper half jittered.
+type backoff struct{ base, cap time.Duration }
+
+// wait is the wait before try n+1.
+func (b backoff) wait(n int) time.Duration {
+	d := b.cap
+	if n < 30 && b.base<<uint(n-1) < d {
+		d = b.base << uint(n-1)
+	}
+	return d/2 + rand.N(d/2+1)
+}
+
+// dialNATS connects to url and, with ensure set, makes the stream ready,
+// trying again with capped backoff while either fails, each failure logged,
+// until both succeed or ctx ends (a signal; ctx's error is returned). The
+// connection reconnects on its own once made (MaxReconnects -1).
+func dialNATS(ctx context.Context, url string, ensure func(context.Context, jetstream.JetStream) error, log *slog.Logger, b backoff) (*nats.Conn, jetstream.JetStream, error) {
+	for try := 1; ; try++ {
+		nc, err := nats.Connect(url, nats.MaxReconnects(-1), nats.Name("leasehold-relay"), nats.Timeout(5*time.Second))
+		what := "NATS is not reachable at " + url
+		var js jetstream.JetStream
+		if err == nil {
+			if js, err = jetstream.New(nc); err == nil && ensure != nil {
+				what = "the stream cannot be created or updated on NATS at " + url
+				ectx, cancel := context.WithTimeout(ctx, 10*time.Second)
+				err = ensure(ectx, js)
+				cancel()
+			}
+			if err == nil {
+				if try > 1 {
+					log.Info("relay: NATS is ready; relaying", "url", url, "tries", try)
+				}
+				return nc, js, nil
+			}
+			nc.Close()
+		}
+		wait := b.wait(try)
+		log.Warn("relay: "+what+"; trying again", "in", wait.Round(time.Millisecond), "try", try, "err", err)
+		t := time.NewTimer(wait)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return nil, nil, ctx.Err()
+		case <-t.C:
+		}
+	}
 }
