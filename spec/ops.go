@@ -55,8 +55,10 @@ func (o Operation) Call(ctx context.Context, s Store, req Request) (any, error) 
 // trailing data is an error.
 func (o Operation) DecodeRequest(data []byte) (Request, error) { return o.decodeRequest(data) }
 
-// DecodeResult decodes a result of the row's type from its JSON form,
-// strictly.
+// DecodeResult decodes a result of the row's type from its JSON form, as a
+// store sends it: the value must have the result type's wire form
+// (DecodeWire), so a missing field, a null, an unknown state or field is a
+// *WireError naming the field, never a zero value.
 func (o Operation) DecodeResult(data []byte) (any, error) { return o.decodeResult(data) }
 
 // Guard is the predicate that decides whether an operation may write, in
@@ -196,7 +198,7 @@ func row[Req Request, Res any](call func(Store, context.Context, Req) (Res, erro
 		},
 		decodeResult: func(data []byte) (any, error) {
 			var r Res
-			return r, decodeStrict(data, &r)
+			return r, DecodeWire(data, &r)
 		},
 	}
 }

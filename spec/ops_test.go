@@ -106,9 +106,19 @@ func tableProblems(rows []Operation) []string {
 
 // opConstants parses this package's source for the constants of type Op.
 func opConstants() []Op {
+	var ops []Op
+	for _, v := range typedConstants()["Op"] {
+		ops = append(ops, Op(v))
+	}
+	return ops
+}
+
+// typedConstants parses this package's source for its string constants
+// declared with a named type: type name -> values, in declaration order.
+func typedConstants() map[string][]string {
 	fset := token.NewFileSet()
 	files, _ := filepath.Glob("*.go")
-	var ops []Op
+	out := map[string][]string{}
 	for _, name := range files {
 		if strings.HasSuffix(name, "_test.go") {
 			continue
@@ -124,19 +134,20 @@ func opConstants() []Op {
 			}
 			for _, s := range g.Specs {
 				v := s.(*ast.ValueSpec)
-				if id, ok := v.Type.(*ast.Ident); !ok || id.Name != "Op" {
+				id, ok := v.Type.(*ast.Ident)
+				if !ok {
 					continue
 				}
 				for _, val := range v.Values {
-					if lit, ok := val.(*ast.BasicLit); ok {
+					if lit, ok := val.(*ast.BasicLit); ok && lit.Kind == token.STRING {
 						s, _ := strconv.Unquote(lit.Value)
-						ops = append(ops, Op(s))
+						out[id.Name] = append(out[id.Name], s)
 					}
 				}
 			}
 		}
 	}
-	return ops
+	return out
 }
 
 // TestOperationCodecs round-trips a request and a result of every row
@@ -155,12 +166,12 @@ func TestOperationCodecs(t *testing.T) {
 		if _, err := o.DecodeRequest([]byte(`{"no_such_field":1}`)); err == nil {
 			t.Errorf("%s: an unknown request field was accepted", o.Op)
 		}
-		res, err := json.Marshal(reflect.Zero(o.Result).Interface())
+		res, err := json.Marshal(sampleOf(o.Result).Interface())
 		if err != nil {
 			t.Fatalf("%s: encode result: %v", o.Op, err)
 		}
-		if _, err := o.DecodeResult(res); err != nil {
-			t.Errorf("%s: result %s does not decode: %v", o.Op, res, err)
+		if back, err := o.DecodeResult(res); err != nil || !reflect.DeepEqual(back, sampleOf(o.Result).Interface()) {
+			t.Errorf("%s: result %s decodes to %#v, %v", o.Op, res, back, err)
 		}
 		if _, err := o.Call(context.Background(), nil, wrongRequest{}); err == nil || CodeOf(err) != CodeUnavailable {
 			t.Errorf("%s: Call with the wrong request type returned %v, want an untyped error", o.Op, err)

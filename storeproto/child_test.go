@@ -89,6 +89,8 @@ func misbehave(mode string) int {
 		hello["operations"] = allOps()[1:]
 	case "unknown_capability":
 		hello["capabilities"] = []string{"hooks", "telepathy"}
+	case "hello_missing_field":
+		delete(hello, "capabilities")
 	}
 	open := read()
 	if mode == "open_error" {
@@ -107,6 +109,13 @@ func misbehave(mode string) int {
 			say(`{"in_reply_to":999,"result":{}}`)
 		case "bad_result":
 			say(`{"in_reply_to":%s,"result":{"run":{"state":"queued"},"replayed":false,"extra":1}}`, id)
+		case "missing_field":
+			// A whole run but for its fingerprint: it would decode as "".
+			say(`{"in_reply_to":%s,"result":{"run":{"tenant":"acme","run_id":"r1","operation":"work","state":"queued","version":1,"last_seq":1,"payload":"{}","max_attempts":3,"error_code":"","result":"","created_at":1,"deadline_at":2,"replay_of":"","replay_depth":0},"replayed":false}}`, id)
+		case "null_field":
+			say(`{"in_reply_to":%s,"result":{"run":{"tenant":"acme","run_id":"r1","operation":"work","state":"queued","version":null,"last_seq":1,"payload":"{}","fingerprint":"fp1:x","max_attempts":3,"error_code":"","result":"","created_at":1,"deadline_at":2,"replay_of":"","replay_depth":0},"replayed":false}}`, id)
+		case "error_without_message":
+			say(`{"in_reply_to":%s,"error":{"code":"not_found"}}`, id)
 		case "bad_code":
 			say(`{"in_reply_to":%s,"error":{"code":"oops","message":"made up"}}`, id)
 		case "bad_state":

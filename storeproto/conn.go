@@ -174,8 +174,8 @@ func (c *Conn) open(ctx context.Context) error {
 		return c.finding(label, "the store refused to open: %v", perr)
 	}
 	var h Hello
-	if err := decodeStrict(raw, &h); err != nil {
-		return c.finding(label, "the open result is not {protocol, store, operations, capabilities, layout}: %v", err)
+	if err := spec.DecodeWire(raw, &h); err != nil {
+		return c.finding(label, "the open result is not a storeproto.Hello as %s publishes it: %v: %s", schemaFile("open.result"), err, excerpt(raw))
 	}
 	if h.Protocol != Version {
 		return c.finding(label, "the store speaks protocol %d; this harness speaks %d", h.Protocol, Version)
@@ -330,7 +330,7 @@ func (c *Conn) callback(ctx context.Context, label, op string, m message) (json.
 		return res, nil, nil
 	case CallRandom:
 		var p RandomParams
-		if err := decodeStrict(m.Params, &p); err != nil || p.N < 1 {
+		if err := spec.DecodeWire(m.Params, &p); err != nil || p.N < 1 {
 			return nil, nil, c.finding(label, "%s wants params {\"n\": n} with n >= 1, got %s (%v)", what, excerpt(m.Params), err)
 		}
 		if !isOp || !row.Writes {
@@ -341,8 +341,8 @@ func (c *Conn) callback(ctx context.Context, label, op string, m message) (json.
 		return res, nil, nil
 	case CallHook:
 		var p HookParams
-		if err := decodeStrict(m.Params, &p); err != nil {
-			return nil, nil, c.finding(label, "%s wants params {\"op\", \"point\"}, got %s (%v)", what, excerpt(m.Params), err)
+		if err := spec.DecodeWire(m.Params, &p); err != nil {
+			return nil, nil, c.finding(label, "%s wants params {\"op\", \"point\"} as %s publishes them, got %s (%v)", what, schemaFile("hook.params"), excerpt(m.Params), err)
 		}
 		if p.Point != spec.BeforeCommit && p.Point != spec.AfterCommit {
 			return nil, nil, c.finding(label, "%s at point %q: want %q or %q", what, p.Point, spec.BeforeCommit, spec.AfterCommit)

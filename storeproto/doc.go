@@ -15,9 +15,10 @@
 // the checks work on a port exactly as on a Go store.
 //
 // Everything a child says is checked: a line that is not a message, a reply
-// to a request that was never sent, a result that does not decode (strictly)
-// as the operation's result type, an error code the contract does not have,
-// a reply that contradicts a hook's fault, silence past the timeout, or a
+// to a request that was never sent, a result that does not have the wire
+// form of the operation's result type (spec.DecodeWire: a missing field, a
+// null, an unknown state or field; published in docs/protocol), an error
+// code the contract does not have, a reply that contradicts a hook's fault, silence past the timeout, or a
 // crash is a Finding, returned as an error that is not a *spec.Error (so every
 // check counts it as a violation) and reported, with the tail of the child's
 // stderr, when the test ends. Nothing a child sends can panic or hang the

@@ -189,26 +189,18 @@ func parseMessage(line []byte) (message, error) {
 	return m, nil
 }
 
-// specError decodes and checks a contract error.
+// specError decodes and checks a contract error: its published wire form
+// holds its code to the contract's codes and its state to the run states.
 func specError(raw json.RawMessage) (*spec.Error, error) {
 	var e spec.Error
-	if err := decodeStrict(raw, &e); err != nil {
-		return nil, fmt.Errorf("the error is not a spec.Error object {code, state, message}: %w", err)
-	}
-	known := false
-	for _, c := range spec.Codes {
-		known = known || c == e.Code
-	}
-	if !known {
-		return nil, fmt.Errorf("error code %q is not a code of the contract (spec.Codes)", e.Code)
-	}
-	switch e.State {
-	case "", spec.RunQueued, spec.RunRunning, spec.RunCompleted, spec.RunFailed, spec.RunCancelled:
-	default:
-		return nil, fmt.Errorf("error state %q is not a run state", e.State)
+	if err := spec.DecodeWire(raw, &e); err != nil {
+		return nil, fmt.Errorf("the error is not a contract error {code, state, message} as %s publishes it: %w", schemaFile("error"), err)
 	}
 	if e.Message == "" {
 		e.Message = "(the store gave no message)"
 	}
 	return &e, nil
 }
+
+// schemaFile names the published schema of a message (docs/protocol).
+func schemaFile(message string) string { return "docs/protocol/" + message + ".schema.json" }
