@@ -98,6 +98,7 @@ func etcdFixed() []string {
 var checks = []check{
 	{Name: "conformance", Store: "sqlite", Package: "./impl/sqlite", Tests: []string{"TestConformance", "TestClaimPlanUsesIndex", "TestStatementCacheOneConnection",
 		"TestPiecesCoverTheBatch", "TestBulkAdmissionAcrossPieces",
+		"TestCreateRunTx", "TestCreateRunTxTwiceInOneTransaction", "TestCreateRunTxConcurrent", "TestTxEndsWithItsContext",
 		"TestMigrationDerivesQueuedEvents", "TestMigrationRefusesUnderivableQueuedEvents",
 		"TestMigrationMovesIdempotencyRecords", "TestMigrationRefusesUnderivableIdempotencyRecords"}},
 	{Name: "conformance", Store: "postgres", Package: "./impl/postgres", Tests: []string{"TestConformance", "TestConformanceCoalesced"}, NeedsPG: true},

@@ -8,6 +8,8 @@
 // durable by default), with a busy timeout; a writer that still cannot
 // get the lock is retried a few times and then reported as CodeUnavailable
 // with a message that says what to do, never as a bare "database is locked".
+// BeginTx gives the application such a transaction for its own statements
+// and its admissions (CreateRunTx), which commit together or not at all.
 package sqlite
 
 import (
