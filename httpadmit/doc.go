@@ -33,8 +33,9 @@
 //	     proposed run id is taken (already_exists)
 //	413  body over Config.MaxBodyBytes
 //	422  the key was used with another payload (idempotency_conflict)
-//	503  store unavailable or outcome unknown: retry with the same key
-//	     after Retry-After
+//	503  store unavailable, outcome unknown, or no answer from the store
+//	     within Config.Timeout (default 5 s): retry with the same key after
+//	     Retry-After
 //
 // Every error is an RFC 9457 application/problem+json Problem with a type
 // URI per condition, a detail that says what to do, and two extensions:

@@ -1,6 +1,7 @@
 package httpadmit
 
 import (
+	"context"
 	"crypto/rand"
 	"encoding/hex"
 	"encoding/json"
@@ -21,6 +22,10 @@ import (
 // payload were admitted before carries "Idempotent-Replayed: true" (the
 // name Stripe uses); a first response has no such header.
 const ReplayedHeader = "Idempotent-Replayed"
+
+// DefaultTimeout is Config.Timeout's default: a few seconds, well inside
+// the minute or so most HTTP clients and proxies wait.
+const DefaultTimeout = 5 * time.Second
 
 // Config configures a Handler. Store, Operation and Auth are required; every
 // other field has a default.
@@ -53,6 +58,14 @@ type Config struct {
 	// RetryAfter is the Retry-After of a 503 and of a 409 (key in flight),
 	// rounded up to whole seconds. Default 1s.
 	RetryAfter time.Duration
+	// Timeout bounds each request's store call (the admission, or the
+	// status read): a store that has not answered by then (a database
+	// whose write lock another process holds, a server that does not
+	// answer) gets the request a 503 with Retry-After, so that clients hear
+	// back before they give up. The call is cancelled: nothing was written,
+	// or, when the store answers unknown_outcome, the retry with the same
+	// key gets the original response. Default DefaultTimeout.
+	Timeout time.Duration
 	// Logger gets one debug line per request (tenant, key hash, run id,
 	// status) and an error line per 5xx. It never sees a full key. Default:
 	// no logging.
@@ -104,6 +117,12 @@ func New(cfg Config) (*Handler, error) {
 	}
 	if cfg.RetryAfter <= 0 {
 		cfg.RetryAfter = time.Second
+	}
+	if cfg.Timeout < 0 {
+		return nil, fmt.Errorf("httpadmit: Config.Timeout is %v; want > 0 or 0 for the default (%v)", cfg.Timeout, DefaultTimeout)
+	}
+	if cfg.Timeout == 0 {
+		cfg.Timeout = DefaultTimeout
 	}
 	if cfg.Payload == nil {
 		cfg.Payload = func(_ *http.Request, body []byte) ([]byte, error) { return body, nil }
@@ -170,8 +189,9 @@ func currentView(run spec.Run) RunView {
 // a new run is 201 with Location and the run as admitted; a replay is the
 // same 201 and body, plus "Idempotent-Replayed: true"; the key with another
 // payload is 422; a proposed run id that is taken is 409 (already_exists);
-// unavailable and unknown_outcome are 503 with Retry-After; anything else
-// the store returns is 500. Every error is an application/problem+json
+// unavailable and unknown_outcome are 503 with Retry-After, as is a store
+// that has not answered within Config.Timeout; anything else the store
+// returns is 500. Every error is an application/problem+json
 // Problem.
 func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	tenant, ok := h.authenticate(w, r)
@@ -208,10 +228,16 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		h.reject(w, r, tenant, key, internalProblem(""), fmt.Errorf("proposing a run id: %w", err))
 		return
 	}
-	res, err := h.cfg.Store.CreateRun(r.Context(), spec.CreateRunRequest{Tenant: tenant, Operation: h.cfg.Operation,
+	ctx, cancel := context.WithTimeout(r.Context(), h.cfg.Timeout)
+	defer cancel()
+	res, err := h.cfg.Store.CreateRun(ctx, spec.CreateRunRequest{Tenant: tenant, Operation: h.cfg.Operation,
 		IdempotencyKey: key, RunID: runID, Payload: payload})
 	if err != nil {
-		h.reject(w, r, tenant, key, createProblem(err), err)
+		p := createProblem(err)
+		if h.timedOut(ctx, r) && p.Status == http.StatusServiceUnavailable {
+			p.Detail = fmt.Sprintf("the store did not answer within %v (it is busy); %s", h.cfg.Timeout, p.Detail)
+		}
+		h.reject(w, r, tenant, key, p, err)
 		return
 	}
 	body := encode(admittedView(res.Run))
@@ -247,7 +273,9 @@ func (h *Handler) Status(name string) http.Handler {
 			h.reject(w, r, tenant, "", notFound, nil)
 			return
 		}
-		run, err := h.cfg.Store.GetRun(r.Context(), tenant, id)
+		ctx, cancel := context.WithTimeout(r.Context(), h.cfg.Timeout)
+		defer cancel()
+		run, err := h.cfg.Store.GetRun(ctx, tenant, id)
 		switch code := spec.CodeOf(err); {
 		case code == "" && run.Operation == h.cfg.Operation:
 		case code == "" || code == spec.CodeNotFound:
@@ -267,6 +295,12 @@ func (h *Handler) Status(name string) http.Handler {
 		w.WriteHeader(http.StatusOK)
 		_, _ = w.Write(body)
 	})
+}
+
+// timedOut reports whether ctx, the request's store call's, ended at
+// Config.Timeout rather than with the request.
+func (h *Handler) timedOut(ctx context.Context, r *http.Request) bool {
+	return errors.Is(ctx.Err(), context.DeadlineExceeded) && r.Context().Err() == nil
 }
 
 // authenticate returns the request's tenant, or answers 401 and false.
