@@ -54,7 +54,7 @@ fuzz:
 fmt:
 	gofmt -w $$(git ls-files '*.go')
 
-## lint: gofmt and go vet (also with the mutant build tag, and in bench/river, ports/go-outside and powerloss)
+## lint: gofmt and go vet (also with the mutant build tag, and in bench/river, ports/go-outside, powerloss and peers/river)
 lint:
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
 	$(GO) vet ./...
@@ -64,6 +64,7 @@ lint:
 	cd bench/river && $(GO) vet ./...
 	cd ports/go-outside && $(GO) vet ./...
 	cd powerloss && $(GO) vet ./...
+	cd peers/river && $(GO) vet ./...
 
 ## bench: leasehold against River (PostgreSQL, SQLite) and the database's ceiling ($(REPORTS)/bench.{json,md,html};
 ## REPORTS=reports for the committed evidence); BENCHFLAGS=--quick for the

@@ -141,7 +141,7 @@ func (q *Queue) Hello() queueproto.Hello {
 		References: []queueproto.Reference{},
 	}
 	if q.opts.Store == SQLite {
-		h.Config = append(h.Config, queueproto.Setting{Name: "sqlite.Options", Value: "defaults (WAL, synchronous=NORMAL, busy_timeout 10s)", Doc: "impl/sqlite/store.go"})
+		h.Config = append(h.Config, queueproto.Setting{Name: "sqlite.Options", Value: "defaults (WAL, synchronous FULL, busy_timeout 10s)", Doc: "impl/sqlite/store.go"})
 	} else {
 		h.Config = append(h.Config, queueproto.Setting{Name: "postgres.Options", Value: "defaults (the database clock; LISTEN/NOTIFY wake-ups); Schema = the namespace", Doc: "impl/postgres/store.go"})
 	}
