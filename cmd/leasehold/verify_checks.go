@@ -120,6 +120,7 @@ var checks = []check{
 	// losing no acknowledged write and its faster one caught losing some.
 	{Name: "faultfs", Store: "any", Module: "powerloss", Package: "./faultfs", Tests: faultfsTests},
 	{Name: "power-loss", Store: "sqlite", Module: "powerloss", Package: "./sqlite", Tests: []string{"TestPowerLossSQLite"}},
+	{Name: "power-loss", Store: "postgres", Module: "powerloss", Package: "./postgres", Tests: []string{"TestPowerLossPostgres"}},
 	{Name: "relay-faults", Store: "sqlite", Package: "./relay",
 		Tests: []string{"TestRelayKilledBetweenPublishAndMark", "TestRelayRidesOutNATSRestart", "TestSeveralRelaysAtOnce", "TestFaultTestCatchesBrokenRelays",
 			"TestPublishFailingForGood", "TestPublishFailingForGoodCatchesBrokenRelay"}},

@@ -35,7 +35,10 @@
 // EIO, as on a machine that is off, until Restart remounts the filesystem on
 // what the disk holds, fresh as after a reboot (no page cache survives).
 // Flushing does not fsync the real disk underneath: its durability is not
-// what is under test.
+// what is under test. syncfs(2) and sync(2) do not reach the filesystem
+// (go-fuse does not serve FUSE_SYNCFS), so here they make nothing durable:
+// a program that relies on them loses more, never less, than on a real
+// disk.
 //
 // # Why a FUSE filesystem
 //

@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"sync"
 	"syscall"
+	"time"
 
 	"github.com/hanwen/go-fuse/v2/fs"
 	"github.com/hanwen/go-fuse/v2/fuse"
@@ -123,7 +124,11 @@ func (f *FS) mount() error {
 		return &node{LoopbackNode: fs.LoopbackNode{RootData: r}, f: f}
 	}
 	lr.RootNode = lr.NewNode(lr, nil, "", &st)
-	opts := &fs.Options{MountOptions: fuse.MountOptions{
+	// Every change reaches the disk through this mount, so the kernel may
+	// keep names and attributes as long as it likes; a power loss
+	// remounts, dropping them.
+	cache := time.Hour
+	opts := &fs.Options{EntryTimeout: &cache, AttrTimeout: &cache, NegativeTimeout: &cache, MountOptions: fuse.MountOptions{
 		FsName: "leasehold-faultfs",
 		Name:   "faultfs",
 		// Root mounts directly (no fusermount needed), and lets other
@@ -179,6 +184,25 @@ func (f *FS) PowerLoss(l Loss) (Report, error) {
 		return Report{}, errOff
 	}
 	return f.cut(l)
+}
+
+// PowerLossAfter ends an armed power loss: if the power went at the armed
+// operation it returns that cut and true; if not, the power goes now, and it
+// returns this cut and false. Either way the power is off after it.
+func (f *FS) PowerLossAfter(armed <-chan Cut, l Loss) (Cut, bool) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	// A trigger that fired sent its cut before letting go of f.mu.
+	select {
+	case c := <-armed:
+		return c, true
+	default:
+	}
+	if f.off {
+		return Cut{Err: errOff}, false
+	}
+	rep, err := f.cut(l)
+	return Cut{Report: rep, Err: err}, false
 }
 
 // PowerLossAt arms a power loss at the n-th writing operation from now (1:

@@ -1,10 +1,12 @@
 package faultfs
 
 import (
+	"bufio"
 	"bytes"
 	"errors"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"syscall"
@@ -440,3 +442,64 @@ type recorder struct {
 func (r *recorder) Helper()                           {}
 func (r *recorder) Skip(args ...any)                  { r.skipped = args[0].(string) }
 func (r *recorder) Fatalf(format string, args ...any) { r.failed = fmt.Sprintf(format, args...) }
+
+// TestKillUsers: a process whose working directory is on the mount, and one
+// holding a file of it open, are killed.
+func TestKillUsers(t *testing.T) {
+	f := MountForTest(t)
+	durableFile(t, f, "f", nil)
+	inside := exec.Command("sleep", "600")
+	inside.Dir = f.Dir()
+	holding := exec.Command("sh", "-c", "exec 3<"+f.Path("f")+"; echo open; exec sleep 600")
+	out, err := holding.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []*exec.Cmd{inside, holding} {
+		if err := c.Start(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if line, err := bufio.NewReader(out).ReadString('\n'); line != "open\n" {
+		t.Fatalf("the holding process said %q, %v", line, err)
+	}
+	if err := f.KillUsers(); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []*exec.Cmd{inside, holding} {
+		if err := c.Wait(); err == nil || !strings.Contains(err.Error(), "killed") {
+			t.Errorf("%s: %v, want killed", c, err)
+		}
+	}
+	if err := f.Restart(); err != nil {
+		t.Fatalf("the mount is still in use: %v", err)
+	}
+}
+
+// TestPowerLossAfter: an armed power loss that did not come is cut now; one
+// that came is returned.
+func TestPowerLossAfter(t *testing.T) {
+	f := MountForTest(t)
+	p := durableFile(t, f, "f", nil)
+	cut := f.PowerLossAt(100, "", Loss{})
+	writeFile(t, p, []byte("x"), 0, false)
+	c, fired := f.PowerLossAfter(cut, Loss{})
+	if fired || c.Err != nil || c.Report.Writes != 1 || !f.Off() {
+		t.Fatalf("not fired: %+v, %v, power off %v; want a cut now dropping 1 write", c, fired, f.Off())
+	}
+	if err := f.Restart(); err != nil {
+		t.Fatal(err)
+	}
+	cut = f.PowerLossAt(1, "", Loss{})
+	fh, err := os.OpenFile(p, os.O_WRONLY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := fh.Write([]byte("y")); !errors.Is(err, syscall.EIO) {
+		t.Fatalf("the write the power went at: %v", err)
+	}
+	fh.Close()
+	if c, fired := f.PowerLossAfter(cut, Loss{}); !fired || c.Err != nil {
+		t.Fatalf("fired: %+v, %v; want the armed cut", c, fired)
+	}
+}

@@ -13,20 +13,30 @@ const EnvRequire = "LEASEHOLD_REQUIRE_FUSE"
 // Required reports whether a test may not skip for want of FUSE.
 func Required() bool { return os.Getenv(EnvRequire) == "1" || os.Getenv("CI") == "true" }
 
-// MountForTest mounts a fault filesystem in a temporary directory of t,
-// unmounted when t ends. Where FUSE is missing it skips t loudly, or fails it
-// when Required.
+// MountForTest mounts a fault filesystem in a temporary directory, unmounted
+// and removed when t ends. Every user may reach the mount point (a server
+// may run as a user of its own). Where FUSE is missing it skips t loudly, or
+// fails it when Required.
 func MountForTest(t testing.TB) *FS {
 	t.Helper()
-	dir := t.TempDir()
+	dir, err := os.MkdirTemp("", "leasehold-faultfs-")
+	if err == nil {
+		err = os.Chmod(dir, 0o755)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
 	f, err := Mount(dir)
 	if err != nil {
+		os.RemoveAll(dir)
 		unavailable(t, err)
 	}
 	t.Cleanup(func() {
 		if err := f.Unmount(); err != nil {
-			t.Errorf("faultfs: %v", err)
+			t.Errorf("faultfs: %v (left in %s)", err, dir)
+			return
 		}
+		os.RemoveAll(dir)
 	})
 	return f
 }

@@ -137,3 +137,50 @@ func Missing(snap spec.Snapshot, acks []Ack) []Ack {
 
 // Violations are the invariants snap breaks.
 func Violations(snap spec.Snapshot) []invariant.Violation { return invariant.Check(snap) }
+
+// Tracker keeps the writes a store acknowledged across power losses and
+// what the checks after them found.
+type Tracker struct {
+	acked []Ack // acknowledged and not found missing yet
+
+	Acked      int      // writes acknowledged
+	Lost       int      // acknowledged writes found missing
+	LostChecks int      // checks that found some missing
+	Examples   []string // the first missing ones, described
+	Violations []string // broken invariants, described
+}
+
+// Ack records an acknowledged write.
+func (t *Tracker) Ack(a Ack) {
+	t.acked = append(t.acked, a)
+	t.Acked++
+}
+
+// Check checks snap, taken after the event named after, against every write
+// acknowledged so far. A write found missing is counted once: the workload
+// goes on from what the store holds.
+func (t *Tracker) Check(snap spec.Snapshot, after string) {
+	for _, v := range Violations(snap) {
+		t.Violations = append(t.Violations, after+": invariant "+v.String())
+	}
+	missing := Missing(snap, t.acked)
+	if len(missing) == 0 {
+		return
+	}
+	t.LostChecks++
+	t.Lost += len(missing)
+	gone := map[Ack]bool{}
+	for _, m := range missing {
+		gone[m] = true
+		if len(t.Examples) < 5 {
+			t.Examples = append(t.Examples, after+": the "+m.String())
+		}
+	}
+	kept := t.acked[:0]
+	for _, a := range t.acked {
+		if !gone[a] {
+			kept = append(kept, a)
+		}
+	}
+	t.acked = kept
+}

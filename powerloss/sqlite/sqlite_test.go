@@ -181,14 +181,10 @@ const perRound = 20
 
 // outcome is what a variant's rounds found.
 type outcome struct {
+	ledger.Tracker
 	powerLosses int
-	acked       int      // acknowledged writes, each checked after every later power loss
-	lost        int      // acknowledged writes missing after a power loss
-	lostRounds  int      // power losses after which some were missing
-	midOp       int      // power losses that fell inside the in-flight admission
-	dropped     int      // writes the power losses dropped
-	examples    []string // the first writes found missing
-	violations  []string
+	midOp       int // power losses that fell inside the in-flight admission
+	dropped     int // writes the power losses dropped
 }
 
 // powerLoss runs the rounds with the store's Sync set to sync.
@@ -196,31 +192,6 @@ func powerLoss(t *testing.T, sync string) outcome {
 	fsys := faultfs.MountForTest(t)
 	db := fsys.Path("leasehold.db")
 	var o outcome
-	var acked []ledger.Ack
-	check := func(snap *spec.Snapshot, after string) {
-		for _, v := range ledger.Violations(*snap) {
-			o.violations = append(o.violations, after+": invariant "+v.String())
-		}
-		missing := ledger.Missing(*snap, acked)
-		if len(missing) > 0 {
-			o.lostRounds++
-		}
-		for _, m := range missing {
-			o.lost++
-			if len(o.examples) < 5 {
-				o.examples = append(o.examples, after+": the "+m.String())
-			}
-		}
-		// A write found missing is counted once: the next rounds go on
-		// from what the database holds.
-		kept := acked[:0]
-		for _, a := range acked {
-			if !contains(missing, a) {
-				kept = append(kept, a)
-			}
-		}
-		acked = kept
-	}
 
 	// The database, created and migrated, durable: the rounds start from it.
 	setup := start(t, db, sync, 0, 0)
@@ -235,7 +206,7 @@ func powerLoss(t *testing.T, sync string) outcome {
 	for r := 1; r <= len(cutPoints); r++ {
 		p := start(t, db, sync, r, perRound)
 		if r > 1 {
-			check(p.next(t, "snapshot").Snapshot, fmt.Sprintf("power loss %d", r-1))
+			o.Check(*p.next(t, "snapshot").Snapshot, fmt.Sprintf("power loss %d", r-1))
 		} else {
 			p.next(t, "snapshot")
 		}
@@ -247,8 +218,7 @@ func powerLoss(t *testing.T, sync string) outcome {
 			if e.Kind != "ack" {
 				t.Fatalf("round %d: the child reported %s (%s)\n%s", r, e.Kind, e.Error, p.stderr.String())
 			}
-			acked = append(acked, *e.Ack)
-			o.acked++
+			o.Ack(*e.Ack)
 		}
 		loss := faultfs.Loss{Tear: tears[r-1]}
 		cut := fsys.PowerLossAt(cutPoints[r-1], "*-wal", loss)
@@ -256,38 +226,31 @@ func powerLoss(t *testing.T, sync string) outcome {
 			t.Fatal(err)
 		}
 		inflight := p.next(t, "inflight")
-		var rep faultfs.Report
-		select {
-		case c := <-cut:
-			if c.Err != nil {
-				t.Fatal(c.Err)
-			}
-			rep = c.Report
+		cr, fired := fsys.PowerLossAfter(cut, loss)
+		if cr.Err != nil {
+			t.Fatal(cr.Err)
+		}
+		// The admission made fewer operations on the log than the cut
+		// point unless it fired: then the power went right after it.
+		rep := cr.Report
+		if fired {
 			o.midOp++
-		default:
-			// The admission made fewer operations on the log than the
-			// cut point: the power goes right after it.
-			var err error
-			if rep, err = fsys.PowerLoss(loss); err != nil {
-				t.Fatal(err)
-			}
 		}
 		if inflight.Ack != nil {
 			// Acknowledged: it must survive like any other.
-			acked = append(acked, *inflight.Ack)
-			o.acked++
+			o.Ack(*inflight.Ack)
 		}
 		o.powerLosses++
 		o.dropped += rep.Writes
 		t.Logf("round %d: %d writes acknowledged so far; power lost at the %d-th operation on the log (in-flight admission: %s): %s",
-			r, o.acked, cutPoints[r-1], inflightOutcome(inflight), rep)
+			r, o.Acked, cutPoints[r-1], inflightOutcome(inflight), rep)
 		p.kill()
 		if err := fsys.Restart(); err != nil {
 			t.Fatal(err)
 		}
 	}
 	final := start(t, db, sync, 0, 0)
-	check(final.next(t, "snapshot").Snapshot, fmt.Sprintf("power loss %d", len(cutPoints)))
+	o.Check(*final.next(t, "snapshot").Snapshot, fmt.Sprintf("power loss %d", len(cutPoints)))
 	if err := final.cmd.Wait(); err != nil {
 		t.Fatalf("reopening the database: %v\n%s", err, final.stderr.String())
 	}
@@ -301,15 +264,6 @@ func inflightOutcome(e event) string {
 	return "failed: " + e.Error
 }
 
-func contains(list []ledger.Ack, a ledger.Ack) bool {
-	for _, b := range list {
-		if b == a {
-			return true
-		}
-	}
-	return false
-}
-
 // TestPowerLossSQLite: with the default (synchronous FULL) no acknowledged
 // write is lost and every invariant holds after every power loss; with
 // SyncNormal the same check catches acknowledged writes gone.
@@ -320,25 +274,25 @@ func TestPowerLossSQLite(t *testing.T) {
 			o := powerLoss(t, sync)
 			results[sync] = o
 			t.Logf("synchronous %s: %d power losses (%d inside the in-flight admission), %d acknowledged writes checked, %d lost after %d of them, %d writes dropped by the power losses",
-				sync, o.powerLosses, o.midOp, o.acked, o.lost, o.lostRounds, o.dropped)
-			for _, v := range o.violations {
+				sync, o.powerLosses, o.midOp, o.Acked, o.Lost, o.LostChecks, o.dropped)
+			for _, v := range o.Violations {
 				t.Errorf("%s", v)
 			}
 			if o.midOp == 0 {
 				t.Errorf("no power loss fell inside the in-flight admission: the check did not exercise a write cut short")
 			}
 			switch {
-			case sync == "FULL" && o.lost > 0:
-				t.Errorf("the durable default lost %d acknowledged writes, e.g. %s", o.lost, strings.Join(o.examples, "; "))
-			case sync == "NORMAL" && o.lost == 0:
+			case sync == "FULL" && o.Lost > 0:
+				t.Errorf("the durable default lost %d acknowledged writes, e.g. %s", o.Lost, strings.Join(o.Examples, "; "))
+			case sync == "NORMAL" && o.Lost == 0:
 				t.Errorf("NOT EXERCISED: synchronous NORMAL lost no acknowledged write in %d power losses, so this check could not have caught a store that loses them", o.powerLosses)
 			case sync == "NORMAL":
-				t.Logf("caught, as it must be: synchronous NORMAL lost %d acknowledged writes, e.g. %s", o.lost, strings.Join(o.examples, "; "))
+				t.Logf("caught, as it must be: synchronous NORMAL lost %d acknowledged writes, e.g. %s", o.Lost, strings.Join(o.Examples, "; "))
 			}
 		})
 	}
 	full, normal := results["FULL"], results["NORMAL"]
-	metrics.Report(t, metrics.Line{Check: "power-loss", Store: "sqlite", Operations: int64(full.acked + normal.acked),
-		Rounds: int64(full.powerLosses + normal.powerLosses), Violations: int64(full.lost + len(full.violations) + len(normal.violations)),
-		Faults: &metrics.Faults{Injected: int64(full.powerLosses + normal.powerLosses), Lost: int64(full.lost), CaughtLost: int64(normal.lost)}})
+	metrics.Report(t, metrics.Line{Check: "power-loss", Store: "sqlite", Operations: int64(full.Acked + normal.Acked),
+		Rounds: int64(full.powerLosses + normal.powerLosses), Violations: int64(full.Lost + len(full.Violations) + len(normal.Violations)),
+		Faults: &metrics.Faults{Injected: int64(full.powerLosses + normal.powerLosses), Lost: int64(full.Lost), CaughtLost: int64(normal.Lost)}})
 }

@@ -2,6 +2,7 @@ package pgtest
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"fmt"
 	"net"
@@ -30,18 +31,42 @@ const DefaultBin = "/usr/lib/postgresql/15/bin"
 // under the system's temporary directory and listens on a free loopback
 // port and a Unix socket in that directory. Run as root, the server runs
 // as the postgres OS user (runuser), since PostgreSQL refuses to run as
-// root. fsync is off: a Cluster is for restarts and lost connections, not
-// for durability across a power loss.
+// root. fsync is off unless ClusterOptions.Durable: a Cluster is for
+// restarts and lost connections, not for durability across a power loss.
 type Cluster struct {
 	bin, dir, data string
 	port           int
 	asPostgres     bool // run the binaries through runuser -u postgres
+	opts           ClusterOptions
+}
+
+// ClusterOptions configures NewClusterWith; the zero value is NewCluster's
+// cluster.
+type ClusterOptions struct {
+	// Data is the data directory initdb creates (a directory that does not
+	// exist, or an empty one the server's user may write to). Default: one
+	// in the cluster's temporary directory. A Data of the caller's is left
+	// in place when the test ends. The socket and the server's log stay in
+	// the temporary directory.
+	Data string
+	// Durable runs the server with fsync and full_page_writes on: for tests
+	// of durability across a power loss. initdb never syncs what it wrote
+	// (--no-sync): such a test makes its setup durable itself.
+	Durable bool
+	// Settings are more server settings, each "name=value".
+	Settings []string
 }
 
 // NewCluster initializes and starts a Cluster for t; it is stopped and
 // removed when t ends. Without the binaries (EnvBin, default DefaultBin) it
 // skips t, or fails it when Required.
 func NewCluster(t testing.TB) *Cluster {
+	t.Helper()
+	return NewClusterWith(t, ClusterOptions{})
+}
+
+// NewClusterWith is NewCluster with options.
+func NewClusterWith(t testing.TB, opts ClusterOptions) *Cluster {
 	t.Helper()
 	bin := os.Getenv(EnvBin)
 	if bin == "" {
@@ -61,7 +86,7 @@ func NewCluster(t testing.TB) *Cluster {
 	if err != nil {
 		t.Fatalf("pgtest: cluster directory: %v", err)
 	}
-	c := &Cluster{bin: bin, dir: dir, data: filepath.Join(dir, "data"), asPostgres: os.Geteuid() == 0}
+	c := &Cluster{bin: bin, dir: dir, data: cmp.Or(opts.Data, filepath.Join(dir, "data")), asPostgres: os.Geteuid() == 0, opts: opts}
 	t.Cleanup(func() {
 		if _, err := os.Stat(filepath.Join(c.data, "postmaster.pid")); err == nil {
 			if out, err := c.pgCtl("stop", "-m", "immediate", "-w", "-t", "60"); err != nil {
@@ -82,6 +107,14 @@ func NewCluster(t testing.TB) *Cluster {
 		}
 		if err := os.Chown(dir, uid, gid); err != nil {
 			t.Fatalf("pgtest: chown %s to postgres: %v", dir, err)
+		}
+		if opts.Data != "" {
+			if err := os.MkdirAll(opts.Data, 0o700); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.Chown(opts.Data, uid, gid); err != nil {
+				t.Fatalf("pgtest: chown %s to postgres: %v", opts.Data, err)
+			}
 		}
 	}
 	if out, err := c.run("initdb", "-D", c.data, "-A", "trust", "-U", "postgres", "--no-sync", "-E", "UTF8"); err != nil {
@@ -107,8 +140,7 @@ func (c *Cluster) Start(t testing.TB) {
 		if first {
 			c.port = freePort(t)
 		}
-		out, err := c.pgCtl("start", "-w", "-t", "60", "-l", filepath.Join(c.dir, "server.log"), "-o",
-			fmt.Sprintf("-p %d -c listen_addresses=127.0.0.1 -k %s -c fsync=off -c full_page_writes=off -c max_connections=60", c.port, c.dir))
+		out, err := c.pgCtl("start", "-w", "-t", "60", "-l", filepath.Join(c.dir, "server.log"), "-o", c.serverOptions())
 		if err == nil {
 			return
 		}
@@ -120,6 +152,24 @@ func (c *Cluster) Start(t testing.TB) {
 		}
 		t.Fatalf("pgtest: pg_ctl start: %v\n%s\nserver log:\n%s", err, out, log)
 	}
+}
+
+// serverOptions are the postgres command line's options.
+func (c *Cluster) serverOptions() string {
+	o := fmt.Sprintf("-p %d -c listen_addresses=127.0.0.1 -k %s -c max_connections=60", c.port, c.dir)
+	if !c.opts.Durable {
+		o += " -c fsync=off -c full_page_writes=off"
+	}
+	for _, s := range c.opts.Settings {
+		o += " -c " + s
+	}
+	return o
+}
+
+// Log is the server's log so far.
+func (c *Cluster) Log() string {
+	b, _ := os.ReadFile(filepath.Join(c.dir, "server.log"))
+	return string(b)
 }
 
 // Stop shuts the cluster down in pg_ctl's fast mode: every session is
