@@ -102,10 +102,9 @@ func TestControlRowsHold(t *testing.T) {
 
 // applicableLater lists the cells a control row may leave not applicable,
 // with the reason in its hello: the SQLite store has no completion in the
-// caller's transaction (ADR-042), and its admission in the caller's
-// transaction is not on main yet (issue 40).
+// caller's transaction (ADR-042).
 func applicableLater(store, probe string) bool {
-	return store == control.SQLite && (probe == "tx-enqueue-rollback" || probe == "tx-complete-rollback")
+	return store == control.SQLite && probe == "tx-complete-rollback"
 }
 
 func steps(c Cell) string {
@@ -135,6 +134,7 @@ var bites = []struct {
 	{"key-dedupe", control.VariantKeyIgnored, control.SQLite},
 	{"tx-complete-rollback", control.VariantCompleteOutsideTx, control.Postgres},
 	{"tx-enqueue-rollback", control.VariantEnqueueOutsideTx, control.Postgres},
+	{"tx-enqueue-rollback", control.VariantEnqueueOutsideTx, control.SQLite},
 }
 
 // TestProbesBite: every probe fails on a deliberately broken variant of the

@@ -64,7 +64,8 @@ type Queue struct {
 	process string
 
 	store spec.Store
-	lite  *sql.DB       // SQLite: the file, for the timestamps
+	lite  *sql.DB // SQLite: the file, for the timestamps
+	lites *sqlite.Store
 	pg    *pgxpool.Pool // PostgreSQL: the schema, for timestamps and transactions
 	pgs   *postgres.Store
 	jobs  string // the jobs table, qualified
@@ -105,10 +106,10 @@ func (q *Queue) Hello() queueproto.Hello {
 		needs = queueproto.NeedPostgres
 	}
 	txComplete := queueproto.Feature{Supported: true, Doc: "worker/doc.go (Batched and in-transaction completion); impl/postgres/intx.go CompleteTx"}
-	txEnqueue := queueproto.Feature{Supported: true, Doc: "impl/postgres/intx.go CreateRunTx (issue 40)"}
+	txEnqueue := queueproto.Feature{Supported: true, Doc: "impl/postgres/intx.go CreateRunTx (in the caller's pgx.Tx)"}
 	if q.opts.Store == SQLite {
 		txComplete = queueproto.Feature{Supported: false, Doc: "worker/doc.go: \"On PostgreSQL a handler may instead complete the run inside its own transaction\" (ADR-042): the SQLite store has no CompleteTx"}
-		txEnqueue = queueproto.Feature{Supported: false, Doc: "issue 40: admission inside the caller's transaction is on the PostgreSQL store (CreateRunTx); the SQLite store's is being added"}
+		txEnqueue = queueproto.Feature{Supported: true, Doc: "impl/sqlite/intx.go CreateRunTx (in the store's BeginTx, the application's transaction)"}
 	}
 	h := queueproto.Hello{
 		Protocol: queueproto.Version,
@@ -165,7 +166,7 @@ func (q *Queue) Open(ctx context.Context, p queueproto.OpenParams) error {
 		if err != nil {
 			return err
 		}
-		q.store = s
+		q.store, q.lites = s, s
 		db, err := sql.Open("sqlite", "file:"+path+"?_pragma=busy_timeout(10000)")
 		if err != nil {
 			return err
@@ -240,23 +241,67 @@ func (q *Queue) flushLocked(ctx context.Context) error {
 	return nil
 }
 
-// enqueueTx admits inside a transaction of the adapter's own (PostgreSQL:
-// Store.CreateRunTx), reads the job back inside it, and commits or rolls
+// enqueueTx admits inside a transaction of the adapter's own
+// (PostgreSQL: Store.CreateRunTx in a pgx.Tx; SQLite: Store.CreateRunTx in
+// the store's BeginTx), reads the job back inside it, and commits or rolls
 // back.
 func (q *Queue) enqueueTx(ctx context.Context, req spec.CreateRunRequest, commit bool) (queueproto.EnqueueResult, error) {
-	if q.pgs == nil {
-		return queueproto.EnqueueResult{}, queueproto.Errorf(queueproto.ErrUnsupported, "tx_enqueue: the SQLite store has no admission in the caller's transaction yet (issue 40)")
-	}
-	tx, err := q.pg.Begin(ctx)
-	if err != nil {
-		return queueproto.EnqueueResult{}, err
-	}
-	defer tx.Rollback(context.WithoutCancel(ctx))
-	var res spec.CreateRunResult
-	if q.broken(VariantEnqueueOutsideTx) {
-		res, err = q.store.CreateRun(ctx, req)
+	var (
+		res    spec.CreateRunResult
+		n      int
+		err    error
+		finish func(commit bool) error
+	)
+	if q.pgs != nil {
+		tx, berr := q.pg.Begin(ctx)
+		if berr != nil {
+			return queueproto.EnqueueResult{}, berr
+		}
+		defer tx.Rollback(context.WithoutCancel(ctx))
+		if q.broken(VariantEnqueueOutsideTx) {
+			res, err = q.store.CreateRun(ctx, req)
+		} else {
+			res, err = q.pgs.CreateRunTx(ctx, tx, req)
+		}
+		if err == nil {
+			err = tx.QueryRow(ctx, fmt.Sprintf(pgCount, q.jobs), tenant, res.Run.ID).Scan(&n)
+		}
+		finish = func(commit bool) error {
+			if commit {
+				return tx.Commit(ctx)
+			}
+			return tx.Rollback(ctx)
+		}
 	} else {
-		res, err = q.pgs.CreateRunTx(ctx, tx, req)
+		tx, berr := q.lites.BeginTx(ctx)
+		if berr != nil {
+			return queueproto.EnqueueResult{}, berr
+		}
+		defer tx.Rollback()
+		if q.broken(VariantEnqueueOutsideTx) {
+			// The store's own writer waits for tx: admit on a second
+			// connection after it ends, as an admission outside it would
+			// commit whatever tx does.
+			if rerr := tx.Rollback(); rerr != nil {
+				return queueproto.EnqueueResult{}, rerr
+			}
+			res, err = q.store.CreateRun(ctx, req)
+			if err == nil {
+				err = q.lite.QueryRowContext(ctx, liteCount, tenant, res.Run.ID).Scan(&n)
+			}
+			finish = func(bool) error { return nil }
+		} else {
+			res, err = q.lites.CreateRunTx(ctx, tx, req)
+			if err == nil {
+				err = tx.QueryRowContext(ctx, liteCount, tenant, res.Run.ID).Scan(&n)
+			}
+			finish = func(commit bool) error {
+				if commit {
+					return tx.Commit()
+				}
+				return tx.Rollback()
+			}
+		}
 	}
 	if spec.CodeOf(err) == spec.CodeIdempotencyConflict {
 		return queueproto.EnqueueResult{}, queueproto.Errorf(queueproto.ErrRejected, "%v", err)
@@ -264,16 +309,7 @@ func (q *Queue) enqueueTx(ctx context.Context, req spec.CreateRunRequest, commit
 	if err != nil {
 		return queueproto.EnqueueResult{}, err
 	}
-	var n int
-	if err := tx.QueryRow(ctx, fmt.Sprintf(`SELECT count(*) FROM %s WHERE tenant = $1 AND run_id = $2`, q.jobs), tenant, res.Run.ID).Scan(&n); err != nil {
-		return queueproto.EnqueueResult{}, err
-	}
-	if commit {
-		err = tx.Commit(ctx)
-	} else {
-		err = tx.Rollback(ctx)
-	}
-	if err != nil {
+	if err := finish(commit); err != nil {
 		return queueproto.EnqueueResult{}, err
 	}
 	dup := res.Replayed
@@ -395,6 +431,9 @@ const (
 	pgNowMs     = `floor(extract(epoch FROM clock_timestamp()) * 1000)::bigint`
 	pgExpire    = `UPDATE %s SET lease_expires_at = ` + pgNowMs + ` - 1 WHERE tenant = $1 AND run_id = $2 AND state = 'leased' AND lease_expires_at >= ` + pgNowMs
 	pgMakeDue   = `UPDATE %s SET available_at = ` + pgNowMs + ` WHERE tenant = $1 AND run_id = $2 AND state = 'queued' AND available_at > ` + pgNowMs
+	// A transactional enqueue reads its job back inside its transaction.
+	liteCount = `SELECT count(*) FROM jobs WHERE tenant = ? AND run_id = ?`
+	pgCount   = `SELECT count(*) FROM %s WHERE tenant = $1 AND run_id = $2`
 	// claim-live-leases: every live lease of the tenant expired before a claim.
 	liteExpireAll = `UPDATE jobs SET lease_expires_at = ? WHERE tenant = ? AND state = 'leased' AND lease_expires_at > ?`
 	pgExpireAll   = `UPDATE %s SET lease_expires_at = ` + pgNowMs + ` - 1 WHERE tenant = $1 AND state = 'leased' AND lease_expires_at >= ` + pgNowMs
