@@ -54,6 +54,7 @@ func RunLinearizableOn(t *testing.T, target Target) {
 	if missing := storetest.Missing(offered, storetest.CapHooks); len(missing) > 0 {
 		storetest.NotApplicable(t, storetest.CapHooks, "the linearizability check (its faults are injected through the hooks)")
 	}
+	leftOut(t, offered, "the concurrent histories", storetest.CapCompleteBatch, storetest.CapCreateRuns)
 	seed, pinned := FirstSeed(t)
 	budget := Budget(t, 0)
 	start := time.Now()
@@ -106,6 +107,16 @@ func RunLinearizableOn(t *testing.T, target Target) {
 		scheduled, purged, delivered, refusedMsgs, bulk)
 	for _, problem := range linVacuity(total, histories, seed, bulk, bulkCap, delivered, refusedMsgs, scheduled, purged) {
 		t.Error(problem)
+	}
+}
+
+// leftOut reports, as a not-applicable subtest each, the optional
+// operations (caps) the store does not offer and so the check's workload
+// leaves out (a batch of completions becomes single completions, a bulk
+// admission single ones): said, never passed over silently.
+func leftOut(t *testing.T, offered []storetest.Capability, where string, caps ...storetest.Capability) {
+	for _, c := range storetest.Missing(offered, caps...) {
+		t.Run(string(c), func(t *testing.T) { storetest.NotApplicable(t, c, string(c)+" in "+where) })
 	}
 }
 

@@ -84,6 +84,7 @@ func RunRuntimeOn(t *testing.T, target Target) {
 		storetest.NotApplicable(t, storetest.CapHooks, "the runtime run (its faults are injected at hook points)")
 	}
 	batches := len(storetest.Missing(offered, storetest.CapCompleteBatch)) == 0
+	leftOut(t, offered, "the runtime run", storetest.CapCompleteBatch)
 	seed, pinned := FirstSeed(t)
 	budget := Budget(t, 0)
 	start := time.Now()

@@ -167,7 +167,7 @@ func (c *client) workerStep(ctx context.Context) error {
 		op = model.Op{Req: spec.RenewRequest{Lease: ref, LeaseMs: 10 + r.Int64N(50)}}
 	case p < 35:
 		return c.effect(ctx, l, i)
-	case p < 60 && !stale && len(c.held) > 1 && r.IntN(3) == 0:
+	case p < 60 && !stale && len(c.held) > 1 && r.IntN(3) == 0 && spec.OperationOf(spec.CompleteBatchRequest{}).Supports(c.Store):
 		return c.completeBatch(ctx)
 	case p < 60:
 		op = model.Op{Req: spec.CompleteRequest{Lease: ref, Result: []byte(`{"ok":true}`), Outbox: c.messages(l)}}

@@ -31,8 +31,12 @@ func childCommand(mode string) storeproto.Command {
 
 // child runs the test binary as a store process and returns its exit status.
 func child(mode string) int {
-	if mode == "sqlite" {
-		err := storeproto.Serve(context.Background(), os.Stdin, os.Stdout, serveSQLite)
+	if mode == "sqlite" || mode == "sqlite_plain" {
+		open := serveSQLite
+		if mode == "sqlite_plain" {
+			open = servePlainSQLite
+		}
+		err := storeproto.Serve(context.Background(), os.Stdin, os.Stdout, open)
 		if err != nil {
 			fmt.Fprintln(os.Stderr, "child:", err)
 			return 1
@@ -51,6 +55,14 @@ func serveSQLite(ctx context.Context, s storeproto.Session) (storeproto.Served, 
 	}
 	return storeproto.Served{Store: st, Name: "go-sqlite", Hooks: true, Layout: storeproto.LayoutTablePerRecord,
 		Exec: func(ctx context.Context, q string) error { _, err := st.DB().ExecContext(ctx, q); return err }}, nil
+}
+
+// servePlainSQLite is serveSQLite without the optional capabilities
+// (complete_batch, create_runs): a store that implements spec.Store only.
+func servePlainSQLite(ctx context.Context, s storeproto.Session) (storeproto.Served, error) {
+	served, err := serveSQLite(ctx, s)
+	served.Store = struct{ spec.Store }{served.Store}
+	return served, err
 }
 
 // allOps lists every operation of the table, as a store that implements

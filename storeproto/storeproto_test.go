@@ -37,6 +37,21 @@ func TestProtocolLinearizable(t *testing.T) { leaseholdtest.Linearizability(t, g
 
 func TestProtocolScenarios(t *testing.T) { leaseholdtest.Scenarios(t, goSQLite) }
 
+// plainSQLite is the SQLite store served without its optional
+// capabilities: it lists neither complete_batch nor create_runs.
+var plainSQLite = leaseholdtest.Store{Name: "go-sqlite-plain-via-protocol", Factory: childCommand("sqlite_plain").Factory()}
+
+// TestProtocolLinearizableWithoutBatches: the linearizability check runs
+// on a store without the optional operations, leaving batches out of its
+// workload (reported not applicable), instead of failing every history on
+// the first batch.
+func TestProtocolLinearizableWithoutBatches(t *testing.T) {
+	if got := storetest.Describe(storetest.Declared(t, plainSQLite.Factory)); got != "hooks, sql" {
+		t.Fatalf("the plain store offers %q, want %q", got, "hooks, sql")
+	}
+	leaseholdtest.Linearizability(t, plainSQLite)
+}
+
 // TestProtocolDeclaresCapabilities: what the served store declares reaches
 // the Handle.
 func TestProtocolDeclaresCapabilities(t *testing.T) {
