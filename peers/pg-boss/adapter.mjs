@@ -289,8 +289,12 @@ async function finish(p) {
   if (p.do !== 'complete' && p.do !== 'retry') throw new AdapterError('bad_request', `do must be complete or retry, not ${p.do}`);
   s.held.delete(p.handle);
   h.release(p.do);
-  const outcome = await h.settled;
-  if (outcome.error) log(`finish ${p.handle}: pg-boss's ${outcome.op} failed: ${outcome.error}`);
+  // The settle normally follows within milliseconds; the bound only keeps a settle pg-boss never
+  // runs from silencing the adapter (the runner's stop is the barrier that must wait for it).
+  let guard;
+  const outcome = await Promise.race([h.settled, new Promise(r => { guard = setTimeout(() => r({ op: 'settle', error: 'not seen within 30 s' }), 30000); })]);
+  clearTimeout(guard);
+  if (outcome.error) log(`finish ${p.handle}: pg-boss's ${outcome.op}: ${outcome.error}`);
   return {};
 }
 
