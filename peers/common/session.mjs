@@ -79,14 +79,3 @@ export function namespaceName(ns) {
   const safe = ns.toLowerCase().replace(/[^a-z0-9_]/g, '_').slice(0, 40);
   return safe;
 }
-
-/** waitFor polls check() every `everyMs` until it returns a value other than undefined or the guard passes. */
-export async function waitFor(check, { everyMs = 20, guardMs = 30000, what = 'a condition' } = {}) {
-  const until = Date.now() + guardMs;
-  for (;;) {
-    const v = await check();
-    if (v !== undefined) return v;
-    if (Date.now() > until) throw new AdapterError('timeout', `gave up waiting for ${what} after ${guardMs} ms (a hang guard, not a verdict)`);
-    await new Promise(r => setTimeout(r, everyMs));
-  }
-}
