@@ -42,9 +42,9 @@ export async function completes(run) {
 
 /**
  * staleCompletion: W1 holds J, is paused (SIGSTOP), J expires, W2 starts J; W1 resumes,
- * heartbeats and finishes complete, stops; C reads J; W2 then completes it.
+ * heartbeats and finishes complete, stops; C reads J; W2 then finishes it (`w2Do`: complete or retry).
  */
-export async function staleCompletion(run) {
+export async function staleCompletion(run, { w2Do = 'complete' } = {}) {
   const c = await run.open('C', true);
   const { job } = await c.ok('enqueue', { payload: { n: 1 }, max_attempts: 3 });
   const w1 = await run.open('W1');
@@ -60,7 +60,7 @@ export async function staleCompletion(run) {
   await w1.ok('finish', { handle: s1.handle, do: 'complete' });
   await w1.ok('stop');
   const afterStale = await c.ok('state', { job });
-  await w2.ok('finish', { handle: s2.handle, do: 'complete' });
+  await w2.ok('finish', { handle: s2.handle, do: w2Do });
   await w2.ok('stop');
   return { s1, s2, heartbeat: hb, afterStale, final: await c.ok('state', { job }) };
 }

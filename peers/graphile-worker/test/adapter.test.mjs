@@ -69,6 +69,13 @@ test('a stale completion after expire and re-claim deletes the newer attempt\'s 
   assert.equal(r.final.state, 'missing');
 });
 
+test('after the stale completion, the newer attempt\'s failure finds no job: the retry it was owed is gone', { skip }, async () => {
+  const r = await probe(run => t.staleCompletion(run, { w2Do: 'retry' }));
+  assert.equal(r.s2.attempt, 2);
+  assert.equal(r.afterStale.state, 'missing');
+  assert.equal(r.final.state, 'missing'); // failJobs matches locked_by = W2's pool on a deleted row
+});
+
 test('a killed worker\'s job is unlocked by the sweep once locked_at is 4 hours old, and runs again', { skip }, async () => {
   const r = await probe(t.killWorker);
   assert.equal(r.s2.attempt, 2);
