@@ -59,7 +59,7 @@ const planLimit = 1000
 // minutes means nobody is doing it.
 func DefaultThresholds() Thresholds {
 	return Thresholds{Leases: 5 * time.Minute, Idempotency: 5 * time.Minute, Outbox: 5 * time.Minute,
-		Idle: time.Minute, Skew: time.Second}
+		Idle: time.Minute, Skew: time.Second, Horizon: 5 * time.Minute, DeadTuples: 10_000}
 }
 
 func (o Options) validate() error {
@@ -137,7 +137,7 @@ func Diagnose(ctx context.Context, t *Target, o Options) (*Report, error) {
 	}
 	d.r = &Report{Store: t.kind, Database: t.name, Tenant: o.Tenant, NowMs: now, NowSource: source, Thresholds: th}
 	for _, step := range []func(context.Context) error{d.invariants, d.expiredLeases, d.reapable, d.leaseExpiry, d.clock,
-		d.idempotency, d.outbox, d.claimPlan, d.blockers} {
+		d.idempotency, d.outbox, d.claimPlan, d.blockers, d.integrity, d.horizon, d.deadTuples} {
 		if err := ctx.Err(); err != nil {
 			return nil, err
 		}
@@ -572,6 +572,131 @@ func (d *diag) blockers(ctx context.Context) error {
 		c.Status = StatusOK
 		c.Summary = fmt.Sprintf("%s hold job locks, none for %s (%d waiting)", plural(len(c.Sessions), "session"), d.th.Idle, waiting)
 	}
+	return nil
+}
+
+// integrity runs SQLite's quick_check: every page's b-tree structure, the
+// records' format, NOT NULL and CHECK constraints (not the indexes against
+// their tables: PRAGMA integrity_check does that too, at a higher cost).
+func (d *diag) integrity(ctx context.Context) error {
+	c := &d.r.Integrity
+	c.Problems = []string{}
+	if d.t.pg != nil {
+		c.Status = StatusNotApplicable
+		c.Summary = "not applicable: PostgreSQL checks its pages as it reads them (with data checksums, if the cluster was initialized with them); the amcheck extension verifies indexes"
+		return nil
+	}
+	problems, err := quickCheck(ctx, d.t.db)
+	if err != nil && !isCorrupt(err) {
+		return notChecked(&c.Check, "PRAGMA quick_check", err)
+	}
+	if err != nil {
+		problems = append(problems, err.Error())
+	}
+	if len(problems) == 0 {
+		c.Status, c.Summary = StatusOK, "PRAGMA quick_check: ok"
+		return nil
+	}
+	c.Problems = problems
+	c.Status = StatusFail
+	damage := slices.DeleteFunc(slices.Clone(problems), constraintProblem)
+	if len(damage) == 0 {
+		c.Summary = fmt.Sprintf("rows break the schema's CHECK or NOT NULL constraints (written with the constraints off, or by another writer): PRAGMA quick_check found %s, the first: %s",
+			plural(len(problems), "problem"), problems[0])
+		return nil
+	}
+	c.Summary = fmt.Sprintf("the database file is corrupt: PRAGMA quick_check found %s (the first: %s). Stop writing to it; restore it from a backup, or salvage what is left with the sqlite3 shell's .recover",
+		plural(len(damage), "problem"), damage[0])
+	return nil
+}
+
+// constraintProblem reports whether a quick_check line is a row breaking
+// a CHECK or NOT NULL constraint rather than damage to the file.
+func constraintProblem(line string) bool {
+	return strings.HasPrefix(line, "CHECK constraint failed") || strings.HasPrefix(line, "NULL value in ")
+}
+
+// horizon lists the sessions of the database that hold a snapshot or a
+// transaction id: VACUUM can remove no row that died after the oldest of
+// them began, on any table of the database, so a queue's churned rows pile
+// up behind it.
+func (d *diag) horizon(ctx context.Context) error {
+	c := &d.r.Horizon
+	c.Sessions = []HorizonSession{}
+	if d.t.pg == nil {
+		c.Status = StatusNotApplicable
+		c.Summary = "not applicable: SQLite has no MVCC horizon (a long reader holds back WAL checkpoints instead)"
+		return nil
+	}
+	err := d.t.db.query(ctx, horizonSessions, args{"limit": SampleSize}, func(scan func(...any) error) error {
+		var s HorizonSession
+		if err := scan(&s.PID, &s.Application, &s.User, &s.State, &s.XIDAge, &s.SnapshotAgeMs, &s.Query); err != nil {
+			return err
+		}
+		c.Sessions = append(c.Sessions, s)
+		return nil
+	})
+	if err != nil {
+		return notChecked(&c.Check, "reading pg_stat_activity", err)
+	}
+	var long []string
+	for _, s := range c.Sessions {
+		if s.SnapshotAgeMs >= d.th.Horizon.Milliseconds() {
+			long = append(long, fmt.Sprintf("pid %d (%s, %s, for %s, %d transactions back)", s.PID, s.Application, s.State, age(s.SnapshotAgeMs), s.XIDAge))
+		}
+	}
+	switch {
+	case len(long) > 0:
+		c.Status = StatusFail
+		c.Summary = fmt.Sprintf("%s of this database pin the MVCC horizon, holding a snapshot %s or longer: %s; until they end, VACUUM removes none of the rows the queue churns through since, and claims read past them",
+			plural(len(long), "session"), d.th.Horizon, strings.Join(long, ", "))
+	case len(c.Sessions) == 0:
+		c.Status, c.Summary = StatusOK, "no session of this database holds a snapshot"
+	default:
+		c.Status = StatusOK
+		c.Summary = fmt.Sprintf("%s hold a snapshot, none for %s", plural(len(c.Sessions), "session"), d.th.Horizon)
+	}
+	return nil
+}
+
+// deadTuples reads the statistics of the store's tables: dead rows piling
+// up mean that vacuum does not run (autovacuum off, or far behind) or that
+// a pinned horizon keeps it from removing them.
+func (d *diag) deadTuples(ctx context.Context) error {
+	c := &d.r.DeadTuples
+	c.Tables = []TableTuples{}
+	if d.t.pg == nil {
+		c.Status = StatusNotApplicable
+		c.Summary = "not applicable: SQLite reuses a deleted row's space in place (the file does not shrink without VACUUM, which costs no correctness)"
+		return nil
+	}
+	err := d.t.db.query(ctx, tableTuples, args{"schema": d.t.pg.Schema()}, func(scan func(...any) error) error {
+		var t TableTuples
+		if err := scan(&t.Table, &t.Live, &t.Dead, &t.LastVacuumAgeMs); err != nil {
+			return err
+		}
+		c.Tables = append(c.Tables, t)
+		return nil
+	})
+	if err != nil {
+		return notChecked(&c.Check, "reading pg_stat_user_tables", err)
+	}
+	var piling []string
+	var dead int64
+	for _, t := range c.Tables {
+		dead += t.Dead
+		if t.Dead > d.th.DeadTuples+t.Live/5 {
+			piling = append(piling, fmt.Sprintf("%s (%d dead, %d live)", t.Table, t.Dead, t.Live))
+		}
+	}
+	if len(piling) > 0 {
+		c.Status = StatusFail
+		c.Summary = fmt.Sprintf("dead rows pile up in %s: more than %d plus a fifth of the live ones. Is autovacuum off or behind, or does a session pin the horizon (above)?",
+			strings.Join(piling, ", "), d.th.DeadTuples)
+		return nil
+	}
+	c.Status = StatusOK
+	c.Summary = fmt.Sprintf("%d dead rows in %s, none past %d plus a fifth of its live ones", dead, plural(len(c.Tables), "table"), d.th.DeadTuples)
 	return nil
 }
 

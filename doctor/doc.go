@@ -25,7 +25,14 @@
 //   - claim_plan: the plan of the store's claim statement, with a warning
 //     when it does not read its indexes;
 //   - blockers (PostgreSQL): sessions holding locks on the jobs table, and
-//     those idle in transaction or in a long transaction.
+//     those idle in transaction or in a long transaction;
+//   - integrity (SQLite): PRAGMA quick_check of the file; damage is called
+//     corrupt (and OpenSQLite says so of a file too damaged to open),
+//     rows past the schema's constraints are told apart from it;
+//   - horizon (PostgreSQL): sessions of the database holding a snapshot or
+//     a transaction id, which keep VACUUM from removing any row that died
+//     since, with how many transactions back and for how long;
+//   - dead_tuples (PostgreSQL): dead rows piling up in the store's tables.
 //
 // A finding older than its threshold (Options.Thresholds) fails its check.
 // The verdict is healthy (no check failed and every check ran), unhealthy

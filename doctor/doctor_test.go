@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -59,6 +60,8 @@ var themes = []struct {
 	{"SnapshotLimit", testSnapshotLimit},
 	{"Clock", testClock},
 	{"Blockers", testBlockers},
+	{"Corrupt", testCorrupt},
+	{"HorizonAndDeadTuples", testHorizonAndDeadTuples},
 	{"OpenRefusesWhatItWouldWrite", testOpenRefuses},
 }
 
@@ -220,9 +223,12 @@ func statuses(r *Report) map[string]Status {
 func wantStatuses(t *testing.T, k kit, r *Report, diff map[string]Status) {
 	t.Helper()
 	want := map[string]Status{"invariants": StatusOK, "expired_leases": StatusOK, "reapable": StatusOK, "lease_expiry": StatusOK,
-		"clock": StatusOK, "idempotency": StatusOK, "outbox": StatusOK, "claim_plan": StatusOK, "blockers": StatusOK}
+		"clock": StatusOK, "idempotency": StatusOK, "outbox": StatusOK, "claim_plan": StatusOK, "blockers": StatusOK,
+		"integrity": StatusOK, "horizon": StatusOK, "dead_tuples": StatusOK}
 	if k.name == "sqlite" {
-		want["clock"], want["blockers"] = StatusNotApplicable, StatusNotApplicable
+		want["clock"], want["blockers"], want["horizon"], want["dead_tuples"] = StatusNotApplicable, StatusNotApplicable, StatusNotApplicable, StatusNotApplicable
+	} else {
+		want["integrity"] = StatusNotApplicable
 	}
 	for n, s := range diff {
 		want[n] = s
@@ -323,7 +329,19 @@ func testBrokenInvariants(t *testing.T, k kit) {
 			f.breakRows(tc.unchecked, tc.stmts[k.layout]...)
 			r := f.diagnose(Options{})
 			equal(t, "violations", violations(r), tc.want[k.layout])
-			wantStatuses(t, k, r, map[string]Status{"invariants": StatusFail})
+			// A row past a CHECK constraint: SQLite's quick_check sees it
+			// too, in the whole file whatever the tenant, and says it is a
+			// constraint, not damage.
+			wholeFile := map[string]Status{}
+			if k.name == "sqlite" && tc.unchecked && strings.Contains(tc.name, "owner") {
+				wholeFile["integrity"] = StatusFail
+				if !strings.HasPrefix(r.Integrity.Summary, "rows break the schema's CHECK or NOT NULL constraints") {
+					t.Fatalf("integrity: %q", r.Integrity.Summary)
+				}
+			}
+			failed := map[string]Status{"invariants": StatusFail}
+			maps.Copy(failed, wholeFile)
+			wantStatuses(t, k, r, failed)
 			equal(t, "verdict", r.Verdict, VerdictUnhealthy)
 			var md bytes.Buffer
 			r.WriteMarkdown(&md)
@@ -338,7 +356,7 @@ func testBrokenInvariants(t *testing.T, k kit) {
 			equal(t, "audit", len(f.audit()), 0)
 			// Another tenant's report does not see acme's break.
 			beta := f.diagnose(Options{Tenant: "beta"})
-			wantStatuses(t, k, beta, nil)
+			wantStatuses(t, k, beta, wholeFile)
 			equal(t, "beta's runs", beta.Invariants.Runs, 1)
 		})
 	}
@@ -762,4 +780,151 @@ func rawSQLite(t *testing.T, path string) *sql.DB {
 	}
 	t.Cleanup(func() { db.Close() })
 	return db
+}
+
+// testCorrupt: a SQLite file whose pages are torn on purpose (the first
+// half of a page overwritten, as a write cut short leaves it) is called
+// corrupt, never "not a leasehold database" nor merely incomplete: a torn
+// data page fails the integrity check (unhealthy); a torn schema page or
+// header makes the open fail saying so.
+func testCorrupt(t *testing.T, k kit) {
+	if k.name != "sqlite" {
+		wantStatuses(t, k, newFx(t, k).diagnose(Options{}), nil) // integrity: not applicable
+		return
+	}
+	ctx := context.Background()
+	good := filepath.Join(t.TempDir(), "good.db")
+	s, err := sqlite.Open(ctx, good, sqlite.Options{Config: spec.DefaultConfig()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range 300 {
+		id := fmt.Sprintf("r%03d", i)
+		if _, err := s.CreateRun(ctx, spec.CreateRunRequest{Tenant: "acme", Operation: "work", IdempotencyKey: "k-" + id, RunID: id,
+			Payload: []byte(fmt.Sprintf(`{"pad":%q}`, strings.Repeat("x", 200)))}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	mustExec(t, s.DB().ExecContext, "PRAGMA wal_checkpoint(TRUNCATE)")
+	var pageSize, pages int64
+	if err := s.DB().QueryRowContext(ctx, "PRAGMA page_size").Scan(&pageSize); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.DB().QueryRowContext(ctx, "PRAGMA page_count").Scan(&pages); err != nil {
+		t.Fatal(err)
+	}
+	s.Close()
+	body, err := os.ReadFile(good)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if int64(len(body)) != pageSize*pages || pages < 20 {
+		t.Fatalf("the file is %d bytes, want %d pages of %d (and at least 20)", len(body), pages, pageSize)
+	}
+	// torn writes garbage over [from, to) of page n (1-based) of a copy.
+	torn := func(name string, n, from, to int64) string {
+		b := append([]byte(nil), body...)
+		for i := (n-1)*pageSize + from; i < (n-1)*pageSize+to; i++ {
+			b[i] = byte(0xA5 ^ i)
+		}
+		path := filepath.Join(t.TempDir(), name)
+		if err := os.WriteFile(path, b, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return path
+	}
+
+	tg, err := OpenSQLite(ctx, torn("data.db", pages/2, 0, pageSize/2))
+	if err != nil {
+		t.Fatalf("OpenSQLite of a file with a torn data page: %v; want it opened and diagnosed", err)
+	}
+	defer tg.Close()
+	r, err := Diagnose(ctx, tg, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var md bytes.Buffer
+	r.WriteMarkdown(&md)
+	if r.Integrity.Status != StatusFail || !strings.Contains(r.Integrity.Summary, "corrupt") || len(r.Integrity.Problems) == 0 ||
+		r.Verdict != VerdictUnhealthy || !strings.Contains(md.String(), "| integrity | fail | the database file is corrupt") {
+		t.Fatalf("a torn data page: integrity %s %q, verdict %s; want integrity failed saying corrupt, unhealthy\n%s",
+			r.Integrity.Status, r.Integrity.Summary, r.Verdict, md.String())
+	}
+	t.Logf("a torn data page: %s", firstLine(r.Integrity.Summary))
+
+	for _, c := range []struct {
+		name     string
+		from, to int64
+	}{
+		{"schema page", 100, pageSize / 2}, // the b-tree of sqlite_schema, after the file header
+		{"header", 0, 100},
+	} {
+		_, err := OpenSQLite(ctx, torn(c.name+".db", 1, c.from, c.to))
+		if spec.CodeOf(err) != spec.CodeFailedPrecondition || !strings.Contains(err.Error(), "is corrupt") || strings.Contains(err.Error(), "not a leasehold database") {
+			t.Fatalf("OpenSQLite of a file with a torn %s: %v; want failed_precondition saying corrupt", c.name, err)
+		}
+		t.Logf("a torn %s: %v", c.name, err)
+	}
+}
+
+func firstLine(s string) string {
+	line, _, _ := strings.Cut(s, "\n")
+	return line
+}
+
+// testHorizonAndDeadTuples: on PostgreSQL, a REPEATABLE READ transaction
+// held open in the test's own schema pins the MVCC horizon (listed, and a
+// failure past the threshold), and rows updated behind it pile up dead (a
+// failure past the threshold); both are ok at the default thresholds and
+// once it ends.
+func testHorizonAndDeadTuples(t *testing.T, k kit) {
+	f := newFx(t, k)
+	f.healthyRows()
+	if k.name == "sqlite" {
+		wantStatuses(t, k, f.diagnose(Options{}), nil) // both not applicable
+		return
+	}
+	schema := f.s.(*postgres.Store).Schema()
+	holder := pgtest.Conn(t, pgtest.DSN(t), schema)
+	var pid int64
+	if err := holder.QueryRow(f.ctx, "SELECT pg_backend_pid()").Scan(&pid); err != nil {
+		t.Fatal(err)
+	}
+	mustExec(t, holder.Exec, "BEGIN ISOLATION LEVEL REPEATABLE READ", "SELECT count(*) FROM jobs")
+
+	// 600 row versions behind the held snapshot: VACUUM may remove none.
+	writer := pgtest.Conn(t, pgtest.DSN(t), schema)
+	mustExec(t, writer.Exec, `DO $$ BEGIN FOR i IN 1..600 LOOP
+			UPDATE jobs SET attempts = attempts WHERE tenant = 'acme' AND run_id = 'r-q';
+		END LOOP; END $$`, "SELECT pg_stat_force_next_flush()")
+
+	strict := DefaultThresholds()
+	strict.Horizon, strict.DeadTuples = 0, 100
+	r := f.diagnose(Options{Thresholds: &strict})
+	wantStatuses(t, k, r, map[string]Status{"horizon": StatusFail, "dead_tuples": StatusFail})
+	i := slices.IndexFunc(r.Horizon.Sessions, func(s HorizonSession) bool { return s.PID == pid })
+	if i < 0 || r.Horizon.Sessions[i].Application != "leasehold-pgtest" || r.Horizon.Sessions[i].State != "idle in transaction" ||
+		!strings.Contains(r.Horizon.Summary, fmt.Sprintf("pid %d (leasehold-pgtest", pid)) {
+		t.Fatalf("horizon: the held transaction (pid %d) is not reported: %+v\n%s", pid, r.Horizon.Sessions, r.Horizon.Summary)
+	}
+	j := slices.IndexFunc(r.DeadTuples.Tables, func(tt TableTuples) bool { return tt.Table == "jobs" })
+	if j < 0 || r.DeadTuples.Tables[j].Dead < 600 || !strings.Contains(r.DeadTuples.Summary, "dead rows pile up in jobs (") {
+		t.Fatalf("dead tuples: %+v\n%s", r.DeadTuples.Tables, r.DeadTuples.Summary)
+	}
+	var md bytes.Buffer
+	r.WriteMarkdown(&md)
+	if !strings.Contains(md.String(), fmt.Sprintf("| %d | leasehold-pgtest |", pid)) || !strings.Contains(md.String(), "| jobs |") {
+		t.Fatalf("the Markdown report does not list the session and the table:\n%s", md.String())
+	}
+	t.Logf("horizon: %s", r.Horizon.Summary)
+	t.Logf("dead tuples: %s", r.DeadTuples.Summary)
+
+	// The defaults: the session is younger than 5 minutes, 600 rows are
+	// far below 10,000.
+	wantStatuses(t, k, f.diagnose(Options{}), nil)
+	mustExec(t, holder.Exec, "ROLLBACK")
+	r = f.diagnose(Options{Thresholds: &strict})
+	if slices.ContainsFunc(r.Horizon.Sessions, func(s HorizonSession) bool { return s.PID == pid }) {
+		t.Fatalf("the ended transaction (pid %d) is still listed: %+v", pid, r.Horizon.Sessions)
+	}
 }

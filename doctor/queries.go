@@ -126,6 +126,29 @@ const jobLockHolders = `SELECT a.pid, coalesce(a.application_name, ''), coalesce
 		SELECT l.pid FROM pg_locks AS l WHERE l.granted AND l.relation = to_regclass(@jobs::text))
 	ORDER BY a.xact_start NULLS LAST, a.pid`
 
+// horizonSessions lists the client sessions of this database (other than
+// the doctor's) that hold a snapshot (backend_xmin) or a transaction id
+// (backend_xid), the one held longest first: the database's MVCC horizon
+// is the oldest of them.
+const horizonSessions = `SELECT a.pid, coalesce(a.application_name, ''), coalesce(a.usename::text, ''), coalesce(a.state, ''),
+		greatest(coalesce(age(a.backend_xmin), 0), coalesce(age(a.backend_xid), 0))::bigint,
+		coalesce(floor(extract(epoch FROM clock_timestamp() - coalesce(a.xact_start, a.query_start)) * 1000)::bigint, 0),
+		left(coalesce(a.query, ''), 200)
+	FROM pg_stat_activity AS a
+	WHERE a.pid <> pg_backend_pid() AND a.datname = current_database() AND a.backend_type = 'client backend'
+		AND (a.backend_xmin IS NOT NULL OR a.backend_xid IS NOT NULL)
+	ORDER BY 6 DESC, a.pid LIMIT @limit`
+
+// tableTuples reads the statistics of the store's tables (the server's
+// estimates, flushed by each session now and then).
+const tableTuples = `SELECT relname::text, n_live_tup, n_dead_tup,
+		coalesce(floor(extract(epoch FROM clock_timestamp() - greatest(last_vacuum, last_autovacuum)) * 1000)::bigint, -1)
+	FROM pg_stat_user_tables WHERE schemaname = @schema ORDER BY n_dead_tup DESC, relname`
+
+// quickCheckSQL runs SQLite's quick_check, reporting up to SampleSize
+// problems ("ok" alone when there are none).
+const quickCheckSQL = `PRAGMA quick_check(20)`
+
 // The audit trail of repairs: a table of the doctor's own beside the
 // store's, append-only. Nothing else reads or changes it.
 const (

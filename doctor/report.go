@@ -61,6 +61,9 @@ type Report struct {
 	Outbox        OutboxCheck      `json:"outbox"`
 	ClaimPlan     PlanCheck        `json:"claim_plan"`
 	Blockers      BlockersCheck    `json:"blockers"`
+	Integrity     IntegrityCheck   `json:"integrity"`
+	Horizon       HorizonCheck     `json:"horizon"`
+	DeadTuples    DeadTuplesCheck  `json:"dead_tuples"`
 
 	Repairs Repairs `json:"repairs"`
 }
@@ -79,12 +82,21 @@ type Thresholds struct {
 	Idle time.Duration
 	// Skew: the database clock that far from this host's.
 	Skew time.Duration
+	// Horizon: a session's snapshot (or transaction id) held that long,
+	// which keeps VACUUM from removing any row that died since (PostgreSQL).
+	Horizon time.Duration
+	// DeadTuples: a table with more dead rows than this plus a fifth of
+	// its live ones (autovacuum's own default trigger is 50 plus a fifth)
+	// is not being vacuumed, or a pinned horizon keeps vacuum from removing
+	// them (PostgreSQL). A count, not an age.
+	DeadTuples int64
 }
 
 // MarshalJSON writes the thresholds in milliseconds, like every other time.
 func (t Thresholds) MarshalJSON() ([]byte, error) {
 	return json.Marshal(map[string]int64{"leases_ms": t.Leases.Milliseconds(), "idempotency_ms": t.Idempotency.Milliseconds(),
-		"outbox_ms": t.Outbox.Milliseconds(), "idle_ms": t.Idle.Milliseconds(), "skew_ms": t.Skew.Milliseconds()})
+		"outbox_ms": t.Outbox.Milliseconds(), "idle_ms": t.Idle.Milliseconds(), "skew_ms": t.Skew.Milliseconds(),
+		"horizon_ms": t.Horizon.Milliseconds(), "dead_tuples": t.DeadTuples})
 }
 
 // InvariantsCheck is the contract's invariants (package invariant) on a
@@ -210,6 +222,54 @@ type BlockersCheck struct {
 	Sessions []Session `json:"sessions"`
 }
 
+// IntegrityCheck is the database file's own integrity check (SQLite's
+// PRAGMA quick_check): a database it finds problems in is corrupt.
+type IntegrityCheck struct {
+	Check
+	Problems []string `json:"problems"` // quick_check's lines, up to SampleSize
+}
+
+// HorizonSession is a session holding a snapshot or a transaction id, which
+// keeps VACUUM from removing rows that died after it began.
+type HorizonSession struct {
+	PID         int64  `json:"pid"`
+	Application string `json:"application"`
+	User        string `json:"user"`
+	State       string `json:"state"`
+	// XIDAge is how many transactions ago its snapshot's horizon
+	// (backend_xmin, or its own backend_xid) is: how far it holds the
+	// database's horizon back.
+	XIDAge int64 `json:"xid_age"`
+	// SnapshotAgeMs is how long it has held it: since its transaction
+	// began (or its statement, outside one).
+	SnapshotAgeMs int64  `json:"snapshot_age_ms"`
+	Query         string `json:"query"`
+}
+
+// HorizonCheck is the sessions of the database pinning the MVCC horizon
+// (PostgreSQL), the oldest first.
+type HorizonCheck struct {
+	Check
+	Sessions []HorizonSession `json:"sessions"`
+}
+
+// TableTuples is one of the store's tables as PostgreSQL's statistics see
+// it.
+type TableTuples struct {
+	Table string `json:"table"`
+	Live  int64  `json:"live"`
+	Dead  int64  `json:"dead"`
+	// LastVacuumAgeMs is since the table was last vacuumed (by hand or
+	// by autovacuum); -1: never.
+	LastVacuumAgeMs int64 `json:"last_vacuum_age_ms"`
+}
+
+// DeadTuplesCheck is the dead rows of the store's tables (PostgreSQL).
+type DeadTuplesCheck struct {
+	Check
+	Tables []TableTuples `json:"tables"`
+}
+
 // Repairs is what a repair would do (Mode "dry_run": Diagnose's plan) or
 // did (Mode "applied": Repair's results).
 type Repairs struct {
@@ -272,6 +332,9 @@ func (r *Report) checks() []named {
 		{"outbox", "Outbox", &r.Outbox.Check},
 		{"claim_plan", "Claim plan", &r.ClaimPlan.Check},
 		{"blockers", "Blockers", &r.Blockers.Check},
+		{"integrity", "Integrity", &r.Integrity.Check},
+		{"horizon", "MVCC horizon", &r.Horizon.Check},
+		{"dead_tuples", "Dead tuples", &r.DeadTuples.Check},
 	}
 }
 
@@ -399,6 +462,29 @@ func (r *Report) WriteMarkdown(w io.Writer) error {
 		for _, s := range r.Blockers.Sessions {
 			p("| %d | %s | %s | %s | %s | %s | %d | `%s` |\n", s.PID, cell(s.Application), cell(s.User), cell(s.State),
 				age(s.XactAgeMs), age(s.StateAgeMs), s.BlockedBy, cell(s.Query))
+		}
+	}
+	section(cs[9])
+	for _, pr := range r.Integrity.Problems {
+		p("- %s\n", cell(pr))
+	}
+	section(cs[10])
+	if len(r.Horizon.Sessions) > 0 {
+		p("\n| pid | application | user | state | holds back | for | query |\n|---:|---|---|---|---:|---:|---|\n")
+		for _, s := range r.Horizon.Sessions {
+			p("| %d | %s | %s | %s | %d transactions | %s | `%s` |\n", s.PID, cell(s.Application), cell(s.User), cell(s.State),
+				s.XIDAge, age(s.SnapshotAgeMs), cell(s.Query))
+		}
+	}
+	section(cs[11])
+	if len(r.DeadTuples.Tables) > 0 {
+		p("\n| table | live | dead | last vacuumed |\n|---|---:|---:|---:|\n")
+		for _, t := range r.DeadTuples.Tables {
+			last := "never"
+			if t.LastVacuumAgeMs >= 0 {
+				last = age(t.LastVacuumAgeMs) + " ago"
+			}
+			p("| %s | %d | %d | %s |\n", cell(t.Table), t.Live, t.Dead, last)
 		}
 	}
 

@@ -7,8 +7,11 @@ import (
 	"fmt"
 	"net/url"
 	"os"
+	"slices"
 
 	"github.com/jackc/pgx/v5"
+	moderncsqlite "modernc.org/sqlite"
+	sqlite3 "modernc.org/sqlite/lib"
 
 	"github.com/leasehold/leasehold/impl/postgres"
 	"github.com/leasehold/leasehold/impl/sqlite"
@@ -66,10 +69,13 @@ func OpenSQLite(ctx context.Context, path string) (*Target, error) {
 	if err != nil {
 		return nil, err
 	}
+	defer ro.Close()
 	var version sql.NullInt64
 	err = ro.QueryRowContext(ctx, `SELECT max(version) FROM `+migrations.VersionTable).Scan(&version)
-	ro.Close()
 	if err != nil {
+		if damage := sqliteDamage(ctx, path, ro, err); damage != nil {
+			return nil, damage
+		}
 		return nil, spec.Errorf(spec.CodeFailedPrecondition, "doctor: %s is not a leasehold database (reading %s: %v)", path, migrations.VersionTable, err)
 	}
 	if err := checkVersion(migrations.SQLite, version.Int64, path); err != nil {
@@ -77,11 +83,74 @@ func OpenSQLite(ctx context.Context, path string) (*Target, error) {
 	}
 	s, err := sqlite.Open(ctx, path, sqlite.Options{Config: spec.DefaultConfig(), MaxConns: 2})
 	if err != nil {
+		if damage := sqliteDamage(ctx, path, ro, err); damage != nil {
+			return nil, damage
+		}
 		return nil, err
 	}
 	t, _ := New(s, "sqlite "+path)
 	t.owned = true
 	return t, nil
+}
+
+// sqliteDamage tells a damaged SQLite file from one that is not a
+// leasehold database, after err: a corrupt file (err says so, or
+// PRAGMA quick_check finds problems) is failed_precondition saying
+// "corrupt"; nil when quick_check finds nothing wrong.
+func sqliteDamage(ctx context.Context, path string, ro *sql.DB, err error) error {
+	why := ""
+	switch {
+	case sqliteCode(err) == sqlite3.SQLITE_NOTADB:
+		why = "its header is not a SQLite database's: the file is not one, or its first page is damaged: " + err.Error()
+	case isCorrupt(err):
+		why = err.Error()
+	default:
+		problems, qerr := quickCheck(ctx, sqliteDB{ro})
+		switch {
+		case isCorrupt(qerr):
+			why = "PRAGMA quick_check: " + qerr.Error()
+		default:
+			damage := slices.DeleteFunc(problems, constraintProblem)
+			if len(damage) == 0 {
+				return nil
+			}
+			why = fmt.Sprintf("PRAGMA quick_check found %s, the first: %s", plural(len(damage), "problem"), damage[0])
+		}
+	}
+	return spec.Errorf(spec.CodeFailedPrecondition, "doctor: %s is corrupt (%s). Stop writing to it; restore it from a backup, or salvage what is left with the sqlite3 shell's .recover", path, why)
+}
+
+// quickCheck runs PRAGMA quick_check and returns its problems (none when
+// it says ok).
+func quickCheck(ctx context.Context, db rawDB) ([]string, error) {
+	var out []string
+	err := db.query(ctx, quickCheckSQL, nil, func(scan func(...any) error) error {
+		var line string
+		if err := scan(&line); err != nil {
+			return err
+		}
+		if line != "ok" {
+			out = append(out, line)
+		}
+		return nil
+	})
+	return out, err
+}
+
+// sqliteCode is the primary result code of a SQLite error, 0 for another.
+func sqliteCode(err error) int {
+	var se *moderncsqlite.Error
+	if !errors.As(err, &se) {
+		return 0
+	}
+	return se.Code() & 0xff
+}
+
+// isCorrupt reports whether err is SQLite's "database disk image is
+// malformed" (SQLITE_CORRUPT) or "file is not a database" (SQLITE_NOTADB).
+func isCorrupt(err error) bool {
+	c := sqliteCode(err)
+	return c == sqlite3.SQLITE_CORRUPT || c == sqlite3.SQLITE_NOTADB
 }
 
 // OpenPostgres opens the leasehold schema in the PostgreSQL database at

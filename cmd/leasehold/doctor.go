@@ -17,14 +17,17 @@ import (
 var doctorCommand = &command{
 	name:    "doctor",
 	summary: "diagnose a live database (invariants, stuck leases, clock, plans, blockers); --repair what the contract can",
-	usage:   "doctor (--sqlite FILE | --dsn DSN [--schema S]) [--tenant T] [--json | --md] [--reports DIR] [--older-than D] [--now-skew D] [--max-runs N] [--release-owner W]... [--repair --actor NAME]",
+	usage:   "doctor (--sqlite FILE | --dsn DSN [--schema S]) [--tenant T] [--json | --md] [--reports DIR] [--older-than D] [--now-skew D] [--dead-tuples N] [--max-runs N] [--release-owner W]... [--repair --actor NAME]",
 	help: `Reads a live leasehold database and reports: every contract invariant that fails (the list the
 conformance suite checks, on one snapshot of every row, up to --max-runs runs); leases expired and
 not reclaimed, per tenant, with their age; jobs leased with no attempts left (reapable: no claim
 can take them); the distribution of lease expiries and who holds them; the database clock against
 this host's (PostgreSQL); idempotency records past retention; outbox messages pending too long
-(when the database has an outbox table, else "not applicable"); the claim statement's plan; and,
-on PostgreSQL, sessions holding locks on the jobs table (idle in transaction). It never creates
+(when the database has an outbox table, else "not applicable"); the claim statement's plan; on
+SQLite, the file's integrity (PRAGMA quick_check: a damaged file is reported corrupt); and, on
+PostgreSQL, sessions holding locks on the jobs table (idle in transaction), sessions pinning the
+MVCC horizon (a snapshot held longer than horizon=, 5m) and dead rows piling up in the store's
+tables (more than --dead-tuples plus a fifth of the live ones). It never creates
 or migrates a database, and without --repair it writes nothing: the report ends with the repairs
 it would make (a dry run).
 
@@ -55,8 +58,9 @@ refused or failed, or the database could not be opened; 2 a usage error.`,
 		def := doctor.DefaultThresholds()
 		older := thresholdsFlag(def)
 		fs.Var(&older, "older-than", "age past which a finding fails: one `duration` for all (5m), or kind=duration pairs, comma-separated, "+
-			"kinds leases, idempotency, outbox, idle (e.g. 10m,idle=30s)")
+			"kinds leases, idempotency, outbox, idle, horizon (e.g. 10m,idle=30s)")
 		skew := fs.Duration("now-skew", def.Skew, "how far the database clock may be from this host's")
+		deadTuples := fs.Int64("dead-tuples", def.DeadTuples, "dead rows a table (PostgreSQL) may have beyond a fifth of its live ones")
 		maxRuns := fs.Int("max-runs", doctor.DefaultMaxRuns, "check the invariants only up to this many runs (they read every row in one snapshot)")
 		var owners []string
 		fs.Func("release-owner", "a lease owner (`worker`) known to be dead: plan (and with --repair, make) the release of its unexpired leases; repeatable",
@@ -84,9 +88,11 @@ refused or failed, or the database could not be opened; 2 a usage error.`,
 				return usagef("--max-runs %d: want at least 1", *maxRuns)
 			case *skew < 0:
 				return usagef("--now-skew %s: want a duration >= 0", *skew)
+			case *deadTuples < 0:
+				return usagef("--dead-tuples %d: want a count >= 0", *deadTuples)
 			}
 			th := doctor.Thresholds(older)
-			th.Skew = *skew
+			th.Skew, th.DeadTuples = *skew, *deadTuples
 			opts := doctor.Options{Tenant: *tenant, Thresholds: &th, MaxRuns: *maxRuns, ReleaseOwners: owners}
 			return runDoctor(ctx, o, *sqlitePath, *dsn, *schema, opts, *repair, *actor, *asJSON, *reports)
 		}
@@ -172,7 +178,7 @@ func (f *thresholdsFlag) String() string {
 	if f == nil {
 		return ""
 	}
-	return fmt.Sprintf("leases=%s,idempotency=%s,outbox=%s,idle=%s", f.Leases, f.Idempotency, f.Outbox, f.Idle)
+	return fmt.Sprintf("leases=%s,idempotency=%s,outbox=%s,idle=%s,horizon=%s", f.Leases, f.Idempotency, f.Outbox, f.Idle, f.Horizon)
 }
 
 func (f *thresholdsFlag) Set(s string) error {
@@ -183,11 +189,11 @@ func (f *thresholdsFlag) Set(s string) error {
 		}
 		d, err := time.ParseDuration(value)
 		if err != nil || d < 0 {
-			return fmt.Errorf("%q: want a duration >= 0 such as 5m, or kind=duration with kind leases, idempotency, outbox or idle", part)
+			return fmt.Errorf("%q: want a duration >= 0 such as 5m, or kind=duration with kind leases, idempotency, outbox, idle or horizon", part)
 		}
 		switch kind {
 		case "":
-			f.Leases, f.Idempotency, f.Outbox, f.Idle = d, d, d, d
+			f.Leases, f.Idempotency, f.Outbox, f.Idle, f.Horizon = d, d, d, d, d
 		case "leases":
 			f.Leases = d
 		case "idempotency":
@@ -196,8 +202,10 @@ func (f *thresholdsFlag) Set(s string) error {
 			f.Outbox = d
 		case "idle":
 			f.Idle = d
+		case "horizon":
+			f.Horizon = d
 		default:
-			return fmt.Errorf("%q: unknown kind %q (want leases, idempotency, outbox or idle)", part, kind)
+			return fmt.Errorf("%q: unknown kind %q (want leases, idempotency, outbox, idle or horizon)", part, kind)
 		}
 	}
 	return nil
