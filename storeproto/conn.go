@@ -15,13 +15,17 @@ import (
 
 	"github.com/leasehold/leasehold/clock"
 	"github.com/leasehold/leasehold/impl/mutant"
+	"github.com/leasehold/leasehold/internal/hang"
 	"github.com/leasehold/leasehold/spec"
 )
 
 // DefaultTimeout is how long a store may stay silent while the harness
-// waits for it (a reply or a callback); the time the harness itself spends
-// answering a callback (a barrier holding a hook) does not count.
-const DefaultTimeout = time.Minute
+// waits for it (a reply or a callback), and how long it may take to exit
+// once its input closes, unless hang.EnvPatience says otherwise: a guard
+// against a hung store, never a judgement of a slow one. The time the
+// harness itself spends answering a callback (a barrier holding a hook)
+// does not count.
+const DefaultTimeout = hang.DefaultPatience
 
 // Finding is something a store process did that the protocol or the
 // contract forbids. It is an error, never a *spec.Error, so that every check
@@ -263,7 +267,7 @@ func (c *Conn) roundTrip(ctx context.Context, op string, params any) (json.RawMe
 				Message: fmt.Sprintf("%s: the caller's context ended while the store was running it; the store process was stopped, and the operation may or may not have applied", label),
 				Err:     ctx.Err()}
 		case <-timer.C:
-			return nil, nil, c.finding(label, "no reply and no callback within %s (set LEASEHOLD_STORE_TIMEOUT for a slower store)", c.timeout)
+			return nil, nil, c.finding(label, "hung: waiting for a reply or a callback (nothing after %s; %s sets the patience)", c.timeout, EnvTimeout)
 		}
 		if in.err != nil {
 			return nil, nil, c.lost(label, "reading the reply", in.err)
@@ -516,11 +520,11 @@ func (c *Conn) Close() error {
 	}
 	select {
 	case <-c.exited:
-	case <-time.After(10 * time.Second):
+	case <-time.After(c.timeout):
 		c.kill()
 		<-c.exited
 		if c.broken == nil {
-			return c.finding("close", "the store did not exit within 10s after its input closed")
+			return c.finding("close", "hung: waiting for the store to exit after its input closed (nothing after %s; %s sets the patience)", c.timeout, EnvTimeout)
 		}
 		return nil
 	}

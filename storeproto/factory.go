@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/leasehold/leasehold/impl/storetest"
+	"github.com/leasehold/leasehold/internal/hang"
 	"github.com/leasehold/leasehold/spec"
 )
 
@@ -25,7 +26,7 @@ const (
 	// package's tests and from every replay command).
 	EnvDir = "LEASEHOLD_STORE_DIR"
 	// EnvTimeout bounds the store's silence (a Go duration; default
-	// DefaultTimeout).
+	// DefaultTimeout, or hang.EnvPatience when set).
 	EnvTimeout = "LEASEHOLD_STORE_TIMEOUT"
 )
 
@@ -40,7 +41,7 @@ type Command struct {
 	// Env is added to the harness's environment.
 	Env []string
 	// Timeout bounds the store's silence while the harness waits for it
-	// (0: DefaultTimeout).
+	// (0: DefaultTimeout, or hang.EnvPatience when set).
 	Timeout time.Duration
 	// Stderr, when set, also receives the store's stderr (the last lines
 	// are kept for findings in any case).
@@ -52,10 +53,7 @@ type Command struct {
 // not start, did not answer open, or answered it wrongly.
 func (c Command) Start(ctx context.Context, s Session, fs *Findings) (*Conn, error) {
 	s.defaults()
-	timeout := c.Timeout
-	if timeout <= 0 {
-		timeout = DefaultTimeout
-	}
+	timeout := c.timeout()
 	stdinR, stdinW, err := os.Pipe()
 	if err != nil {
 		return nil, err
@@ -179,11 +177,13 @@ func (c Command) Factory() storetest.Factory {
 	}
 }
 
+// timeout is the command's Timeout, else the checks' patience
+// (DefaultTimeout unless hang.EnvPatience says otherwise).
 func (c Command) timeout() time.Duration {
 	if c.Timeout > 0 {
 		return c.Timeout
 	}
-	return DefaultTimeout
+	return hang.Patience()
 }
 
 // Exec runs one SQL statement on a store that offers CapSQL: nil when the

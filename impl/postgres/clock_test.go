@@ -92,7 +92,8 @@ func TestClockReadAfterTheLock(t *testing.T) {
 		t.Fatalf("claim: %v, %v", runIDs(leases), err)
 	}
 
-	holder := pgtest.Conn(t, dsn, schema)
+	holder, holderName := pgtest.Conn(t, dsn, schema), uniqueName("lh-holder", schema)
+	nameConn(ctx, t, holder, holderName)
 	tx, err := holder.Begin(ctx)
 	if err != nil {
 		t.Fatal(err)
@@ -111,17 +112,7 @@ func TestClockReadAfterTheLock(t *testing.T) {
 		done <- result{run, err}
 	}()
 	// Barrier: the write is waiting for the job's lock.
-	watcher := pgtest.Conn(t, dsn, schema)
-	for {
-		var waiting int
-		if err := watcher.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity
-			WHERE application_name = $1 AND wait_event_type = 'Lock'`, app).Scan(&waiting); err != nil {
-			t.Fatal(err)
-		}
-		if waiting == 1 {
-			break
-		}
-	}
+	awaitBlocked(ctx, t, pgtest.Conn(t, dsn, schema), app, holderName, done, "the completion returned while its job was locked elsewhere")
 	later := clk.Now() + 5_000
 	clk.Set(later)
 	if err := tx.Rollback(ctx); err != nil {
@@ -239,9 +230,7 @@ func TestFreshAdmissionReadsTheClockAfterTheLock(t *testing.T) {
 			Payload: []byte(`{}`)})
 		done <- result{res, err}
 	}()
-	waitCtx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	defer cancel()
-	waitForLockWait(t, waitCtx, s, func() string {
+	waitForLockWait(t, ctx, s, func() string {
 		select {
 		case r := <-done:
 			return fmt.Sprintf("CreateRun returned while its scope's lock was held elsewhere: %+v, %v", r.res, r.err)
@@ -249,7 +238,7 @@ func TestFreshAdmissionReadsTheClockAfterTheLock(t *testing.T) {
 			return ""
 		}
 	})
-	time.Sleep(20 * time.Millisecond) // the clock moves on while the admission waits
+	time.Sleep(20 * time.Millisecond) // the clock moves on while the admission waits (a reading before the lock is then strictly earlier)
 	var released int64
 	if err := tx.QueryRow(ctx, postgres.ClockSQL).Scan(&released); err != nil {
 		t.Fatal(err)

@@ -7,12 +7,12 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
-	"time"
 
 	"github.com/leasehold/leasehold/clock"
 	"github.com/leasehold/leasehold/impl/postgres"
 	"github.com/leasehold/leasehold/impl/postgres/pgtest"
 	"github.com/leasehold/leasehold/impl/storetest"
+	"github.com/leasehold/leasehold/internal/hang"
 	"github.com/leasehold/leasehold/leaseholdtest"
 	"github.com/leasehold/leasehold/spec"
 )
@@ -73,7 +73,7 @@ func TestCoalescedRunIDRace(t *testing.T) {
 		storetest.Options{Config: spec.DefaultConfig(), Clock: clock.NewManual(1_000), Hook: hook})
 	s := h.Store.(*postgres.Store)
 	t.Cleanup(func() { open(0); open(1) }) // before the store closes: a failed test leaves no call held
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	ctx, cancel := hang.Context(context.Background())
 	defer cancel()
 
 	type outcome struct {
@@ -88,15 +88,7 @@ func TestCoalescedRunIDRace(t *testing.T) {
 		}()
 		return ch
 	}
-	waitFor := func(what string, cond func() bool) {
-		t.Helper()
-		for !cond() {
-			if ctx.Err() != nil {
-				t.Fatalf("gave up waiting for %s", what)
-			}
-			time.Sleep(2 * time.Millisecond)
-		}
-	}
+	waitFor := func(what string, cond func() bool) { t.Helper(); hang.Until(t, what, cond) }
 	calls := func() int64 { return s.AdmissionStats().Coalesced }
 
 	a := admit("ka", "r1")
@@ -176,9 +168,7 @@ func TestCoalescedCallAbandoned(t *testing.T) {
 	waiting, stopWaiting := context.WithCancel(bg)
 	dropped := make(chan error, 1)
 	go func() { _, err := s.CreateRun(waiting, req("r3")); dropped <- err }()
-	for s.AdmissionStats().Coalesced < 4 {
-		time.Sleep(2 * time.Millisecond)
-	}
+	hang.Until(t, "four calls to queue for the one batch slot", func() bool { return s.AdmissionStats().Coalesced >= 4 })
 	stopWaiting() // r3's caller gives up while it waits for the slot
 	var typedErr *spec.Error
 	if err := <-dropped; !errors.As(err, &typedErr) || typedErr.Code != spec.CodeUnavailable || !errors.Is(err, context.Canceled) {
@@ -226,7 +216,7 @@ func TestCreateRunRacesAnUnlockedBulkAdmission(t *testing.T) {
 			if tc.locked {
 				postgres.LockedCreateRun(s)
 			}
-			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			ctx, cancel := hang.Context(context.Background())
 			defer cancel()
 			bulk := make(chan error, 1)
 			go func() {
@@ -241,13 +231,7 @@ func TestCreateRunRacesAnUnlockedBulkAdmission(t *testing.T) {
 				res, err = s.CreateRun(ctx, acmeRequest("k", "r1"))
 				single <- err
 			}()
-			for n := 0; n == 0; {
-				if ctx.Err() != nil {
-					t.Fatal("gave up waiting for CreateRun to wait for the batch's run row")
-				}
-				n, _ = s.LockWaits(ctx)
-				time.Sleep(2 * time.Millisecond)
-			}
+			waitForLockWait(t, ctx, s, func() string { return "" }) // CreateRun waits for the batch's run row
 			release()
 			if err := <-bulk; err != nil {
 				t.Fatalf("CreateRuns: %v", err)
@@ -275,7 +259,7 @@ func TestCreateRunRacesAnUnlockedBulkAdmission(t *testing.T) {
 // record the batch's refusal had not seen.
 func TestBulkRefusalHoldsItsScope(t *testing.T) {
 	s, held, release := heldBulkStore(t)
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	ctx, cancel := hang.Context(context.Background())
 	defer cancel()
 	if _, err := s.CreateRun(ctx, acmeRequest("k-t", "taken")); err != nil {
 		t.Fatal(err)
@@ -342,7 +326,7 @@ func TestBulkRefusalHoldsItsScopeFromBatches(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			clk := clock.NewManual(1_000)
 			s, held, release := heldBulkStoreOn(t, clk)
-			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			ctx, cancel := hang.Context(context.Background())
 			defer cancel()
 			if c.expired {
 				if _, err := s.CreateRun(ctx, acmeRequest("k-m", "old")); err != nil {
@@ -403,23 +387,21 @@ func TestBulkRefusalHoldsItsScopeFromBatches(t *testing.T) {
 	}
 }
 
-// waitForLockWait returns once a session of s's server waits for a lock,
-// failing the test when early names a call that went on instead of
-// waiting, or when ctx ends first.
+// waitForLockWait returns once one of s's calls waits for a lock
+// (Store.LockWaits), failing the test when early names a call that went
+// on instead of waiting.
 func waitForLockWait(t *testing.T, ctx context.Context, s *postgres.Store, early func() string) {
 	t.Helper()
-	for {
+	hang.Until(t, "a call to wait for a lock", func() bool {
 		if msg := early(); msg != "" {
 			t.Fatal(msg)
 		}
-		if ctx.Err() != nil {
-			t.Fatal("gave up waiting for the call to wait for a lock")
+		n, err := s.LockWaits(ctx)
+		if err != nil {
+			t.Fatal(err)
 		}
-		if n, _ := s.LockWaits(ctx); n > 0 {
-			return
-		}
-		time.Sleep(2 * time.Millisecond)
-	}
+		return n > 0
+	})
 }
 
 // heldBulkStore opens a store at time 1,000 whose CreateRuns calls wait

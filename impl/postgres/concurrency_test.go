@@ -10,26 +10,30 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
-	"time"
 
 	"github.com/leasehold/leasehold/clock"
 	"github.com/leasehold/leasehold/impl/postgres"
 	"github.com/leasehold/leasehold/impl/postgres/pgtest"
+	"github.com/leasehold/leasehold/internal/hang"
 	"github.com/leasehold/leasehold/spec"
 )
 
 // SKIP LOCKED under real concurrency: independent connection pools on one
 // schema, row locks held by plain connections or by a store's own claim
 // paused at its BeforeCommit hook. Nothing here sleeps: ordering comes from
-// channels and hooks, and "never blocks" is detected by lock_timeout, which
-// turns any wait for a row lock into an error (55P03) instead of a hang.
+// channels, hooks and lock-wait barriers (blocked_test.go), and "never
+// blocks" on a held lock is detected by lock_timeout (noWait), which turns
+// that wait into an error (55P03) instead of a hang.
 
 const t0 = int64(1_700_000_000_000)
 
-// noWait makes every statement of a store fail rather than wait for a row
-// lock longer than this; SKIP LOCKED must never wait at all, so it only fires
-// on a bug (or the guarded writes' lock, which these tests never contend).
-var noWait = map[string]string{"lock_timeout": "5s"}
+// noWait makes every statement of a store fail rather than wait for a lock
+// longer than the checks' patience: a call that waits for a lock the test
+// holds until the call has returned would wait forever, so it only fires on
+// a bug (SKIP LOCKED must never wait at all), and a moment's wait for an
+// unrelated lock (another test's commit taking the notification queue's
+// lock) never trips it, however loaded the machine.
+var noWait = map[string]string{"lock_timeout": pgtest.LockPatience()}
 
 // openOn opens a store on an existing test schema; the store is closed when
 // t ends.
@@ -314,7 +318,7 @@ func TestManyClaimersManyJobs(t *testing.T) {
 
 	// A bound on the whole run, so that a lost job fails the test instead of
 	// spinning forever; it is not a timing assertion.
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	ctx, cancel := hang.Context(context.Background())
 	defer cancel()
 	var (
 		mu        sync.Mutex
@@ -554,12 +558,13 @@ func TestConcurrentAdmission(t *testing.T) {
 // admission. A purge that skipped the locked record (SKIP LOCKED) returned 1,
 // which no serial order explains: found by the linearizability check.
 func TestPurgeWaitsForAnAbortedAdmission(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	ctx, cancel := hang.Context(context.Background())
 	defer cancel()
 	dsn, schema := pgtest.Schema(t)
 	clk := clock.NewManual(t0)
 	arrived, abort := make(chan struct{}), make(chan struct{})
-	admitter := openOn(t, dsn, schema, postgres.Options{Clock: clk,
+	admitterApp := uniqueName("lh-admit", schema)
+	admitter := openOn(t, dsn, schema, postgres.Options{Clock: clk, ApplicationName: admitterApp,
 		Hook: onceAt(spec.OpCreateRun, spec.BeforeCommit, func(context.Context) error {
 			close(arrived)
 			<-abort
@@ -593,18 +598,8 @@ func TestPurgeWaitsForAnAbortedAdmission(t *testing.T) {
 	}()
 	// Barrier: the purge waits for the record the admission holds. A purge
 	// that does not wait returns first, and that is the failure.
-	watcher := pgtest.Conn(t, dsn, schema)
-	for waiting := 0; waiting == 0; {
-		select {
-		case p := <-purgeDone:
-			t.Fatalf("the purge returned %d, %v while an admission held an expired record: it must wait for the admission", p.n, p.err)
-		default:
-		}
-		if err := watcher.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity
-			WHERE application_name = $1 AND wait_event_type = 'Lock'`, app).Scan(&waiting); err != nil {
-			t.Fatalf("waiting for the purge to block on the admission's record: %v", err)
-		}
-	}
+	awaitBlocked(ctx, t, pgtest.Conn(t, dsn, schema), app, admitterApp, purgeDone,
+		"the purge returned while an admission held an expired record: it must wait for the admission")
 	releaseAdmission()
 	if err := <-admitErr; spec.CodeOf(err) != spec.CodeUnavailable {
 		t.Fatalf("admission rolled back at BeforeCommit: %v; want unavailable", err)
@@ -636,14 +631,15 @@ func TestPurgeRunsWaitsForAReplay(t *testing.T) {
 		{"the replay commits", true, []string{"r0", "r2"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+			ctx, cancel := hang.Context(context.Background())
 			defer cancel()
 			dsn, schema := pgtest.Schema(t)
 			clk := clock.NewManual(t0)
 			cfg := spec.DefaultConfig()
 			cfg.RunRetentionMs, cfg.IdempotencyRetentionMs = 10_000, 5_000
 			arrived, resume := make(chan struct{}), make(chan struct{})
-			replayer := openOn(t, dsn, schema, postgres.Options{Config: cfg, Clock: clk,
+			replayerApp := uniqueName("lh-replay", schema)
+			replayer := openOn(t, dsn, schema, postgres.Options{Config: cfg, Clock: clk, ApplicationName: replayerApp,
 				Hook: onceAt(spec.OpReplay, spec.BeforeCommit, func(context.Context) error {
 					close(arrived)
 					<-resume
@@ -684,18 +680,8 @@ func TestPurgeRunsWaitsForAReplay(t *testing.T) {
 			purgeDone := purgeAsync(ctx, janitor, 2)
 			// Barrier: the purge waits for the row the replay holds. A purge
 			// that does not wait returns first, and that is the failure.
-			watcher := pgtest.Conn(t, dsn, schema)
-			for waiting := 0; waiting == 0; {
-				select {
-				case p := <-purgeDone:
-					t.Fatalf("the purge returned %v, %v while a replay held a run it picked: it must wait for the replay", p.ids, p.err)
-				default:
-				}
-				if err := watcher.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity
-					WHERE application_name = $1 AND wait_event_type = 'Lock'`, app).Scan(&waiting); err != nil {
-					t.Fatalf("waiting for the purge to block on the replay's row: %v", err)
-				}
-			}
+			awaitBlocked(ctx, t, pgtest.Conn(t, dsn, schema), app, replayerApp, purgeDone,
+				"the purge returned while a replay held a run it picked: it must wait for the replay")
 			resumeReplay()
 			if err := <-replayErr; (err == nil) != tc.commit {
 				t.Fatalf("replay: %v; want committed %v", err, tc.commit)
@@ -757,7 +743,7 @@ func TestPurgeRunsTakesNoAdmissionLock(t *testing.T) {
 		{"fresh first, held at its clock read, the clock behind", t0 + 1000, true, false, false, "r1-retry", 0, 1},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+			ctx, cancel := hang.Context(context.Background())
 			defer cancel()
 			dsn, schema, cfg := retiredRuns(ctx, t, "r1")
 			arrived, resume := make(chan struct{}), make(chan struct{})
@@ -816,20 +802,21 @@ func TestPurgeRunsTakesNoAdmissionLock(t *testing.T) {
 // rows locked first, the purge had deleted r0 before it waited for r1, the
 // insert waited for the purge, and one of the two died in a deadlock.
 func TestPurgeRunsLocksRunRowsFirst(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	ctx, cancel := hang.Context(context.Background())
 	defer cancel()
 	dsn, schema, cfg := retiredRuns(ctx, t, "r0", "r1")
-	const janitorName = "purge-locks-first"
+	janitorName, admissionName := uniqueName("purge-locks-first", schema), uniqueName("admission", schema)
 	janitor := openOn(t, dsn, schema, postgres.Options{Config: cfg, Clock: clock.NewManual(t0 + 20_000), ApplicationName: janitorName,
-		RuntimeParams: map[string]string{"lock_timeout": "10s"}})
+		RuntimeParams: noWait})
 
 	admission := pgtest.Conn(t, dsn, schema)
+	nameConn(ctx, t, admission, admissionName)
 	tx, err := admission.Begin(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer tx.Rollback(context.Background())
-	if _, err := tx.Exec(ctx, `SET LOCAL lock_timeout = '5s'`); err != nil {
+	if _, err := tx.Exec(ctx, `SELECT set_config('lock_timeout', $1, true)`, noWait["lock_timeout"]); err != nil {
 		t.Fatal(err)
 	}
 	if tag, err := tx.Exec(ctx, `UPDATE runs SET idempotency_key = NULL, idempotency_expires_at = NULL
@@ -838,21 +825,8 @@ func TestPurgeRunsLocksRunRowsFirst(t *testing.T) {
 	}
 
 	purgeDone := purgeAsync(ctx, janitor, 10)
-	waiting := pgtest.Conn(t, dsn, schema)
-	for deadline := time.Now().Add(10 * time.Second); ; {
-		var n int
-		if err := waiting.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity WHERE application_name = $1 AND wait_event_type = 'Lock'`,
-			janitorName).Scan(&n); err != nil {
-			t.Fatal(err)
-		}
-		if n > 0 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("the purge never waited for r1's row, which the admission holds")
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	awaitBlocked(ctx, t, pgtest.Conn(t, dsn, schema), janitorName, admissionName, purgeDone,
+		"the purge returned while the admission held r1's row: it must wait for it")
 
 	// The admission's insert of its run, proposing r0 (as insertRun: ON
 	// CONFLICT DO NOTHING, zero rows is already_exists).
@@ -913,13 +887,13 @@ func TestBulkDecisionsHoldTheirRuns(t *testing.T) {
 		for _, w := range waiters {
 			wantWait := w.name == "purge of runs" || tc.wantCode != spec.CodeAlreadyExists
 			t.Run(tc.name+"/"+w.name, func(t *testing.T) {
-				ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+				ctx, cancel := hang.Context(context.Background())
 				defer cancel()
 				dsn, schema, cfg := retiredRuns(ctx, t, "r0")
 				admitter, held, releaseAll := commitHeldAdmitter(t, dsn, schema, cfg)
-				const otherName = "waits-for-bulk"
+				otherName := uniqueName("waits-for-bulk", schema)
 				other := openOn(t, dsn, schema, postgres.Options{Config: cfg, Clock: clock.NewManual(t0 + 20_000), ApplicationName: otherName,
-					RuntimeParams: map[string]string{"lock_timeout": "10s"}})
+					RuntimeParams: noWait})
 
 				bulk := createRunsAsync(ctx, admitter, tc.member, acmeRequest("k-n", "n1"))
 				<-held
@@ -932,32 +906,15 @@ func TestBulkDecisionsHoldTheirRuns(t *testing.T) {
 					got, err := w.run(ctx, other)
 					done <- result{got, err}
 				}()
-				var early *result
-				waiting := pgtest.Conn(t, dsn, schema)
-				for deadline := time.Now().Add(10 * time.Second); early == nil; {
-					var n int
-					if err := waiting.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity WHERE application_name = $1 AND wait_event_type = 'Lock'`,
-						otherName).Scan(&n); err != nil {
-						t.Fatal(err)
-					}
-					if n > 0 {
-						if !wantWait {
-							t.Fatalf("the %s waited for the batch, which only found r0's run id taken; want it to go ahead", w.name)
-						}
-						break
-					}
-					select {
-					case r := <-done:
-						if wantWait {
-							t.Fatalf("the %s returned (%s, %v) while the batch that decided a member from r0 was open; want it to wait for the batch", w.name, r.got, r.err)
-						}
-						early = &r
-					default:
-					}
-					if early == nil && time.Now().After(deadline) {
-						t.Fatalf("the %s neither waited for the batch nor returned", w.name)
-					}
-					time.Sleep(10 * time.Millisecond)
+				// The batch stays held until releaseAll: a call that waits for
+				// it waits until then, so it either returns while the batch
+				// is held or is seen waiting for the batch's backend.
+				waited, r := waitsOrReturns(ctx, t, pgtest.Conn(t, dsn, schema), otherName, commitHeldName(schema), done)
+				switch {
+				case waited && !wantWait:
+					t.Fatalf("the %s waited for the batch, which only found r0's run id taken; want it to go ahead", w.name)
+				case !waited && wantWait:
+					t.Fatalf("the %s returned (%s, %v) while the batch that decided a member from r0 was open; want it to wait for the batch", w.name, r.got, r.err)
 				}
 				releaseAll()
 				b := <-bulk
@@ -967,10 +924,8 @@ func TestBulkDecisionsHoldTheirRuns(t *testing.T) {
 				if first := b.outs[0]; spec.CodeOf(first.Err) != tc.wantCode || tc.wantCode == "" && (!first.Result.Replayed || first.Result.Run.ID != "r0") {
 					t.Fatalf("CreateRuns' first member: %+v; want code %q (r0 replayed if none)", first, tc.wantCode)
 				}
-				r := early
-				if r == nil {
-					got := <-done
-					r = &got
+				if waited {
+					r = <-done
 				}
 				if r.err != nil || r.got != w.want {
 					t.Fatalf("the %s: %s, %v; want %s", w.name, r.got, r.err, w.want)
@@ -997,7 +952,7 @@ func TestReplayFindsItsRunAdmittedAgain(t *testing.T) {
 	}{{false, false, 1}, {true, false, 1}, {false, true, 0}} {
 		bulk := tc.bulk
 		t.Run(fmt.Sprintf("bulk=%v/fresh=%v", bulk, tc.fresh), func(t *testing.T) {
-			ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+			ctx, cancel := hang.Context(context.Background())
 			defer cancel()
 			dsn, schema, cfg := retiredRuns(ctx, t, "r0")
 			admitter, arrived, resumeAdmission := clockHeldAdmitter(t, dsn, schema, cfg)
@@ -1055,7 +1010,7 @@ func TestReplayFindsItsRunAdmittedAgain(t *testing.T) {
 // single point: the batch must find r2 gone and run again (Retried 1), and
 // then create c2 (order-2's record is gone) and replay r1 as it is then.
 func TestReadOnlyBatchHasOnePoint(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	ctx, cancel := hang.Context(context.Background())
 	defer cancel()
 	dsn, schema, cfg := retiredRuns(ctx, t, "r2")
 	admitQueued(ctx, t, dsn, schema, cfg, "r1")
@@ -1093,7 +1048,7 @@ func TestReadOnlyBatchHasOnePoint(t *testing.T) {
 // client that saw that lease, and n1 not yet there, would then get r1
 // replayed queued from the batch: no single point.
 func TestBulkReplayHoldsItsRun(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	ctx, cancel := hang.Context(context.Background())
 	defer cancel()
 	dsn, schema, cfg := retiredRuns(ctx, t)
 	admitQueued(ctx, t, dsn, schema, cfg, "r1")
@@ -1124,7 +1079,7 @@ func TestBulkReplayHoldsItsRun(t *testing.T) {
 // for the worker's transaction and returns r1 as that commit left it,
 // completed (a read before the lock saw it running).
 func TestBulkReplayReadsItsRunLocked(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	ctx, cancel := hang.Context(context.Background())
 	defer cancel()
 	dsn, schema, cfg := retiredRuns(ctx, t)
 	worker := openOn(t, dsn, schema, postgres.Options{Config: cfg, Clock: clock.NewManual(t0)})
@@ -1156,7 +1111,7 @@ func TestBulkReplayReadsItsRunLocked(t *testing.T) {
 // run row: had it locked the run row first, a purge queued for the job row
 // would take it and then wait for the run row the batch holds, a deadlock.
 func TestBulkReplayLocksJobBeforeRun(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	ctx, cancel := hang.Context(context.Background())
 	defer cancel()
 	dsn, schema, cfg := retiredRuns(ctx, t)
 	admitQueued(ctx, t, dsn, schema, cfg, "r1")
@@ -1193,7 +1148,7 @@ func TestBulkReplayLocksJobBeforeRun(t *testing.T) {
 // replays wait for its commit and then succeed: a CompleteBatch of r1 and
 // r2, a Renew of r3.
 func TestWorkersWaitForAHeldReplay(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	ctx, cancel := hang.Context(context.Background())
 	defer cancel()
 	dsn, schema, cfg := retiredRuns(ctx, t)
 	worker := openOn(t, dsn, schema, postgres.Options{Config: cfg, Clock: clock.NewManual(t0), RuntimeParams: map[string]string{"lock_timeout": "10s"}})
@@ -1246,7 +1201,7 @@ func TestWorkersWaitForAHeldReplay(t *testing.T) {
 // under another key, each twice) locks and checks that run once, in its
 // strongest mode, and runs nothing again, whether it writes (n1) or not.
 func TestBulkDuplicateDecisions(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	ctx, cancel := hang.Context(context.Background())
 	defer cancel()
 	dsn, schema, cfg := retiredRuns(ctx, t)
 	admitQueued(ctx, t, dsn, schema, cfg, "r1")
@@ -1310,21 +1265,16 @@ func admitAndClaim(ctx context.Context, t *testing.T, s *postgres.Store, ids ...
 }
 
 // waitForLockWaits waits until at least n of s's calls wait for a lock
-// (Store.LockWaits), for up to 10 s.
+// (Store.LockWaits).
 func waitForLockWaits(ctx context.Context, t *testing.T, s *postgres.Store, n int) {
 	t.Helper()
-	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+	hang.Until(t, fmt.Sprintf("%d of the store's calls to wait for a lock", n), func() bool {
 		got, err := s.LockWaits(ctx)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if got >= n {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%d of the store's calls wait for a lock after 10 s; want %d", got, n)
-		}
-	}
+		return got >= n
+	})
 }
 
 // decidedFromR0 is the members of the bulk admissions of
@@ -1364,7 +1314,7 @@ func decidedFromR0() []struct {
 func TestBulkDecisionsFindTheirRunsPurged(t *testing.T) {
 	for _, tc := range decidedFromR0() {
 		t.Run(tc.name, func(t *testing.T) {
-			ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+			ctx, cancel := hang.Context(context.Background())
 			defer cancel()
 			dsn, schema, cfg := retiredRuns(ctx, t, "r0")
 			admitter, arrived, resumeAdmission := clockHeldAdmitter(t, dsn, schema, cfg)
@@ -1413,7 +1363,7 @@ func commitHeldAdmitter(t *testing.T, dsn, schema string, cfg spec.Config) (s *p
 	arrivals, gate := make(chan struct{}, 1), make(chan struct{})
 	var once sync.Once
 	release = func() { once.Do(func() { close(gate) }) }
-	s = openOn(t, dsn, schema, postgres.Options{Config: cfg, Clock: clock.NewManual(t0 + 1_000),
+	s = openOn(t, dsn, schema, postgres.Options{Config: cfg, Clock: clock.NewManual(t0 + 1_000), ApplicationName: commitHeldName(schema),
 		Hook: func(ctx context.Context, op spec.Op, point spec.HookPoint) error {
 			if op == spec.OpCreateRuns && point == spec.BeforeCommit {
 				arrivals <- struct{}{}
@@ -1424,6 +1374,9 @@ func commitHeldAdmitter(t *testing.T, dsn, schema string, cfg spec.Config) (s *p
 	t.Cleanup(release)
 	return s, arrivals, release
 }
+
+// commitHeldName is the application_name of commitHeldAdmitter's store.
+func commitHeldName(schema string) string { return uniqueName("lh-commit-held", schema) }
 
 // clockHeldAdmitter opens a store on schema with cfg at t0+1,000 whose
 // first clock reading waits: arrived is closed when an operation gets

@@ -1,6 +1,10 @@
 package postgres
 
-import "time"
+import (
+	"time"
+
+	"github.com/leasehold/leasehold/clock"
+)
 
 // Exported for the external tests (package postgres_test), which cannot be
 // internal because they use pgtest, which imports this package.
@@ -36,6 +40,14 @@ func SetAnnounceInterval(d time.Duration) (restore func()) {
 	old := announceInterval
 	announceInterval = d
 	return func() { announceInterval = old }
+}
+
+// SetAnnounceTimers sets what the announcers made from now on wait with,
+// and returns the function that restores it.
+func SetAnnounceTimers(t clock.Timers) (restore func()) {
+	old := announceTimers
+	announceTimers = t
+	return func() { announceTimers = old }
 }
 
 // SetMaxAnnounceBatch sets how many notifications one announcement sends,

@@ -15,6 +15,7 @@ import (
 	"github.com/leasehold/leasehold/clock"
 	"github.com/leasehold/leasehold/impl/postgres"
 	"github.com/leasehold/leasehold/impl/postgres/pgtest"
+	"github.com/leasehold/leasehold/internal/hang"
 	"github.com/leasehold/leasehold/spec"
 )
 
@@ -217,25 +218,27 @@ func TestCommitAnswerLost(t *testing.T) {
 // succeeds.
 func TestLockWaitCutShort(t *testing.T) {
 	cases := []struct {
-		name    string
-		params  map[string]string
-		timeout time.Duration // of the caller's context; 0: none
-		want    string        // in the message
+		name   string
+		params map[string]string
+		cancel bool   // the caller's context ends once the write waits for the lock
+		want   string // in the message
 	}{
-		{"caller's deadline", nil, 300 * time.Millisecond, "context ended"},
-		{"lock_timeout", map[string]string{"lock_timeout": "100ms"}, 0, "lock_timeout"},
+		{"caller's context ends", nil, true, "context ended"},
+		{"lock_timeout", map[string]string{"lock_timeout": "100ms"}, false, "lock_timeout"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			dsn, schema := pgtest.Schema(t)
 			clk := clock.NewManual(t0)
-			s := openOn(t, dsn, schema, postgres.Options{Clock: clk, RuntimeParams: c.params})
+			app, holderName := uniqueName("lh-cut-short", schema), uniqueName("lh-holder", schema)
+			s := openOn(t, dsn, schema, postgres.Options{Clock: clk, RuntimeParams: c.params, ApplicationName: app})
 			createRuns(t, s, clk, 3, "r1")
 			leases, err := s.Claim(context.Background(), spec.ClaimRequest{Tenant: "acme", Worker: "w", LeaseMs: 600_000, Limit: 1})
 			if err != nil || len(leases) != 1 {
 				t.Fatalf("claim: %v, %v", runIDs(leases), err)
 			}
 			holder := pgtest.Conn(t, dsn, schema)
+			nameConn(context.Background(), t, holder, holderName)
 			tx, err := holder.Begin(context.Background())
 			if err != nil {
 				t.Fatal(err)
@@ -244,13 +247,19 @@ func TestLockWaitCutShort(t *testing.T) {
 			if _, err := tx.Exec(context.Background(), `SELECT 1 FROM jobs WHERE tenant = 'acme' AND run_id = 'r1' FOR UPDATE`); err != nil {
 				t.Fatal(err)
 			}
-			ctx := context.Background()
-			if c.timeout > 0 {
-				var cancel context.CancelFunc
-				ctx, cancel = context.WithTimeout(ctx, c.timeout)
-				defer cancel()
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			completed := make(chan error, 1)
+			go func() {
+				_, err := s.Complete(ctx, spec.CompleteRequest{Lease: leases[0].Ref()})
+				completed <- err
+			}()
+			if c.cancel {
+				awaitBlocked(context.Background(), t, pgtest.Conn(t, dsn, schema), app, holderName, completed,
+					"the completion returned while its job was locked elsewhere")
+				cancel()
 			}
-			_, err = s.Complete(ctx, spec.CompleteRequest{Lease: leases[0].Ref()})
+			err = hang.Wait(t, completed, "the completion's wait for the lock to be cut short")
 			if spec.CodeOf(err) != spec.CodeUnavailable || !strings.Contains(err.Error(), c.want) {
 				t.Fatalf("complete while the job row is locked elsewhere: %v; want unavailable mentioning %q", err, c.want)
 			}
@@ -270,21 +279,51 @@ func TestLockWaitCutShort(t *testing.T) {
 // generation 1; the claim reclaims r1's expired lease, holds the job and, filing
 // the superseded attempt of generation 1, waits for the foreign insert to
 // end; the client then waits for the job. PostgreSQL breaks the cycle by
-// aborting the transaction whose deadlock_timeout fires first, the claim's
-// (it started waiting first): the claim must be unavailable, and succeed
-// when retried. A backend looks for a deadlock once, when its timeout
-// fires: the claim's sessions get 3 s, for the client's wait to begin
-// within it on a loaded machine (at the server's default, 1 s, a CI run's
-// client began later, the claim found no cycle, and the client's own
-// check aborted the client), and the client 60 s, so that it never looks
-// first.
+// aborting the transaction whose deadlock check finds it first: the claim
+// must be unavailable, and succeed when retried.
+//
+// A backend looks for a deadlock once, deadlock_timeout after its wait
+// began. The claim's must fire after the client's wait began, which a
+// loaded machine may delay past any fixed timeout; the client's is four
+// times the claim's, so that it never looks first when the claim's check
+// finds the cycle (the client began to wait after the claim). A round in
+// which the claim's check came first (it found no cycle, waited on, and the
+// client's own check aborted the client) proves nothing either way: it is
+// played again with both timeouts doubled, until the claim is the one
+// aborted.
 func TestDeadlockIsUnavailable(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
+	for timeout := time.Second; ; timeout *= 2 {
+		if timeout > hang.Patience() {
+			t.Fatal(hang.Message("a round in which the claim's deadlock check ran after the foreign client's wait began", hang.Patience()))
+		}
+		claimErr, foreignErr, retry := deadlockRound(t, timeout)
+		var pe interface{ SQLState() string }
+		if spec.CodeOf(claimErr) != spec.CodeUnavailable && errors.As(foreignErr, &pe) && pe.SQLState() == "40P01" {
+			t.Logf("the claim's deadlock check (after %s) ran before the foreign client waited: the client was aborted instead; again", timeout)
+			continue
+		}
+		if spec.CodeOf(claimErr) != spec.CodeUnavailable || !errors.As(claimErr, &pe) || pe.SQLState() != "40P01" {
+			t.Fatalf("claim in a deadlock: %v; want unavailable caused by 40P01 (the foreign client got %v)", claimErr, foreignErr)
+		}
+		if foreignErr != nil {
+			t.Fatalf("the foreign client, not the claim, should have survived the deadlock: %v", foreignErr)
+		}
+		retry()
+		return
+	}
+}
+
+// deadlockRound plays TestDeadlockIsUnavailable's deadlock once, on a fresh
+// schema, with the claim's sessions at deadlock_timeout timeout: what the
+// claim and the foreign client's lock of the job returned, and a function
+// that checks the claim, retried after the client rolled back, reclaims r1.
+func deadlockRound(t *testing.T, timeout time.Duration) (claimErr, foreignErr error, retry func()) {
+	ctx, cancel := hang.Context(context.Background())
+	t.Cleanup(cancel)
 	dsn, schema := pgtest.Schema(t)
 	clk := clock.NewManual(t0)
-	app := "lh-deadlock-" + schema[len(schema)-8:]
-	storeDSN, err := withRuntimeParam(dsn, "deadlock_timeout", "3s")
+	app, foreignName := uniqueName("lh-deadlock", schema), uniqueName("lh-foreign", schema)
+	storeDSN, err := withRuntimeParam(dsn, "deadlock_timeout", fmt.Sprintf("%dms", timeout.Milliseconds()))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -298,49 +337,37 @@ func TestDeadlockIsUnavailable(t *testing.T) {
 	}
 
 	foreign := pgtest.Conn(t, dsn, schema)
+	nameConn(ctx, t, foreign, foreignName)
 	tx, err := foreign.Begin(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer tx.Rollback(context.Background())
-	if _, err := tx.Exec(ctx, `SET LOCAL deadlock_timeout = '60s'`); err != nil {
+	t.Cleanup(func() { tx.Rollback(context.Background()) })
+	if _, err := tx.Exec(ctx, `SELECT set_config('deadlock_timeout', $1, true)`, fmt.Sprintf("%dms", 4*timeout.Milliseconds())); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := tx.Exec(ctx, `INSERT INTO attempts (tenant, run_id, generation, number, worker, claimed_at, renewed_at, outcome)
 		VALUES ('acme', 'r1', 1, 1, 'foreign', 0, 0, 'running')`); err != nil {
 		t.Fatal(err)
 	}
-	claimErr := make(chan error, 1)
+	claimed := make(chan error, 1)
 	go func() {
 		_, err := s.Claim(ctx, spec.ClaimRequest{Tenant: "acme", Worker: "w", LeaseMs: 60_000, Limit: 1})
-		claimErr <- err
+		claimed <- err
 	}()
 	// Barrier: the claim has locked r1's job and waits for the foreign insert.
-	watcher := pgtest.Conn(t, dsn, schema)
-	for {
-		var waiting int
-		if err := watcher.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity
-			WHERE application_name = $1 AND wait_event_type = 'Lock'`, app).Scan(&waiting); err != nil {
-			t.Fatalf("waiting for the claim to block on the foreign insert: %v", err)
+	awaitBlocked(ctx, t, pgtest.Conn(t, dsn, schema), app, foreignName, claimed,
+		"the claim returned while a foreign client's insert of r1's attempt was uncommitted: it must wait for it")
+	_, foreignErr = tx.Exec(ctx, `SELECT 1 FROM jobs WHERE tenant = 'acme' AND run_id = 'r1' FOR UPDATE`)
+	claimErr = <-claimed
+	return claimErr, foreignErr, func() {
+		t.Helper()
+		if err := tx.Rollback(ctx); err != nil {
+			t.Fatal(err)
 		}
-		if waiting == 1 {
-			break
+		if l, err := s.Claim(ctx, spec.ClaimRequest{Tenant: "acme", Worker: "w", LeaseMs: 60_000, Limit: 1}); err != nil || len(l) != 1 || l[0].Generation != 2 {
+			t.Fatalf("claim retried after the deadlock: %v, %v; want r1 reclaimed at generation 2", runIDs(l), err)
 		}
-	}
-	_, ferr := tx.Exec(ctx, `SELECT 1 FROM jobs WHERE tenant = 'acme' AND run_id = 'r1' FOR UPDATE`)
-	err = <-claimErr
-	var pe interface{ SQLState() string }
-	if spec.CodeOf(err) != spec.CodeUnavailable || !errors.As(err, &pe) || pe.SQLState() != "40P01" {
-		t.Fatalf("claim in a deadlock: %v; want unavailable caused by 40P01 (the foreign client got %v)", err, ferr)
-	}
-	if ferr != nil {
-		t.Fatalf("the foreign client, not the claim, should have survived the deadlock: %v", ferr)
-	}
-	if err := tx.Rollback(ctx); err != nil {
-		t.Fatal(err)
-	}
-	if l, err := s.Claim(ctx, spec.ClaimRequest{Tenant: "acme", Worker: "w", LeaseMs: 60_000, Limit: 1}); err != nil || len(l) != 1 || l[0].Generation != 2 {
-		t.Fatalf("claim retried after the deadlock: %v, %v; want r1 reclaimed at generation 2", runIDs(l), err)
 	}
 }
 

@@ -12,6 +12,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/leasehold/leasehold/clock"
 	"github.com/leasehold/leasehold/spec"
 )
 
@@ -98,6 +99,12 @@ var announceInterval = 5 * time.Millisecond
 // when Options.NotifyQueue is zero.
 const DefaultNotifyQueue = 10000
 
+// announceTimers is what the announcers made from now on wait with: the
+// delay after a failure, the spacing of announcements, and the bounds of a
+// connection attempt, of a send and of Close. The system's timers; a test's
+// manual clock decides when each wait ends. A variable for tests.
+var announceTimers clock.Timers = clock.System{}
+
 // Reconnection delays of the announcer: the first wait after a failure,
 // doubling up to the last.
 const (
@@ -156,6 +163,7 @@ type NotifyStats struct {
 // dropped notification delays a wake-up, never loses work.
 type announcer struct {
 	cfg     *pgx.ConnConfig // application_name ends in "-announce"
+	timers  clock.Timers    // announceTimers when it was made
 	channel string
 	log     *slog.Logger
 	limit   int
@@ -174,7 +182,8 @@ type announcer struct {
 	conn     *pgx.Conn
 	retry    []string
 	delay    time.Duration
-	lastSend time.Time // when the last announcement started
+	lastSend int64 // when the last announcement started (timers' Monotonic), if sent
+	sent1    bool  // an announcement has started
 
 	sent, failed, connections, announcements atomic.Int64
 
@@ -189,7 +198,7 @@ func newAnnouncer(cfg *pgx.ConnConfig, channel string, limit int, log *slog.Logg
 	cfg = cfg.Copy()
 	cfg.RuntimeParams["application_name"] = cfg.RuntimeParams["application_name"] + "-announce"
 	ctx, cancel := context.WithCancel(context.Background())
-	a := &announcer{cfg: cfg, channel: channel, log: log, limit: limit, wake: make(chan struct{}, 1),
+	a := &announcer{cfg: cfg, timers: announceTimers, channel: channel, log: log, limit: limit, wake: make(chan struct{}, 1),
 		stop: make(chan struct{}), done: make(chan struct{}), ctx: ctx, cancel: cancel, delay: announceRetryMin}
 	go a.run()
 	return a
@@ -236,7 +245,15 @@ func (a *announcer) stats() NotifyStats {
 func (a *announcer) close() {
 	a.closing.Do(func() {
 		close(a.stop)
-		time.AfterFunc(announceTimeout, a.cancel)
+		giveUp := a.timers.NewTimer(announceTimeout.Milliseconds())
+		go func() {
+			select {
+			case <-giveUp.C():
+				a.cancel()
+			case <-a.done:
+				giveUp.Stop()
+			}
+		}()
 	})
 	<-a.done
 	a.cancel()
@@ -289,8 +306,8 @@ func (a *announcer) flush(last bool) {
 				return
 			}
 		}
-		a.lastSend = time.Now()
-		sendCtx, cancel := context.WithTimeout(a.ctx, announceTimeout)
+		a.lastSend, a.sent1 = a.timers.Monotonic(), true
+		sendCtx, cancel := a.within(a.ctx, announceTimeout)
 		_, err := a.conn.Exec(sendCtx, notifyEach, args{"channel": a.channel, "payloads": batch})
 		cancel()
 		if err == nil {
@@ -318,14 +335,14 @@ func (a *announcer) flush(last bool) {
 // spaced waits until announceInterval has passed since the last
 // announcement started. It reports false, at once, when close is called.
 func (a *announcer) spaced() bool {
-	wait := time.Until(a.lastSend.Add(announceInterval))
-	if wait <= 0 {
+	wait := a.lastSend + announceInterval.Milliseconds() - a.timers.Monotonic()
+	if !a.sent1 || wait <= 0 {
 		return true
 	}
-	t := time.NewTimer(wait)
+	t := a.timers.NewTimer(wait)
 	defer t.Stop()
 	select {
-	case <-t.C:
+	case <-t.C():
 		return true
 	case <-a.stop:
 		return false
@@ -356,7 +373,7 @@ func (a *announcer) stopping() bool {
 
 // connect opens the dedicated connection; it reports whether it did.
 func (a *announcer) connect() bool {
-	ctx, cancel := context.WithTimeout(a.ctx, announceTimeout)
+	ctx, cancel := a.within(a.ctx, announceTimeout)
 	defer cancel()
 	conn, err := pgx.ConnectConfig(ctx, a.cfg)
 	if err != nil {
@@ -366,6 +383,22 @@ func (a *announcer) connect() bool {
 	a.conn = conn
 	a.connections.Add(1)
 	return true
+}
+
+// within is context.WithTimeout on a.timers: a context that ends when
+// parent does or d has passed.
+func (a *announcer) within(parent context.Context, d time.Duration) (context.Context, context.CancelFunc) {
+	ctx, cancel := context.WithCancelCause(parent)
+	t := a.timers.NewTimer(d.Milliseconds())
+	go func() {
+		select {
+		case <-t.C():
+			cancel(context.DeadlineExceeded)
+		case <-ctx.Done():
+			t.Stop()
+		}
+	}()
+	return ctx, func() { cancel(context.Canceled) }
 }
 
 // disconnect closes the connection, if there is one.
@@ -383,7 +416,7 @@ func (a *announcer) disconnect() {
 // announceRetryMax). It reports false, without waiting the whole delay,
 // when a.ctx ends or, unless last, when close is called.
 func (a *announcer) pause(last bool) bool {
-	t := time.NewTimer(a.delay)
+	t := a.timers.NewTimer(a.delay.Milliseconds())
 	defer t.Stop()
 	a.delay = min(2*a.delay, announceRetryMax)
 	stop := a.stop
@@ -391,7 +424,7 @@ func (a *announcer) pause(last bool) bool {
 		stop = nil
 	}
 	select {
-	case <-t.C:
+	case <-t.C():
 		return true
 	case <-stop:
 		return false

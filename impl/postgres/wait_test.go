@@ -8,6 +8,7 @@ import (
 
 	"github.com/leasehold/leasehold/impl/postgres"
 	"github.com/leasehold/leasehold/impl/postgres/pgtest"
+	"github.com/leasehold/leasehold/internal/hang"
 	"github.com/leasehold/leasehold/internal/logwatch"
 	"github.com/leasehold/leasehold/metrics"
 	"github.com/leasehold/leasehold/spec"
@@ -17,7 +18,7 @@ import (
 // default (unavailable), and with WaitForServer waits until the server has
 // started, then succeeds. The server is a cluster of the test's own.
 func TestOpenWaitsForServer(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	ctx, cancel := hang.Context(context.Background())
 	defer cancel()
 	c := pgtest.NewCluster(t)
 	c.Stop(t)
@@ -36,7 +37,7 @@ func TestOpenWaitsForServer(t *testing.T) {
 	}
 	done := make(chan opened, 1)
 	go func() {
-		s, err := postgres.Open(ctx, c.DSN(), postgres.Options{Config: spec.DefaultConfig(), WaitForServer: 45 * time.Second,
+		s, err := postgres.Open(ctx, c.DSN(), postgres.Options{Config: spec.DefaultConfig(), WaitForServer: hang.Patience(),
 			Logger: slog.New(watch)})
 		done <- opened{s, err}
 	}()
@@ -45,7 +46,7 @@ func TestOpenWaitsForServer(t *testing.T) {
 	case o := <-done:
 		t.Fatalf("Open returned (%v) before the server started, want it waiting", o.err)
 	case <-ctx.Done():
-		t.Fatal("Open never reported that it was waiting")
+		t.Fatal(hang.Message("Open to report that it was waiting", hang.Patience()))
 	}
 	c.Start(t)
 	up := time.Now()
@@ -53,7 +54,7 @@ func TestOpenWaitsForServer(t *testing.T) {
 	select {
 	case o = <-done:
 	case <-ctx.Done():
-		t.Fatal("Open did not return after the server started")
+		t.Fatal(hang.Message("Open to return after the server started", hang.Patience()))
 	}
 	recovery := time.Since(up)
 	if o.err != nil {

@@ -12,9 +12,10 @@ import (
 	"path/filepath"
 	"strconv"
 	"testing"
-	"time"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/leasehold/leasehold/internal/hang"
 )
 
 // EnvBin names the directory holding initdb and pg_ctl for Cluster; default
@@ -89,7 +90,7 @@ func NewClusterWith(t testing.TB, opts ClusterOptions) *Cluster {
 	c := &Cluster{bin: bin, dir: dir, data: cmp.Or(opts.Data, filepath.Join(dir, "data")), asPostgres: os.Geteuid() == 0, opts: opts}
 	t.Cleanup(func() {
 		if _, err := os.Stat(filepath.Join(c.data, "postmaster.pid")); err == nil {
-			if out, err := c.pgCtl("stop", "-m", "immediate", "-w", "-t", "60"); err != nil {
+			if out, err := c.pgCtl("stop", "-m", "immediate", "-w", "-t", pgCtlWait()); err != nil {
 				t.Errorf("pgtest: stopping the cluster in %s: %v\n%s", c.dir, err, out)
 			}
 		}
@@ -140,7 +141,7 @@ func (c *Cluster) Start(t testing.TB) {
 		if first {
 			c.port = freePort(t)
 		}
-		out, err := c.pgCtl("start", "-w", "-t", "60", "-l", filepath.Join(c.dir, "server.log"), "-o", c.serverOptions())
+		out, err := c.pgCtl("start", "-w", "-t", pgCtlWait(), "-l", filepath.Join(c.dir, "server.log"), "-o", c.serverOptions())
 		if err == nil {
 			return
 		}
@@ -177,7 +178,7 @@ func (c *Cluster) Log() string {
 // has written a checkpoint.
 func (c *Cluster) Stop(t testing.TB) {
 	t.Helper()
-	if out, err := c.pgCtl("stop", "-m", "fast", "-w", "-t", "60"); err != nil {
+	if out, err := c.pgCtl("stop", "-m", "fast", "-w", "-t", pgCtlWait()); err != nil {
 		t.Fatalf("pgtest: pg_ctl stop: %v\n%s", err, out)
 	}
 }
@@ -193,7 +194,7 @@ func (c *Cluster) Restart(t testing.TB) {
 // test's own queries, such as pg_stat_activity.
 func (c *Cluster) Conn(t testing.TB) *pgx.Conn {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	ctx, cancel := hang.Context(context.Background())
 	defer cancel()
 	conn, err := pgx.Connect(ctx, c.DSN()+"&application_name=leasehold-pgtest")
 	if err != nil {
@@ -214,7 +215,7 @@ func (c *Cluster) run(tool string, args ...string) ([]byte, error) {
 	if c.asPostgres {
 		name, argv = "runuser", append([]string{"-u", "postgres", "--", filepath.Join(c.bin, tool)}, args...)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	ctx, cancel := hang.Context(context.Background())
 	defer cancel()
 	cmd := exec.CommandContext(ctx, name, argv...)
 	cmd.Dir = c.dir
@@ -230,4 +231,11 @@ func freePort(t testing.TB) int {
 	}
 	defer ln.Close()
 	return ln.Addr().(*net.TCPAddr).Port
+}
+
+// pgCtlWait is how long pg_ctl waits for the server to start or stop (its
+// -t, in seconds): the checks' patience, less a little so that pg_ctl
+// says what it was waiting for before its own command's guard stops it.
+func pgCtlWait() string {
+	return strconv.Itoa(max(1, int(hang.Patience().Seconds())-5))
 }

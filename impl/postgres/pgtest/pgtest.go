@@ -40,6 +40,7 @@ import (
 
 	"github.com/leasehold/leasehold/impl/postgres"
 	"github.com/leasehold/leasehold/impl/storetest"
+	"github.com/leasehold/leasehold/internal/hang"
 	"github.com/leasehold/leasehold/spec"
 )
 
@@ -88,7 +89,7 @@ func provision() {
 	dsn := cmp.Or(os.Getenv(EnvDSN), os.Getenv(EnvDSNAlt))
 	if dsn != "" {
 		shared.dsn = dsn
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		ctx, cancel := hang.Context(context.Background())
 		defer cancel()
 		if dropped, err := SweepStaleSchemas(ctx, dsn, time.Now()); err != nil {
 			fmt.Fprintf(os.Stderr, "pgtest: sweeping stale test schemas: %v\n", err)
@@ -133,6 +134,11 @@ func dockerHealthy() (err error) {
 	defer cancel()
 	return provider.Health(ctx)
 }
+
+// LockPatience is the checks' patience (hang.Patience) as a PostgreSQL
+// lock_timeout: a wait for a lock this long is a hang (a connection that
+// still holds one), never a slow server.
+func LockPatience() string { return fmt.Sprintf("%dms", hang.Patience().Milliseconds()) }
 
 // Main runs a package's tests and then terminates the shared container if
 // one was started. Use it from TestMain: func TestMain(m *testing.M) {
@@ -189,7 +195,7 @@ func Schema(t testing.TB) (dsn, schema string) {
 		t.Fatalf("random schema name: %v", err)
 	}
 	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		ctx, cancel := hang.Context(context.Background())
 		defer cancel()
 		conn, err := pgx.Connect(ctx, dsn)
 		if err != nil {
@@ -199,7 +205,7 @@ func Schema(t testing.TB) (dsn, schema string) {
 		defer conn.Close(ctx)
 		// A leftover open transaction holding a lock would make the drop
 		// wait; fail loudly instead of hanging the run.
-		if _, err := conn.Exec(ctx, "SET lock_timeout = '20s'"); err != nil {
+		if _, err := conn.Exec(ctx, "SELECT set_config('lock_timeout', $1, false)", LockPatience()); err != nil {
 			t.Errorf("pgtest: drop schema %s: %v", schema, err)
 			return
 		}
@@ -280,7 +286,7 @@ func Conn(t testing.TB, dsn, schema string) *pgx.Conn {
 		cfg.RuntimeParams["search_path"] = pgx.Identifier{schema}.Sanitize()
 	}
 	cfg.RuntimeParams["application_name"] = "leasehold-pgtest"
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	ctx, cancel := hang.Context(context.Background())
 	defer cancel()
 	conn, err := pgx.ConnectConfig(ctx, cfg)
 	if err != nil {

@@ -13,6 +13,7 @@ import (
 
 	"github.com/leasehold/leasehold/impl/postgres"
 	"github.com/leasehold/leasehold/impl/storetest"
+	"github.com/leasehold/leasehold/internal/hang"
 	"github.com/leasehold/leasehold/migrations"
 	"github.com/leasehold/leasehold/spec"
 )
@@ -81,7 +82,7 @@ type PoolStats struct {
 func NewSchemaPool(t testing.TB, setup string) *SchemaPool {
 	t.Helper()
 	dsn := DSN(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	ctx, cancel := hang.Context(context.Background())
 	defer cancel()
 	cfg, err := pgx.ParseConfig(dsn)
 	if err != nil {
@@ -94,7 +95,7 @@ func NewSchemaPool(t testing.TB, setup string) *SchemaPool {
 	}
 	// A reset waits for the locks of a transaction a previous user left
 	// running; fail loudly rather than hang the run.
-	if _, err := admin.Exec(ctx, "SET lock_timeout = '20s'"); err != nil {
+	if _, err := admin.Exec(ctx, "SELECT set_config('lock_timeout', $1, false)", LockPatience()); err != nil {
 		admin.Close(ctx)
 		t.Fatalf("pgtest: schema pool: %v", err)
 	}
@@ -133,7 +134,7 @@ func (p *SchemaPool) Factory(base postgres.Options) storetest.Factory {
 func (p *SchemaPool) Acquire() (string, error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	ctx, cancel := hang.Context(context.Background())
 	defer cancel()
 	for len(p.free) > 0 {
 		ps := p.free[len(p.free)-1]
@@ -421,7 +422,7 @@ func (p *SchemaPool) drop(ctx context.Context, schema string) error {
 func (p *SchemaPool) close() {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	ctx, cancel := hang.Context(context.Background())
 	defer cancel()
 	for _, schema := range p.all {
 		if err := p.drop(ctx, schema); err != nil {
