@@ -11,6 +11,7 @@ import (
 
 	"github.com/leasehold/leasehold/impl/postgres"
 	"github.com/leasehold/leasehold/impl/postgres/pgtest"
+	"github.com/leasehold/leasehold/internal/hang"
 	"github.com/leasehold/leasehold/spec"
 )
 
@@ -229,7 +230,7 @@ func TestCreateRunTxConcurrent(t *testing.T) {
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			e := newIntxEnv(t)
-			ctx, cancel := context.WithTimeout(e.ctx, time.Minute)
+			ctx, cancel := hang.Context(e.ctx)
 			defer cancel()
 			a := e.begin("o1")
 			if res, err := e.s.CreateRunTx(ctx, a, order("o1", `{"sku":"a"}`)); err != nil || res.Replayed {
@@ -343,7 +344,7 @@ func awaitStoreLockWait(t *testing.T, ctx context.Context, e *intxEnv) {
 // admission inside a transaction is delivered when the transaction commits,
 // never for one that rolled back.
 func TestCreateRunTxNotifiesOnCommit(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	ctx, cancel := hang.Context(context.Background())
 	defer cancel()
 	dsn, schema := pgtest.Schema(t)
 	s := intxOpen(ctx, t, dsn, schema, false)
@@ -368,7 +369,7 @@ func TestCreateRunTxNotifiesOnCommit(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	expectNotes(t, got, time.Minute, spec.Notification{Kind: spec.NotifyRunCreated, Tenant: "acme", RunID: "committed"})
+	expectNotes(t, got, spec.Notification{Kind: spec.NotifyRunCreated, Tenant: "acme", RunID: "committed"})
 }
 
 // TestCreateRunTxRaceUndoneToSavepoint: an admission inside a transaction
@@ -381,7 +382,7 @@ func TestCreateRunTxNotifiesOnCommit(t *testing.T) {
 // commits, A's insert fails on it, A's second attempt reads it.
 func TestCreateRunTxRaceUndoneToSavepoint(t *testing.T) {
 	e := newIntxEnv(t)
-	ctx, cancel := context.WithTimeout(e.ctx, time.Minute)
+	ctx, cancel := hang.Context(e.ctx)
 	defer cancel()
 	arrived, release := make(chan struct{}), make(chan struct{})
 	b, err := postgres.Open(ctx, e.dsn, postgres.Options{Config: spec.DefaultConfig(), Clock: e.clk, Schema: e.schema, MaxConns: 2,
