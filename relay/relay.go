@@ -33,9 +33,15 @@
 //
 // (nats-server 2.10 or later; 2.9 has no such setting and fsyncs on its own
 // schedule), and use file storage (StreamSettings does), or the relay's
-// "delivered" means "acknowledged by a server that may still forget it".
-// A server that is stopped or killed as a process keeps what it wrote (the
-// kernel holds it); a restart of it is what the fault tests exercise.
+// "delivered" means "acknowledged by a server that may still forget it":
+// the power-loss check (powerloss/jetstream, an embedded nats-server on a
+// filesystem that loses what was not flushed) finds every message
+// acknowledged since the server's last flush gone under the default, none
+// under always. The client protocol does not say which setting a server
+// has; its monitoring endpoint's /varz does, and ReadServerSync reads it
+// (leasehold relay --nats-monitor). A server that is stopped or killed as a
+// process keeps what it wrote (the kernel holds it); a restart of it is
+// what the fault tests exercise.
 package relay
 
 import (

@@ -30,7 +30,9 @@ repeat. The stream is created (file storage, the --duplicates window) unless --c
 The stream holds each message once only if every republish falls within the duplicate window:
 keep --duplicates longer than --claim plus the longest time no relay may run. Run the server
 with jetstream { sync_interval: always } (nats-server 2.10+): with the default lazy fsync an
-acknowledged publish can be lost on a power failure.
+acknowledged publish can be lost on a power failure (powerloss/jetstream shows every message
+acknowledged since the last flush gone). With --nats-monitor the relay reads the server's
+setting from its monitoring endpoint at the start and warns when it is not always.
 
 A NATS server that cannot be reached at the start (or a stream that cannot be created yet) is
 tried again with capped backoff (from 100ms, doubling, up to 5s), each failure said on stderr;
@@ -52,6 +54,8 @@ pending.`,
 		tenant := fs.String("tenant", "", "relay only this tenant's messages (default: every tenant)")
 		name := fs.String("name", "", "the relay's name in its claims (default: relay-HOST-PID)")
 		once := fs.Bool("once", false, "relay until nothing is pending, then exit")
+		monitor := fs.String("nats-monitor", "", "the NATS server's HTTP monitoring endpoint (nats-server -m PORT, e.g. http://127.0.0.1:8222), "+
+			"read at the start to say whether the server flushes every publish (sync_interval: always)")
 		verbose := fs.Bool("v", false, "log every retry")
 		return func(ctx context.Context, args []string) error {
 			if err := noArgs(args); err != nil {
@@ -100,6 +104,16 @@ pending.`,
 				return nil // the signal came while NATS was unreachable: nothing was relayed
 			}
 			defer nc.Close()
+			if *monitor != "" {
+				switch sync, err := relay.ReadServerSync(ctx, *monitor); {
+				case err != nil:
+					log.Warn("relay: cannot tell whether the server flushes every publish", "err", err)
+				case sync.Durable():
+					log.Info("relay: " + sync.String())
+				default:
+					log.Warn("relay: " + sync.String())
+				}
+			}
 			r, err := relay.New(relay.Config{Store: store, JetStream: js, Stream: *stream, SubjectPrefix: *prefix, Name: *name,
 				Tenant: *tenant, Batch: *batch, ClaimMs: claim.Milliseconds(), Logger: log})
 			if err != nil {

@@ -121,6 +121,10 @@ var checks = []check{
 	{Name: "faultfs", Store: "any", Module: "powerloss", Package: "./faultfs", Tests: faultfsTests},
 	{Name: "power-loss", Store: "sqlite", Module: "powerloss", Package: "./sqlite", Tests: []string{"TestPowerLossSQLite"}},
 	{Name: "power-loss", Store: "postgres", Module: "powerloss", Package: "./postgres", Tests: []string{"TestPowerLossPostgres"}},
+	// The relay (on SQLite) publishing to an embedded nats-server whose
+	// JetStream store loses power: sync_interval: always loses no delivered
+	// message, the default lazy fsync is caught losing some.
+	{Name: "relay-power-loss", Store: "sqlite", Module: "powerloss", Package: "./jetstream", Tests: []string{"TestPowerLossJetStream", "TestReadServerSync"}},
 	{Name: "relay-faults", Store: "sqlite", Package: "./relay",
 		Tests: []string{"TestRelayKilledBetweenPublishAndMark", "TestRelayRidesOutNATSRestart", "TestSeveralRelaysAtOnce", "TestFaultTestCatchesBrokenRelays",
 			"TestPublishFailingForGood", "TestPublishFailingForGoodCatchesBrokenRelay"}},
