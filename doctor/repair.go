@@ -22,7 +22,8 @@ const reapBatch = 100
 // every invariant and rewrites no history: Store.Reap for the jobs leased
 // with no attempts left whose lease expired (no claim can ever take them;
 // their runs fail with lease_expired, exactly what the workers'
-// housekeeping does), and Store.Release, with the lease's owner and
+// housekeeping does; such a run's last attempt may have called an external
+// system, and its effect rows then say reserved or unknown), and Store.Release, with the lease's owner and
 // generation, for each unexpired lease of an owner in o.ReleaseOwners (the
 // operator's word that the worker is dead). The rows to repair are read
 // again just before, and the store's guard re-checks each: a lease renewed

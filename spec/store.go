@@ -62,6 +62,10 @@ type Store interface {
 	// with no attempts left (they can never be claimed again): job dead, run
 	// failed with code lease_expired, run_failed event. Returns their run ids in
 	// (lease_expires_at, run id) order. Like Claim it may skip locked rows.
+	// A run failed so may have called an external system before its worker
+	// died: its effect-ledger rows (Effects) say reserved or unknown; resolve
+	// them (ReconcileEffect) before acting on the failure, for example before
+	// running the work again under a new run.
 	Reap(ctx context.Context, req ReapRequest) ([]string, error)
 
 	// GetRun, GetJob, Events, Attempts and Effects read one run's rows.

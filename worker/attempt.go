@@ -28,6 +28,11 @@ type attempt struct {
 
 	mu    sync.Mutex
 	fence error // non-nil: publish nothing more for this generation
+	// publishing: the handler returned and the attempt publishes its
+	// outcome (or has); a fence from outside (a cancel notification, a
+	// recheck) no longer applies to it: the store's answer to the
+	// publication decides.
+	publishing bool
 	// outbox is what the handler staged (Job.Outbox) for the completion.
 	outbox []spec.Message
 
@@ -104,6 +109,35 @@ func (a *attempt) setFence(f error) error {
 	return nil
 }
 
+// fenceRunning is setFence for a fence found from outside the attempt (a
+// notification, a recheck): it applies only while the handler runs, and
+// reports whether it was set (false: already fenced, or publishing).
+func (a *attempt) fenceRunning(f error) bool {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.fence != nil || a.publishing {
+		return false
+	}
+	a.fence = f
+	a.cancel(f)
+	return true
+}
+
+// beginPublishing marks the attempt as publishing and returns the fence
+// set before, if any.
+func (a *attempt) beginPublishing() error {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.publishing = true
+	return a.fence
+}
+
+func (a *attempt) isPublishing() bool {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.publishing
+}
+
 func (a *attempt) fenced() error {
 	a.mu.Lock()
 	defer a.mu.Unlock()
@@ -146,6 +180,7 @@ func (a *attempt) run(releaseNow bool) {
 		return
 	}
 	a.stopRenewing()
+	f := a.beginPublishing()
 	if errors.Is(ret.err, ErrCompletedInTx) {
 		// The handler committed the completion itself; a renewal made
 		// after that commit was refused as already_terminal, which must
@@ -153,7 +188,7 @@ func (a *attempt) run(releaseNow bool) {
 		a.report(a.result(OutcomeCompleted))
 		return
 	}
-	if f := a.fenced(); f != nil {
+	if f != nil {
 		a.report(a.fencedResult(f))
 		return
 	}

@@ -178,7 +178,9 @@ type StoreRetry struct {
 // expired with no attempts left can never be claimed again, and an expired
 // idempotency record is never needed again; neither goes away by itself.
 // Every worker, unless Off, reaps the first (Store.Reap, per tenant of
-// Config.Tenants: the run fails with lease_expired) and purges the second
+// Config.Tenants: the run fails with lease_expired; its last attempt may
+// have called an external system before its worker died, and its effect
+// rows then say reserved or unknown) and purges the second
 // (Store.PurgeIdempotency, every tenant's), once per round. Many workers may
 // do it at once: each call is bounded by Batch, the stores take only what
 // they can lock (Reap skips locked rows on PostgreSQL), and the rounds are

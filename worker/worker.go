@@ -318,16 +318,19 @@ func (w *Worker) notified(n spec.Notification) {
 		if a != nil && a.lease.Generation == n.Generation {
 			cause := &spec.Error{Code: spec.CodeCancelled, State: spec.RunCancelled,
 				Message: fmt.Sprintf("run %s was cancelled at generation %d (announced by the store's notification)", n.RunID, n.Generation)}
-			if a.setFence(&fenceError{reason: ErrRunCancelled, cause: cause}) == nil {
-				a.log.Warn("run cancelled while running (notification): handler context cancelled, publishing nothing more")
+			if a.fenceRunning(&fenceError{reason: ErrRunCancelled, cause: cause}) {
+				a.log.Warn("run cancelled while its handler runs (notification): handler context cancelled, publishing nothing more")
 			}
 		}
 	}
 }
 
-// recheckActive reads the job of every running attempt and fences those
-// the store no longer leases to them (a cancel whose notification was
-// missed). Expiry is not judged here: it is the store's, by its own clock.
+// recheckActive reads the job of every attempt whose handler runs and
+// fences those the store no longer leases to them (a cancel whose
+// notification was missed). An attempt that is publishing its outcome, or
+// has, is left alone: its job may well be finished by its own publication,
+// and the store's answer to that decides. Expiry is not judged here: it is
+// the store's, by its own clock.
 func (w *Worker) recheckActive() {
 	w.mu.Lock()
 	list := make([]*attempt, 0, len(w.active))
@@ -336,14 +339,17 @@ func (w *Worker) recheckActive() {
 	}
 	w.mu.Unlock()
 	for _, a := range list {
+		if a.isPublishing() {
+			continue
+		}
 		job, err := a.readBack()
 		if err != nil {
 			continue
 		}
 		// An impossible "now" leaves expiry out of LeaseError's verdict.
 		if lerr := spec.LeaseError(job, a.lease.Ref(), math.MinInt64); lerr != nil {
-			if f := fenceFor(lerr); f != nil && a.setFence(f) == nil {
-				a.log.Warn("the store no longer leases this attempt (found after the listener reconnected): handler context cancelled, publishing nothing more", "code", lerr.Code)
+			if f := fenceFor(lerr); f != nil && a.fenceRunning(f) {
+				a.log.Warn("the store no longer leases this attempt while its handler runs (found after the listener reconnected): handler context cancelled, publishing nothing more", "code", lerr.Code)
 			}
 		}
 	}

@@ -33,7 +33,9 @@ it would make (a dry run).
 
 --repair (with --actor, who is repairing) applies only invariant-preserving repairs, each through
 the store's own guarded operation and recorded with the actor in the leasehold_doctor_audit
-table: Store.Reap of the jobs that can never be claimed (their runs fail with lease_expired), and
+table: Store.Reap of the jobs that can never be claimed (their runs fail with lease_expired; a
+run's last attempt may have called an external system before its worker died: its effect rows
+say reserved or unknown), and
 Store.Release of the unexpired leases of each --release-owner, a worker you know is dead (the job
 is queued now, its attempt refunded, its generation kept; a live owner would be fenced but may
 already have called external systems). It never edits rows or rewrites history, and it repairs
