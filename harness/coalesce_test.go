@@ -8,7 +8,6 @@ import (
 	"strings"
 	"sync"
 	"testing"
-	"time"
 
 	"github.com/anishathalye/porcupine"
 
@@ -16,6 +15,7 @@ import (
 	"github.com/leasehold/leasehold/impl/postgres"
 	"github.com/leasehold/leasehold/impl/postgres/pgtest"
 	"github.com/leasehold/leasehold/impl/storetest"
+	"github.com/leasehold/leasehold/internal/hang"
 	"github.com/leasehold/leasehold/metrics"
 	"github.com/leasehold/leasehold/model"
 	"github.com/leasehold/leasehold/spec"
@@ -144,9 +144,9 @@ func coalescedAdmissions(t *testing.T, seed uint64) (failure string, retried int
 			Out: Observed{Result: model.Result{Value: snap.Of(tenant)}}, Call: call, Return: ret})
 	}
 	m, hist := model.Model{Config: cfg}, rec.History()
-	v := Judge(m, hist, Judgement{Partition: true, Timeout: time.Minute})
+	v := Judge(m, hist, Judgement{Partition: true, Timeout: hang.PhasePatience()})
 	if v.Linearizable != porcupine.Ok || len(v.Accounting) > 0 {
-		v.Explain(m, hist, time.Minute)
+		v.Explain(m, hist, hang.PhasePatience())
 		why := ""
 		if v.Culprit != nil {
 			why = "\n" + v.Culprit.String() + sameScope(hist, v.Culprit.Last)

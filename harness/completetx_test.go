@@ -6,7 +6,6 @@ import (
 	"slices"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/anishathalye/porcupine"
 	"github.com/jackc/pgx/v5"
@@ -14,6 +13,7 @@ import (
 	"github.com/leasehold/leasehold/impl/postgres"
 	"github.com/leasehold/leasehold/impl/postgres/pgtest"
 	"github.com/leasehold/leasehold/impl/storetest"
+	"github.com/leasehold/leasehold/internal/hang"
 	"github.com/leasehold/leasehold/model"
 	"github.com/leasehold/leasehold/spec"
 )
@@ -162,7 +162,7 @@ func recordCompleteTx(t *testing.T, seed uint64, outsideTx bool) []string {
 		t.Fatalf("seed %d: %v", seed, err)
 	}
 	rows := appRows()
-	v := Judge(model.Model{Config: w.Config}, h, Judgement{Partition: true, Timeout: 2 * time.Minute, Drained: true})
+	v := Judge(model.Model{Config: w.Config}, h, Judgement{Partition: true, Timeout: hang.PhasePatience(), Drained: true})
 	problems := append(v.Accounting, checkAppWrites(h, rows)...)
 	if v.Linearizable != porcupine.Ok {
 		problems = append(problems, "linearizability: "+string(v.Linearizable))

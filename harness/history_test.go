@@ -8,11 +8,11 @@ import (
 	"math"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/anishathalye/porcupine"
 
 	"github.com/leasehold/leasehold/impl/sqlite/sqlitetest"
+	"github.com/leasehold/leasehold/internal/hang"
 	"github.com/leasehold/leasehold/model"
 	"github.com/leasehold/leasehold/spec"
 )
@@ -169,11 +169,11 @@ func TestDecodedHistoriesNeverPanic(t *testing.T) {
 			if err != nil {
 				continue
 			}
-			verdict := Judge(model.Model{Config: file.Config}, h, Judgement{Partition: file.Partitioned, Timeout: time.Minute, Drained: file.Drained})
+			verdict := Judge(model.Model{Config: file.Config}, h, Judgement{Partition: file.Partitioned, Timeout: hang.PhasePatience(), Drained: file.Drained})
 			judged++
 			if verdict.Linearizable != porcupine.Ok {
 				illegal++
-				verdict.Explain(m, h, time.Minute)
+				verdict.Explain(m, h, hang.PhasePatience())
 			}
 		}
 	}

@@ -12,6 +12,7 @@ import (
 	"github.com/anishathalye/porcupine"
 
 	"github.com/leasehold/leasehold/impl/storetest"
+	"github.com/leasehold/leasehold/internal/hang"
 	"github.com/leasehold/leasehold/metrics"
 	"github.com/leasehold/leasehold/model"
 	"github.com/leasehold/leasehold/spec"
@@ -202,7 +203,7 @@ func outboxCounts(h *History) (delivered, refused int64) {
 func checkOne(t *testing.T, target Target, w Workload) (Verdict, *History) {
 	t.Helper()
 	store := target.Name
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), hang.PhasePatience())
 	defer cancel()
 	scope := &scopedTB{TB: t}
 	defer scope.close()
@@ -216,7 +217,7 @@ func checkOne(t *testing.T, target Target, w Workload) (Verdict, *History) {
 		t.Fatalf("seed %d: recording the history: %v\nreplay: %s", w.Seed, err, replay)
 	}
 	m := model.Model{Config: w.Config}
-	j := Judgement{Partition: !w.Purge, Timeout: 2 * time.Minute, Drained: true}
+	j := Judgement{Partition: !w.Purge, Timeout: hang.PhasePatience(), Drained: true}
 	v := Judge(m, h, j)
 	t.Logf("seed %d: %d operations, %s in %s (partitioned %v), races %s", w.Seed, len(h.Entries), v.Linearizable,
 		v.CheckTime.Round(time.Millisecond), !w.Purge, v.Races)
@@ -233,7 +234,7 @@ func checkOne(t *testing.T, target Target, w Workload) (Verdict, *History) {
 	}
 	// The report directory does not outlive a CI run: the log must say
 	// where the history goes wrong.
-	v.Explain(m, h, time.Minute)
+	v.Explain(m, h, hang.PhasePatience())
 	if v.Culprit != nil {
 		t.Logf("seed %d: %s", w.Seed, v.Culprit)
 	}
@@ -244,7 +245,7 @@ func checkOne(t *testing.T, target Target, w Workload) (Verdict, *History) {
 	}
 	why := string(v.Linearizable)
 	if v.Linearizable == porcupine.Unknown {
-		why = "Unknown: the checker timed out, which counts as a failure"
+		why = hang.Message("the linearizability checker to decide", j.Timeout) + ": the history proves nothing, which counts as a failure"
 	}
 	t.Errorf("seed %d: linearizability %s; accounting %q\nreport: %s\nreplay: %s", w.Seed, why, v.Accounting, dir, replay)
 	return v, h

@@ -13,6 +13,7 @@ import (
 
 	"github.com/leasehold/leasehold/impl/mutant"
 	"github.com/leasehold/leasehold/impl/sqlite/sqlitetest"
+	"github.com/leasehold/leasehold/internal/hang"
 	"github.com/leasehold/leasehold/metrics"
 	"github.com/leasehold/leasehold/model"
 )
@@ -119,7 +120,7 @@ func TestMutantsLinearizability(t *testing.T) {
 					t.Logf("mutant %s caught by the workload on seed %d: %v", name, seed, err)
 					return
 				}
-				v := Judge(model.Model{Config: w.Config}, h, Judgement{Partition: true, Timeout: time.Minute, Drained: true})
+				v := Judge(model.Model{Config: w.Config}, h, Judgement{Partition: true, Timeout: hang.PhasePatience(), Drained: true})
 				scope.close()
 				if v.Violations() > 0 {
 					t.Logf("mutant %s caught on seed %d after %d operations: linearizability %s, accounting %q",

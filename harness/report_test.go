@@ -5,11 +5,11 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/anishathalye/porcupine"
 
 	"github.com/leasehold/leasehold/impl/sqlite/sqlitetest"
+	"github.com/leasehold/leasehold/internal/hang"
 	"github.com/leasehold/leasehold/model"
 	"github.com/leasehold/leasehold/spec"
 )
@@ -28,7 +28,7 @@ func TestViolationWritesReport(t *testing.T) {
 		t.Fatal(err)
 	}
 	m := model.Model{Config: w.Config}
-	j := Judgement{Partition: true, Timeout: time.Minute, Drained: true}
+	j := Judgement{Partition: true, Timeout: hang.PhasePatience(), Drained: true}
 	if v := Judge(m, h, j); v.Violations() != 0 {
 		t.Fatalf("the untouched history should pass, got %s and %q", v.Linearizable, v.Accounting)
 	}
@@ -54,7 +54,7 @@ func TestViolationWritesReport(t *testing.T) {
 	if len(v.Accounting) == 0 || !strings.Contains(strings.Join(v.Accounting, "\n"), "duplicated: effect t1/x/charge/charge-x was applied 2 times") {
 		t.Fatalf("accounting should report the duplicated effect, got %q", v.Accounting)
 	}
-	v.Explain(m, h, time.Minute)
+	v.Explain(m, h, hang.PhasePatience())
 	if v.Culprit == nil || v.Culprit.Last.Call < doctoredCall {
 		t.Fatalf("the culprit should be the doctored claim or an operation called after it (call %d), got %v", doctoredCall, v.Culprit)
 	}
@@ -83,7 +83,7 @@ func TestViolationWritesReport(t *testing.T) {
 	if len(again.Entries) != len(h.Entries) || file.Seed != w.Seed {
 		t.Fatalf("decoded %d entries (seed %d), want %d (seed %d)", len(again.Entries), file.Seed, len(h.Entries), w.Seed)
 	}
-	if v2 := Judge(model.Model{Config: file.Config}, again, Judgement{Partition: file.Partitioned, Timeout: time.Minute, Drained: file.Drained}); v2.Linearizable != porcupine.Illegal || len(v2.Accounting) != len(v.Accounting) {
+	if v2 := Judge(model.Model{Config: file.Config}, again, Judgement{Partition: file.Partitioned, Timeout: hang.PhasePatience(), Drained: file.Drained}); v2.Linearizable != porcupine.Illegal || len(v2.Accounting) != len(v.Accounting) {
 		t.Fatalf("re-checking the saved history gave %s and %q, want Illegal and %q", v2.Linearizable, v2.Accounting, v.Accounting)
 	}
 }

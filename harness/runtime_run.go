@@ -14,6 +14,7 @@ import (
 
 	"github.com/leasehold/leasehold/clock"
 	"github.com/leasehold/leasehold/impl/storetest"
+	"github.com/leasehold/leasehold/internal/hang"
 	"github.com/leasehold/leasehold/metrics"
 	"github.com/leasehold/leasehold/model"
 	"github.com/leasehold/leasehold/spec"
@@ -332,7 +333,7 @@ func runtimeOnce(t *testing.T, target Target, seed uint64) runtimeResult {
 	}
 	res.history = rec.History()
 	m := model.Model{Config: cfg}
-	j := Judgement{Timeout: 3 * time.Minute, Drained: true}
+	j := Judgement{Timeout: hang.PhasePatience(), Drained: true}
 	res.verdict = Judge(m, res.history, j)
 	t.Logf("seed %d: %d operations, %s in %s, races %s, faults %v, every run terminal %d ms after the faults stopped",
 		seed, len(res.history.Entries), res.verdict.Linearizable, res.verdict.CheckTime.Round(time.Millisecond), res.verdict.Races,
@@ -340,7 +341,7 @@ func runtimeOnce(t *testing.T, target Target, seed uint64) runtimeResult {
 	if res.verdict.Violations() == 0 && len(res.liveness) == 0 {
 		return res
 	}
-	res.verdict.Explain(m, res.history, time.Minute)
+	res.verdict.Explain(m, res.history, hang.PhasePatience())
 	res.verdict.Accounting = append(res.verdict.Accounting, res.liveness...)
 	dir := reportDir(t, fmt.Sprintf("lin/%s-%s-seed%d", t.Name(), store, seed))
 	if err := WriteReport(dir, m, res.history, res.verdict, j, store, seed, cfg, replayLin(t, target, seed)); err != nil {

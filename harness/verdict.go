@@ -43,7 +43,9 @@ func (v Verdict) Violations() int {
 type Judgement struct {
 	// Partition checks the history per tenant (see PorcupineModel).
 	Partition bool
-	// Timeout bounds the checker; a timeout is a failure, never a pass.
+	// Timeout bounds the checker: a guard against a history it cannot
+	// decide (hang.PhasePatience), never a judgement of a slow machine. A
+	// timeout is a failure (the history proves nothing), never a pass.
 	Timeout time.Duration
 	// Drained says the history ends with a drain after which every
 	// acknowledged run must be terminal; without it "lost" is not judged

@@ -6,7 +6,6 @@ import (
 	"slices"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/leasehold/leasehold/harness"
 	"github.com/leasehold/leasehold/impl/storetest"
@@ -67,7 +66,7 @@ func TestAwaitBlockedReturnedWithoutBlocking(t *testing.T) {
 		open  func(testing.TB) Opener
 	}{{"sqlite", sqliteOpener}, {"postgres", postgresOpener}} {
 		t.Run(c.store, func(t *testing.T) {
-			res := RunTimeout(context.Background(), sc, c.open(t), 10*time.Second)
+			res := Run(context.Background(), sc, c.open(t))
 			if res.OK() || res.Stuck || res.NotApplicable != "" || len(res.Mismatches) != 1 {
 				t.Fatalf("want exactly one mismatch, at await_blocked:\n%s", report(res))
 			}
@@ -154,7 +153,15 @@ func TestAwaitBlockedBrokenCapability(t *testing.T) {
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			open := wrapOpener(sqliteOpener(t), func(s spec.Store) spec.Store { return fakeLockWaits{Store: s, waits: tc.waits} })
-			res := RunTimeout(context.Background(), sc, open, time.Second)
+			var res *Result
+			if tc.stuck {
+				// The guard fires once the runner waits at await_blocked
+				// (step 7), which a store that never reports the wait
+				// cannot pass.
+				res = runGuardedAt(sc, open, 7)
+			} else {
+				res = Run(context.Background(), sc, open)
+			}
 			if res.OK() || res.Stuck != tc.stuck {
 				t.Fatalf("a broken lock-wait report should fail the scenario (stuck %v):\n%s", tc.stuck, report(res))
 			}

@@ -14,6 +14,7 @@ import (
 
 	"github.com/leasehold/leasehold/clock"
 	"github.com/leasehold/leasehold/harness"
+	"github.com/leasehold/leasehold/internal/hang"
 	"github.com/leasehold/leasehold/model"
 	"github.com/leasehold/leasehold/spec"
 )
@@ -36,16 +37,11 @@ type Options struct {
 // them before it returns.
 type Opener func(ctx context.Context, opts Options) (spec.Store, error)
 
-// DefaultTimeout bounds one scenario: the deadlock guard. A scenario that
-// has not finished by then fails with the list of steps still pending.
-const DefaultTimeout = 30 * time.Second
-
-// drainTimeout bounds how long Run waits, after cancelling a deadlocked
-// scenario, for its operations to return before it gives up on them.
-const drainTimeout = 15 * time.Second
-
-// judgeTimeout bounds the model judge's linearizability check.
-const judgeTimeout = time.Minute
+// DefaultTimeout bounds one scenario: the deadlock guard, a guard against a
+// hang and never a judgement of a slow store (Run uses hang.Patience, which
+// LEASEHOLD_HANG_PATIENCE sets). A scenario that has not finished by then is
+// reported hung, with the list of steps still pending.
+const DefaultTimeout = hang.DefaultPatience
 
 // Result is what Run observed.
 type Result struct {
@@ -139,23 +135,34 @@ func (r *Result) Report(w io.Writer) {
 // client gets its own store with its own hook from one harness.Barriers;
 // all share one manual clock starting at sc.Start. Nothing sleeps:
 // asynchronous operations are held at barriers and awaited. If the scenario
-// has not finished within DefaultTimeout (or ctx ends first), Run reports
-// the steps still pending, cancels them, and returns.
+// has not finished within the checks' patience (hang.Patience, or ctx ends
+// first), Run reports the steps still pending, cancels them, and returns.
 func Run(ctx context.Context, sc *Scenario, open Opener) *Result {
-	return RunTimeout(ctx, sc, open, DefaultTimeout)
+	return RunTimeout(ctx, sc, open, hang.Patience())
 }
 
 // RunTimeout is Run with another deadlock guard.
 func RunTimeout(ctx context.Context, sc *Scenario, open Opener, timeout time.Duration) *Result {
+	return run(ctx, sc, open, func(ops context.Context) (context.Context, context.CancelFunc) {
+		return context.WithTimeout(ops, timeout)
+	}, nil)
+}
+
+// run is Run with the deadlock guard made by guard from the operations'
+// context, and onWait (when not nil) told the index of each step at which
+// the runner starts to wait for an operation: a test of the guard fires it
+// once the runner waits where the scenario can no longer go on, instead of
+// after some time.
+func run(ctx context.Context, sc *Scenario, open Opener, guard func(ops context.Context) (context.Context, context.CancelFunc), onWait func(step int)) *Result {
 	// Two contexts: the operations run under ops, the runner waits under
 	// guard. When the guard fires, the runner lists what is pending while
 	// everything is still where it got stuck, and only then cancels ops.
 	ops, cancelOps := context.WithCancel(ctx)
 	defer cancelOps()
-	guard, cancelGuard := context.WithTimeout(ops, timeout)
+	guarded, cancelGuard := guard(ops)
 	defer cancelGuard()
-	ctx = guard
-	r := &runner{sc: sc, ops: ops, clock: clock.NewManual(sc.Start), barriers: harness.NewBarriers(),
+	ctx = guarded
+	r := &runner{sc: sc, ops: ops, onWait: onWait, clock: clock.NewManual(sc.Start), barriers: harness.NewBarriers(),
 		rec: harness.NewRecorder(nil), callers: map[string]*harness.Caller{}, leases: map[string]spec.LeaseRef{},
 		async: map[string]*inflight{}, res: &Result{Scenario: sc.Name, Races: harness.Races{}}}
 	defer r.closeStores()
@@ -175,8 +182,8 @@ func RunTimeout(ctx context.Context, sc *Scenario, open Opener, timeout time.Dur
 	if r.res.Stuck {
 		cancelOps() // held hooks and blocked operations return now
 		if !r.drain() {
-			r.mismatch(0, "operations still running %s after the scenario was cancelled: %s; their stores are left open",
-				drainTimeout, strings.Join(r.pending(), "; "))
+			r.mismatch(0, "hung: operations still running %s after the scenario was cancelled: %s; their stores are left open",
+				hang.Patience(), strings.Join(r.pending(), "; "))
 			r.leak = true
 		}
 		return r.res
@@ -189,6 +196,7 @@ func RunTimeout(ctx context.Context, sc *Scenario, open Opener, timeout time.Dur
 type runner struct {
 	sc       *Scenario
 	ops      context.Context // the operations' context
+	onWait   func(step int)  // see run
 	current  *inflight       // the synchronous operation in flight, if any
 	clock    *clock.Manual
 	barriers *harness.Barriers
@@ -292,6 +300,9 @@ func (r *runner) asyncStep(ctx context.Context, st *Step, now int64, label strin
 	if a.notStarted {
 		r.record(st, now, label, fmt.Sprintf("skipped: step %d did not start %s", a.st.Index, st.Of))
 		return true
+	}
+	if r.onWait != nil && (st.Op == "await_arrival" || st.Op == opAwaitBlocked || st.Op == "await") {
+		r.onWait(st.Index)
 	}
 	switch st.Op {
 	case "await_arrival":
@@ -502,7 +513,7 @@ func (r *runner) stuck(st *Step, label string) bool {
 		pending = []string{"no asynchronous operation"}
 	}
 	r.record(st, r.clock.Now(), label, "stopped by the deadlock guard",
-		fmt.Sprintf("deadlock guard: the scenario did not finish in time; waiting here, with still pending: %s", strings.Join(pending, "; ")))
+		fmt.Sprintf("hung (deadlock guard): the scenario went no further; waiting here, with still pending: %s", strings.Join(pending, "; ")))
 	return false
 }
 
@@ -540,14 +551,15 @@ func isClosed(ch <-chan struct{}) bool {
 	}
 }
 
-// drain waits for every asynchronous operation to return, up to drainTimeout.
+// drain waits for every asynchronous operation to return, up to the
+// checks' patience.
 func (r *runner) drain() bool {
 	done := make(chan struct{})
 	go func() { r.wg.Wait(); close(done) }()
 	select {
 	case <-done:
 		return true
-	case <-time.After(drainTimeout):
+	case <-time.After(hang.Patience()):
 		return false
 	}
 }
@@ -572,10 +584,10 @@ func (r *runner) finalScan(ctx context.Context) {
 func (r *runner) judge() {
 	h := r.rec.History()
 	m := model.Model{Config: r.sc.Config}
-	v := harness.Judge(m, h, harness.Judgement{Timeout: judgeTimeout})
+	v := harness.Judge(m, h, harness.Judgement{Timeout: hang.PhasePatience()})
 	r.res.History, r.res.Verdict, r.res.Races = h, &v, v.Races
 	if v.Violations() > 0 {
-		v.Explain(m, h, judgeTimeout)
+		v.Explain(m, h, hang.PhasePatience())
 		why := string(v.Linearizable)
 		if v.Culprit != nil {
 			why += "; " + v.Culprit.String()

@@ -10,11 +10,11 @@ import (
 	"slices"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/leasehold/leasehold/harness"
 	"github.com/leasehold/leasehold/impl/postgres/pgtest"
 	"github.com/leasehold/leasehold/impl/sqlite/sqlitetest"
+	"github.com/leasehold/leasehold/internal/hang"
 )
 
 func TestMain(m *testing.M) { pgtest.Main(m) }
@@ -265,7 +265,9 @@ func TestDeadlockGuard(t *testing.T) {
 	})
 	// The loader accepts this order: the cancel is not held, so awaiting it
 	// is legal; only running it shows that it waits for the held completion.
-	res := RunTimeout(context.Background(), sc, sqliteOpener(t), time.Second)
+	// The guard fires once the runner waits at the await of step 8, from
+	// which the scenario cannot go on: not after some time.
+	res := runGuardedAt(sc, sqliteOpener(t), 8)
 	if res.OK() || !res.Stuck {
 		t.Fatalf("a deadlocked scenario was not stopped by the guard:\n%s", report(res))
 	}
@@ -378,4 +380,20 @@ func TestInlineConfig(t *testing.T) {
 	if res := Run(context.Background(), sc, sqliteOpener(t)); !res.OK() {
 		t.Fatalf("inline-policy scenario failed:\n%s", report(res))
 	}
+}
+
+// runGuardedAt plays sc with the deadlock guard fired as soon as the runner
+// starts to wait at step (the test knows the scenario can go no further
+// from there), and, as a hang guard, after the patience.
+func runGuardedAt(sc *Scenario, open Opener, step int) *Result {
+	var fire context.CancelFunc
+	return run(context.Background(), sc, open, func(ops context.Context) (context.Context, context.CancelFunc) {
+		guard, cancel := context.WithTimeout(ops, hang.Patience())
+		fire = cancel
+		return guard, cancel
+	}, func(at int) {
+		if at == step {
+			fire()
+		}
+	})
 }

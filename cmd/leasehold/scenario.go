@@ -14,6 +14,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/leasehold/leasehold/internal/hang"
 	"github.com/leasehold/leasehold/scenarios"
 )
 
@@ -31,7 +32,7 @@ scenarios/FORMAT.md describes the files. Flags may come before, between or after
 	flags: func(fs *flag.FlagSet, o *streams) func(context.Context, []string) error {
 		store := fs.String("store", "sqlite", "the store to play the scenarios on: sqlite or postgres")
 		dsn := fs.String("dsn", "", "PostgreSQL connection string (default: LEASEHOLD_PG_DSN, else DATABASE_URL)")
-		timeout := fs.Duration("timeout", 10*time.Second, "deadlock guard per scenario")
+		timeout := fs.Duration("timeout", hang.DefaultPatience, "deadlock guard per scenario: a scenario that goes no further for this long is reported hung")
 		return func(ctx context.Context, args []string) error {
 			if len(args) == 0 || args[0] != "run" {
 				return usagef("the only subcommand is run: leasehold scenario run FILE|DIR...")

@@ -38,6 +38,11 @@ func Patience() time.Duration {
 	return DefaultPatience
 }
 
+// PhasePatience is how long a test waits for one long phase that is made
+// of many events (recording a whole history, the linearizability checker
+// deciding one): five times Patience.
+func PhasePatience() time.Duration { return 5 * Patience() }
+
 // Message is what a guard says when it fires: that the test is hung, what
 // it was waiting for, and for how long.
 func Message(what string, waited time.Duration) string {
