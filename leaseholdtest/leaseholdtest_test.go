@@ -57,7 +57,7 @@ func TestConformanceNotApplicable(t *testing.T) {
 		"CompleteBatchEqualsComplete", "CompleteBatchAtomicity", "CompleteBatchLimits", "ConcurrentOverlappingBatches",
 		"MigrationRecorded", "DatabaseRejectsOrphans", "DatabaseRejectsInvalidDomain", "OutboxBatchMembers",
 		"CreateRunsMembersAreIndependent", "CreateRunsEqualsCreateRun", "CreateRunsAtomicity", "CreateRunsLimits",
-		"ConcurrentOverlappingBulkAdmissions", "LockWaitsCountsOwnWaiters"}
+		"ConcurrentOverlappingBulkAdmissions", "LockWaitsCountsOwnWaiters", "HooksOnEveryAnsweredWrite"}
 	slices.Sort(want)
 	got := slices.Sorted(slices.Values(sum.NotApplicable))
 	if !slices.Equal(got, want) {
