@@ -40,6 +40,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/leasehold/leasehold/impl/sqlite"
 	"github.com/leasehold/leasehold/spec"
 	"github.com/leasehold/leasehold/worker"
 )
@@ -131,6 +132,11 @@ type Options struct {
 	// directory, removed afterwards). SkipSQLite leaves SQLite out.
 	SQLiteDir  string
 	SkipSQLite bool
+	// SQLiteSync is the synchronous setting of leasehold's SQLite store and
+	// of the SQLite peer alike: SyncFull (the default, the store's: every
+	// commit flushed) or SyncNormal (flushed at checkpoints: faster, but
+	// acknowledged writes can roll back after a power loss).
+	SQLiteSync sqlite.Sync
 	// Etcd adds the etcd store, on a one-member and a three-member cluster
 	// the benchmark starts (bench/etcd.go).
 	Etcd bool
@@ -316,7 +322,7 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 		Settings: Settings{N: o.N, InsertN: o.InsertN, BulkN: o.BulkN, SQLiteN: o.SQLiteN, BulkBatch: o.BulkBatch, Rounds: o.Rounds,
 			LatencySeconds: o.LatencySeconds, LatencyLoad: o.LatencyLoad, Workers: o.Workers, Conns: o.Conns, Coalesce: o.Coalesce, ClaimBatch: o.ClaimBatch,
 			ClaimGatherMs: float64(max(o.ClaimGather, 0)) / float64(time.Millisecond), Producers: o.Producers, CompleteBatch: o.CompleteBatch, Completers: o.Completers, Depths: o.Depths, DepthSamples: o.DepthSamples,
-			LeaseMs: leaseMs},
+			LeaseMs: leaseMs, SQLiteSync: o.SQLiteSync.String()},
 		LoadBefore: loadAverage(),
 	}
 	r.Commit = o.Commit

@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/leasehold/leasehold/impl/sqlite"
 	"github.com/leasehold/leasehold/spec"
 )
 
@@ -63,6 +64,17 @@ func NewCommandLine(defaultReports string) *CommandLine {
 	fs.IntVar(&o.DepthSamples, "samples", 0, "timed claims per depth phase (default: quick 300, full 2000)")
 	fs.StringVar(&o.ProfileDir, "profile", "", "write a CPU profile of each leasehold drain to this directory")
 	fs.BoolVar(&o.SkipSQLite, "no-sqlite", false, "leave the SQLite store out")
+	fs.Func("sqlite-sync", "synchronous setting of leasehold's SQLite store and of River on SQLite alike: full (the store's default) or normal", func(v string) error {
+		switch strings.ToLower(v) {
+		case "full":
+			o.SQLiteSync = sqlite.SyncFull
+		case "normal":
+			o.SQLiteSync = sqlite.SyncNormal
+		default:
+			return fmt.Errorf("want full or normal")
+		}
+		return nil
+	})
 	fs.BoolVar(&o.Etcd, "etcd", false, "the etcd store (one-member and three-member clusters it starts); default: on in full mode, off in quick mode")
 	fs.StringVar(&c.variants, "variants", "", "only these PostgreSQL drains (comma-separated keys: single,single_batchcomplete,batch,batch_batchcomplete)")
 	fs.BoolVar(&o.SkipDepth, "no-depth", false, "leave the depth measurement out")

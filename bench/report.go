@@ -1,6 +1,7 @@
 package bench
 
 import (
+	"cmp"
 	_ "embed"
 	"encoding/json"
 	"fmt"
@@ -88,7 +89,10 @@ type Settings struct {
 	Completers    int     `json:"completers"`
 	Depths        []int   `json:"depths"`
 	DepthSamples  int     `json:"depth_samples"`
-	LeaseMs       int64   `json:"lease_ms"`
+	// SQLiteSync is the synchronous setting of both SQLite systems (FULL or
+	// NORMAL); "" in reports from before it, which ran NORMAL.
+	SQLiteSync string `json:"sqlite_sync,omitempty"`
+	LeaseMs    int64  `json:"lease_ms"`
 }
 
 // bulkN is the number of jobs of each bulk admission run: BulkN, or for a
@@ -651,6 +655,7 @@ func (r *Report) Markdown(w io.Writer) {
 	p("- W = %d handler goroutines (leasehold workers, River MaxWorkers); C = %d connections per client (leasehold's pool, River's pool, the ceiling loop)\n", s.Workers, s.Conns)
 	p("- batch claim: %d producer goroutines each claim up to min(%d, free handler slots) per Claim, after a full claim waiting up to %g ms for more slots to free (worker.Config.ClaimGather); batched completion: %d goroutines each send what has queued up, up to %d per CompleteBatch\n", s.Producers, s.ClaimBatch, s.ClaimGatherMs, s.Completers, s.CompleteBatch)
 	p("- depths %v, %d timed claims per phase (fewer where the phase holds fewer expired leases); lease %d ms; leasehold on the database clock (production mode), fencing on\n", s.Depths, s.DepthSamples, s.LeaseMs)
+	p("- SQLite: synchronous %s for leasehold's store and the SQLite peer alike (--sqlite-sync; FULL, the store's default, flushes every commit; NORMAL flushes at checkpoints and can lose acknowledged writes to a power loss)\n", cmp.Or(s.SQLiteSync, "NORMAL"))
 	for _, peer := range []struct {
 		name string
 		set  map[string]string

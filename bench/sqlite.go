@@ -42,7 +42,7 @@ func runSQLite(ctx context.Context, o Options, r *Report, logf func(string, ...a
 	base := filepath.Join(dir, "bench-base.db")
 	removeDB(base)
 	defer removeDB(base)
-	s, err := sqlite.Open(ctx, base, sqlite.Options{Config: config(), MaxConns: o.Conns})
+	s, err := sqlite.Open(ctx, base, sqlite.Options{Config: config(), MaxConns: o.Conns, Sync: o.SQLiteSync})
 	if err != nil {
 		return err
 	}
@@ -130,7 +130,7 @@ func drainSQLite(ctx context.Context, dir, base string, o Options, v drainMode, 
 	if err := copyFile(base, path); err != nil {
 		return res, err
 	}
-	s, err := sqlite.Open(ctx, path, sqlite.Options{Config: config(), MaxConns: o.Conns})
+	s, err := sqlite.Open(ctx, path, sqlite.Options{Config: config(), MaxConns: o.Conns, Sync: o.SQLiteSync})
 	if err != nil {
 		return res, err
 	}
@@ -164,7 +164,7 @@ func insertSQLite(ctx context.Context, dir string, o Options, bulk bool, round i
 	path := filepath.Join(dir, "bench-insert.db")
 	removeDB(path)
 	defer removeDB(path)
-	s, err := sqlite.Open(ctx, path, sqlite.Options{Config: config(), MaxConns: o.Conns})
+	s, err := sqlite.Open(ctx, path, sqlite.Options{Config: config(), MaxConns: o.Conns, Sync: o.SQLiteSync})
 	if err != nil {
 		return res, err
 	}

@@ -1,11 +1,14 @@
 package bench
 
 import (
+	"cmp"
 	"encoding/json"
 	"reflect"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/leasehold/leasehold/impl/sqlite"
 )
 
 // TestSummarize holds the median and spread of a series of rounds, and the
@@ -545,5 +548,28 @@ func TestUniqueBulkRatio(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestSQLiteSyncFlag: --sqlite-sync sets both SQLite systems' setting; the
+// default is the store's (FULL), and a report says which ran.
+func TestSQLiteSyncFlag(t *testing.T) {
+	for args, want := range map[string]sqlite.Sync{"": sqlite.SyncFull, "--sqlite-sync=normal": sqlite.SyncNormal, "--sqlite-sync=FULL": sqlite.SyncFull} {
+		c := NewCommandLine("reports/latest")
+		if err := c.Parse(strings.Fields(args)); err != nil || c.Options.SQLiteSync != want {
+			t.Errorf("%q: %v, %v; want %v", args, c.Options.SQLiteSync, err, want)
+		}
+	}
+	if err := NewCommandLine("reports/latest").Parse([]string{"--sqlite-sync", "off"}); err == nil || !strings.Contains(err.Error(), "want full or normal") {
+		t.Errorf("--sqlite-sync off: %v", err)
+	}
+	for _, set := range []string{"", "FULL"} {
+		r := roundsReport()
+		r.Settings.SQLiteSync = set
+		var md strings.Builder
+		r.Markdown(&md)
+		if want := "SQLite: synchronous " + cmp.Or(set, "NORMAL") + " for leasehold's store and the SQLite peer alike"; !strings.Contains(md.String(), want) {
+			t.Errorf("setting %q: the report does not say %q", set, want)
+		}
 	}
 }

@@ -61,7 +61,7 @@ func run(ctx context.Context, args []string) error {
 	o := c.Options
 	if !c.NoPeer {
 		o.Peer = &riverPeer{}
-		o.SQLitePeer = &riverSQLitePeer{}
+		o.SQLitePeer = &riverSQLitePeer{synchronous: o.SQLiteSync.String()}
 	}
 	o.Log = os.Stderr
 	r, err := bench.Run(ctx, o)
@@ -217,13 +217,14 @@ func (p *riverPeer) Completed(ctx context.Context) (int, error) {
 
 // riverSQLitePeer is River with its SQLite driver (riversqlite, on the
 // modernc.org/sqlite driver like leasehold's SQLite store), on its own file
-// with the pragmas leasehold's store uses (WAL, synchronous NORMAL, a busy
-// timeout) and one connection: River's driver documentation asks for
-// SetMaxOpenConns(1), since its concurrent internal operations otherwise
-// fail with SQLITE_BUSY.
+// with the pragmas leasehold's store uses (WAL, the benchmark's synchronous
+// setting, a busy timeout) and one connection: River's driver documentation
+// asks for SetMaxOpenConns(1), since its concurrent internal operations
+// otherwise fail with SQLITE_BUSY.
 type riverSQLitePeer struct {
-	db      *sql.DB
-	workers int
+	db          *sql.DB
+	workers     int
+	synchronous string // FULL or NORMAL, as leasehold's store in the same run
 }
 
 func (p *riverSQLitePeer) Name() string { return "River " + riverVersion() }
@@ -233,7 +234,7 @@ func (p *riverSQLitePeer) Settings() map[string]string {
 		"driver":            "riversqlite (modernc.org/sqlite)",
 		"MaxWorkers":        strconv.Itoa(p.workers),
 		"MaxOpenConns":      "1 (River's documented setting for SQLite)",
-		"pragmas":           "journal_mode=WAL, synchronous=NORMAL, busy_timeout=5000 (as leasehold's store)",
+		"pragmas":           "journal_mode=WAL, synchronous=" + p.synchronous + ", busy_timeout=5000 (as leasehold's store)",
 		"FetchCooldown":     fetchCooldown.String(),
 		"FetchPollInterval": fetchPollInterval.String(),
 		"completer":         "its default (batch completer; riversqlite completes one row per statement)",
@@ -244,7 +245,7 @@ func (p *riverSQLitePeer) Open(ctx context.Context, path string, conns int) erro
 	q := url.Values{}
 	q.Add("_pragma", "busy_timeout(5000)")
 	q.Add("_pragma", "journal_mode(WAL)")
-	q.Add("_pragma", "synchronous(NORMAL)")
+	q.Add("_pragma", "synchronous("+p.synchronous+")")
 	db, err := sql.Open("sqlite", "file:"+path+"?"+q.Encode())
 	if err != nil {
 		return err

@@ -77,6 +77,14 @@ const (
 	SyncNormal
 )
 
+// String is the setting's PRAGMA synchronous value: FULL or NORMAL.
+func (s Sync) String() string {
+	if p, err := s.pragma(); err == nil {
+		return p
+	}
+	return fmt.Sprintf("Sync(%d)", int(s))
+}
+
 // pragma is the setting's PRAGMA synchronous value.
 func (s Sync) pragma() (string, error) {
 	switch s {
