@@ -45,6 +45,7 @@ func TestCommandLines(t *testing.T) {
 		{[]string{"relay"}, 2, "give exactly one store"},
 		{[]string{"relay", "--sqlite", "a.db", "--dsn", "postgres://x"}, 2, "give exactly one store"},
 		{[]string{"relay", "--sqlite", "a.db", "--batch", "0"}, 2, "--batch 0"},
+		{[]string{"relay", "--sqlite", "a.db", "--nats", "nats://127.0.0.1:1", "--subject-prefix", "bad prefix"}, 2, `--subject-prefix "bad prefix"`},
 		{[]string{"relay", "--sqlite", "a.db", "--claim", "20m"}, 2, "duplicate window longer"},
 		{[]string{"relay", "--sqlite", "a.db", "stray"}, 2, "unexpected arguments"},
 		{[]string{"bench", "--depths", "1,2"}, 2, "--depths"},

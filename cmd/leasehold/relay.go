@@ -73,6 +73,12 @@ pending.`,
 			if *create && *prefix == "" {
 				return usagef("--create-stream needs a --subject-prefix for the stream's subjects (PREFIX.>)")
 			}
+			// Refused now, not after waiting for NATS.
+			if *prefix != "" {
+				if err := spec.CheckSubject(*prefix); err != nil {
+					return usagef("--subject-prefix %q: %v", *prefix, err)
+				}
+			}
 			level := slog.LevelInfo
 			if *verbose {
 				level = slog.LevelDebug
