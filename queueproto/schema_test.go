@@ -163,3 +163,69 @@ func TestDocListsEveryOp(t *testing.T) {
 		t.Errorf("docs/ADAPTERS.md's request table lists %v; queueproto.Ops is %v", got, Ops)
 	}
 }
+
+// opTypes is each request's params and result type.
+var opTypes = map[string]struct{ params, result any }{
+	OpHello: {&HelloParams{}, &Hello{}}, OpOpen: {&OpenParams{}, &Empty{}}, OpEnqueue: {&EnqueueParams{}, &EnqueueResult{}},
+	OpState: {&JobParams{}, &JobInfo{}}, OpJobs: {&Empty{}, &JobsResult{}}, OpRows: {&JobParams{}, &RowsResult{}},
+	OpCancel: {&JobParams{}, &CancelResult{}}, OpExpire: {&JobParams{}, &Empty{}}, OpMakeDue: {&JobParams{}, &Empty{}},
+	OpStart: {&StartParams{}, &Empty{}}, OpStop: {&Empty{}, &Empty{}}, OpFinish: {&FinishParams{}, &Empty{}},
+	OpHeartbeat: {&HandleParams{}, &HeartbeatResult{}}, OpCompleteInTx: {&CompleteInTxParams{}, &CompleteInTxResult{}},
+}
+
+// TestDocTranscriptDecodes holds docs/ADAPTERS.md's session to the types:
+// every request decodes strictly with its op's params, every reply with its
+// op's result, every event as a started event (abridged hellos excepted).
+func TestDocTranscriptDecodes(t *testing.T) {
+	for _, op := range Ops {
+		if _, ok := opTypes[op]; !ok {
+			t.Errorf("opTypes lacks %s", op)
+		}
+	}
+	raw, err := os.ReadFile("../docs/ADAPTERS.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, after, _ := strings.Cut(string(raw), "## A session")
+	block, _, _ := strings.Cut(strings.SplitN(after, "```\n", 2)[1], "```")
+	line := regexp.MustCompile(`^([A-Z][0-9]*)([<>]) +(\{.*\})$`)
+	inFlight := map[string]string{} // process -> op in flight
+	n := 0
+	for _, l := range strings.Split(block, "\n") {
+		m := line.FindStringSubmatch(l)
+		if m == nil || strings.Contains(l, "…") {
+			continue
+		}
+		n++
+		proc, dir, msg := m[1], m[2], []byte(m[3])
+		if dir == ">" {
+			var r Request
+			if err := strictUnmarshal(msg, &r); err != nil {
+				t.Fatalf("%s: %v", l, err)
+			}
+			types, ok := opTypes[r.Op]
+			if !ok {
+				t.Fatalf("%s: unknown op", l)
+			}
+			if err := strictUnmarshal(r.Params, types.params); err != nil {
+				t.Errorf("%s: params: %v", l, err)
+			}
+			inFlight[proc] = r.Op
+			continue
+		}
+		var mm Message
+		if err := strictUnmarshal(msg, &mm); err != nil {
+			t.Fatalf("%s: %v", l, err)
+		}
+		if mm.Event != "" {
+			continue
+		}
+		op := inFlight[proc]
+		if err := strictUnmarshal(mm.Result, opTypes[op].result); err != nil {
+			t.Errorf("%s: result of %s: %v", l, op, err)
+		}
+	}
+	if n < 20 {
+		t.Fatalf("read %d lines of the transcript; the section moved?", n)
+	}
+}
