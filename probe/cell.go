@@ -44,8 +44,11 @@ type Cell struct {
 	Outcome Outcome  `json:"outcome"`
 	Why     string   `json:"why,omitempty"`
 	Notes   []string `json:"notes,omitempty"`
-	// Violations is how many runs were violated, of Runs.
+	// Violations is how many runs were violated, of the Exercised runs
+	// (those that held or were violated; a run whose race did not happen
+	// is run again, up to twice the runs asked for).
 	Violations int      `json:"violations"`
+	Exercised  int      `json:"exercised"`
 	Runs       []Result `json:"runs"`
 	// Example is the run that shows the verdict (the first violated run,
 	// or the first run).
@@ -178,52 +181,43 @@ func (r *Run) RestartDatabase() (string, bool) {
 	return what, ok
 }
 
-// verdict decides a cell from its runs.
+// verdict decides a cell from its runs: a violation needs every exercised
+// run, and at least MinRuns of them.
 func verdict(c *Cell) {
 	counts := map[Outcome]int{}
+	first := map[Outcome]int{}
 	for i, res := range c.Runs {
+		if _, seen := first[res.Outcome]; !seen {
+			first[res.Outcome] = i
+		}
 		counts[res.Outcome]++
-		if res.Outcome == Violated && c.Violations == 0 {
-			c.Example = i
-		}
-		if res.Outcome == Violated {
-			c.Violations++
-		}
 	}
-	n := len(c.Runs)
-	first := func(o Outcome) int {
-		for i, res := range c.Runs {
-			if res.Outcome == o {
-				return i
-			}
-		}
-		return 0
-	}
+	c.Violations = counts[Violated]
+	c.Exercised = counts[Violated] + counts[Holds]
 	switch {
 	case counts[AdapterError] > 0:
-		c.Outcome, c.Example = AdapterError, first(AdapterError)
-	case c.Violations == n && n >= MinRuns:
-		c.Outcome = Violated
-	case c.Violations == n:
-		c.Outcome = Unconfirmed
+		c.Outcome, c.Example = AdapterError, first[AdapterError]
+	case c.Exercised == 0:
+		c.Outcome, c.Example = NotExercised, first[NotExercised]
+	case c.Violations == c.Exercised && c.Exercised >= MinRuns:
+		c.Outcome, c.Example = Violated, first[Violated]
+	case c.Violations == c.Exercised:
+		c.Outcome, c.Example = Unconfirmed, first[Violated]
 	case c.Violations > 0:
-		c.Outcome = Intermittent
-	case counts[Holds] > 0:
-		c.Outcome, c.Example = Holds, first(Holds)
+		c.Outcome, c.Example = Intermittent, first[Violated]
 	default:
-		c.Outcome, c.Example = NotExercised, first(NotExercised)
+		c.Outcome, c.Example = Holds, first[Holds]
 	}
 	ex := c.Runs[c.Example]
 	c.Why = ex.Why
 	switch c.Outcome {
 	case Intermittent:
-		c.Why = fmt.Sprintf("violated in %d of %d runs: %s", c.Violations, n, ex.Why)
+		c.Why = fmt.Sprintf("violated in %d of %d exercised runs: %s", c.Violations, c.Exercised, ex.Why)
 	case Unconfirmed:
-		c.Why = fmt.Sprintf("violated in %d of %d runs (at least %d are needed to report a violation): %s", c.Violations, n, MinRuns, ex.Why)
-	case Holds:
-		if k := counts[Holds]; k < n {
-			c.Why = fmt.Sprintf("exercised in %d of %d runs; not exercised in the others: %s", k, n, c.Runs[first(NotExercised)].Why)
-		}
+		c.Why = fmt.Sprintf("violated in %d of %d exercised runs (at least %d are needed to report a violation): %s", c.Violations, c.Exercised, MinRuns, ex.Why)
+	}
+	if k := counts[NotExercised]; k > 0 && c.Exercised > 0 {
+		c.Why = strings.TrimSpace(fmt.Sprintf("%s (%d more runs did not exercise the race: %s)", c.Why, k, c.Runs[first[NotExercised]].Why))
 	}
 	seen := map[string]bool{}
 	for _, res := range c.Runs {

@@ -150,7 +150,7 @@ func TestProbesBite(t *testing.T) {
 				t.Fatal(err)
 			}
 			c := rep.Systems[0].Cells[0]
-			if c.Outcome != Unconfirmed || c.Violations != 1 {
+			if c.Outcome != Unconfirmed || c.Violations != 1 || c.Exercised != 1 {
 				t.Fatalf("%s on %s: %s (%s), want a violation\n%s", b.probe, b.variant, c.Outcome, c.Why, steps(c))
 			}
 			if len(c.Runs[0].Rows) == 0 {
@@ -206,5 +206,36 @@ func TestBadAdapterIsAFinding(t *testing.T) {
 				t.Errorf("the finding does not say %q:\n%s", c.want, cell.Why)
 			}
 		})
+	}
+}
+
+// TestVerdict: a violation needs every exercised run and at least MinRuns;
+// runs that did not exercise the race count for nothing.
+func TestVerdict(t *testing.T) {
+	V, H, N, A := Violated, Holds, NotExercised, AdapterError
+	for _, tc := range []struct {
+		runs []Outcome
+		want Outcome
+		rate string
+	}{
+		{[]Outcome{V, V, V}, Violated, "(3/3)"},
+		{[]Outcome{V, N, V, V}, Violated, "(3/3)"},
+		{[]Outcome{V, H, V}, Intermittent, "(2/3)"},
+		{[]Outcome{V, V}, Unconfirmed, "(2/2)"},
+		{[]Outcome{N, N, N}, NotExercised, ""},
+		{[]Outcome{H, N, H, H}, Holds, ""},
+		{[]Outcome{V, V, A}, AdapterError, ""},
+	} {
+		c := Cell{}
+		for _, o := range tc.runs {
+			c.Runs = append(c.Runs, Result{Outcome: o, Why: string(o)})
+		}
+		verdict(&c)
+		if c.Outcome != tc.want || !strings.Contains(c.label(), tc.rate) {
+			t.Errorf("runs %v: %s %q, want %s %s", tc.runs, c.Outcome, c.label(), tc.want, tc.rate)
+		}
+		if c.Outcome == Holds && !strings.Contains(c.Why, "1 more runs did not exercise") {
+			t.Errorf("runs %v: the why %q does not count the runs that did not exercise the race", tc.runs, c.Why)
+		}
 	}
 }

@@ -39,7 +39,7 @@ func (c Cell) label() string {
 	s := string(c.Outcome)
 	switch c.Outcome {
 	case Violated, Intermittent, Unconfirmed:
-		s = fmt.Sprintf("%s (%d/%d)", s, c.Violations, len(c.Runs))
+		s = fmt.Sprintf("%s (%d/%d)", s, c.Violations, c.Exercised)
 		if c.NewFinding {
 			s += ", new"
 		} else {
@@ -59,7 +59,7 @@ func (c Cell) detailed() bool { return c.Outcome != Holds && c.Outcome != NotApp
 func (rep *Report) Markdown() string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "# Job queues probed: which keeps which promise\n\n")
-	fmt.Fprintf(&b, "`leasehold probe`, %s, %d runs per cell, %.0f s", rep.Started.Format("2006-01-02 15:04 UTC"), rep.Runs, rep.Seconds)
+	fmt.Fprintf(&b, "`leasehold probe`, %s, %d exercised runs per cell, %.0f s", rep.Started.Format("2006-01-02 15:04 UTC"), rep.Runs, rep.Seconds)
 	if rep.Commit != "" {
 		fmt.Fprintf(&b, ", leasehold %s", rep.Commit)
 	}
@@ -225,7 +225,7 @@ td.not-applicable{background:#eee;color:#555}td.not-exercised{background:#fff6cc
 pre{background:#f6f6f6;padding:8px;overflow:auto;font-size:12px}
 </style></head><body>
 <h1>Job queues probed: which keeps which promise</h1>
-<p><code>leasehold probe</code>, {{.Started.Format "2006-01-02 15:04 UTC"}}, {{.Runs}} runs per cell{{if .Commit}}, leasehold {{.Commit}}{{end}}.
+<p><code>leasehold probe</code>, {{.Started.Format "2006-01-02 15:04 UTC"}}, {{.Runs}} exercised runs per cell{{if .Commit}}, leasehold {{.Commit}}{{end}}.
 How it works, and how to probe your own queue: docs/ADAPTERS.md. Regenerate with <code>make probe</code>.</p>
 <table><tr><th>probe</th>{{range .Systems}}<th>{{.System.Name}}</th>{{end}}</tr>
 {{$rep := .}}{{range $i, $p := .Probes}}<tr><td><b>{{$p.Name}}</b>: {{$p.Promise}}</td>

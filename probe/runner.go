@@ -8,6 +8,7 @@ import (
 	"os"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/leasehold/leasehold/queueproto"
@@ -24,6 +25,9 @@ type Config struct {
 	Env  Env
 	// NoBuild skips the systems' build commands.
 	NoBuild bool
+	// Jobs is how many systems are probed at once (default 1); each
+	// system's cells run one after another.
+	Jobs int
 	// Progress receives one line per run (nil: none).
 	Progress io.Writer
 	// Replay is the command prefix of every replay line ("go run
@@ -61,11 +65,11 @@ type OutcomeNote struct {
 
 var legend = []OutcomeNote{
 	{Holds, "every run that exercised the race kept the promise"},
-	{Violated, fmt.Sprintf("every run (at least %d) broke the promise: the example run's steps, the rows it left and a replay command follow", MinRuns)},
-	{Intermittent, "some runs broke the promise and others did not: the rate is given"},
-	{Unconfirmed, fmt.Sprintf("every run broke the promise, but fewer than %d ran", MinRuns)},
+	{Violated, fmt.Sprintf("every exercised run (at least %d) broke the promise: the example run's steps, the rows it left and a replay command follow", MinRuns)},
+	{Intermittent, "some exercised runs broke the promise and others did not: the rate is given"},
+	{Unconfirmed, fmt.Sprintf("every exercised run broke the promise, but fewer than %d ran", MinRuns)},
 	{NotApplicable, "the queue does not offer what the probe needs (its documentation cited)"},
-	{NotExercised, "the race the probe needs never happened: no verdict"},
+	{NotExercised, "the race the probe needs never happened: no verdict (a run that does not exercise it is run again, up to twice the runs)"},
 	{AdapterError, "the adapter crashed, hung or broke the protocol: a finding about the adapter, never a pass"},
 }
 
@@ -94,19 +98,28 @@ func ProbeAll(ctx context.Context, cfg Config) (*Report, error) {
 		cfg.Env.TmpDir = dir
 	}
 	rep := &Report{Version: 1, Started: time.Now().UTC(), Runs: cfg.Runs, Probes: probes, Outcomes: legend}
-	for _, sys := range cfg.Systems {
-		row := probeSystem(ctx, cfg, sys, probes)
-		rep.Systems = append(rep.Systems, row)
-		if ctx.Err() != nil {
-			return rep, ctx.Err()
-		}
+	rep.Systems = make([]SystemRow, len(cfg.Systems))
+	sem := make(chan struct{}, max(cfg.Jobs, 1))
+	var wg sync.WaitGroup
+	for i, sys := range cfg.Systems {
+		wg.Add(1)
+		sem <- struct{}{}
+		go func() {
+			defer func() { <-sem; wg.Done() }()
+			rep.Systems[i] = probeSystem(ctx, cfg, sys, probes)
+		}()
 	}
+	wg.Wait()
 	rep.Seconds = time.Since(rep.Started).Seconds()
-	return rep, nil
+	return rep, ctx.Err()
 }
+
+var progressMu sync.Mutex
 
 func (cfg Config) progress(format string, args ...any) {
 	if cfg.Progress != nil {
+		progressMu.Lock()
+		defer progressMu.Unlock()
 		fmt.Fprintf(cfg.Progress, format+"\n", args...)
 	}
 }
@@ -199,10 +212,17 @@ func probeCell(ctx context.Context, cfg Config, sys System, hello queueproto.Hel
 		cfg.progress("%s %s: not applicable (no %s)", sys.Name, p.Name, m)
 		return c
 	}
-	for i := range cfg.Runs {
+	// Runs exercised runs are wanted; a run whose race did not happen is
+	// run again, up to twice as many runs, unless none of the first Runs
+	// exercised it (then it never will).
+	exercised := 0
+	for i := 0; exercised < cfg.Runs && i < 2*cfg.Runs && (exercised > 0 || i < cfg.Runs); i++ {
 		res := runOne(ctx, t, hello, p)
 		c.Runs = append(c.Runs, res)
-		cfg.progress("%s %s: run %d of %d: %s (%.1fs)%s", sys.Name, p.Name, i+1, cfg.Runs, res.Outcome, res.Seconds, short(res.Why))
+		if res.Outcome == Holds || res.Outcome == Violated {
+			exercised++
+		}
+		cfg.progress("%s %s: run %d (%d of %d exercised): %s (%.1fs)%s", sys.Name, p.Name, i+1, exercised, cfg.Runs, res.Outcome, res.Seconds, short(res.Why))
 		if res.Outcome == AdapterError || errors.Is(ctx.Err(), context.Canceled) {
 			break
 		}

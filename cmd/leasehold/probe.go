@@ -46,7 +46,8 @@ rate. Exit status 1 when a control row does not hold a probe, or an adapter fail
 	flags: func(fs *flag.FlagSet, o *streams) func(context.Context, []string) error {
 		systems := fs.String("system", "", "comma-separated systems (default: every control row and every peers/*/probe.json)")
 		probes := fs.String("probe", "", "comma-separated probes (default: all: "+strings.Join(probe.ProbeNames(), ", ")+")")
-		runs := fs.Int("runs", probe.MinRuns, "runs per cell (a violation needs every run, and at least 3)")
+		runs := fs.Int("runs", probe.MinRuns, "exercised runs per cell (a violation needs every one, and at least 3)")
+		jobs := fs.Int("jobs", 1, "systems probed at once (each system's cells one after another)")
 		adapter := fs.String("adapter", "", "probe the queue behind this adapter command (sh -c) instead")
 		broken := fs.String("broken", "", "run the control rows as this broken variant: "+strings.Join(control.VariantNames(), ", "))
 		reports := fs.String("reports", "reports/latest", "directory for peers.{md,json,html}")
@@ -56,15 +57,24 @@ rate. Exit status 1 when a control row does not hold a probe, or an adapter fail
 			if err := noArgs(args); err != nil {
 				return err
 			}
+			if *runs < 1 {
+				return usagef("--runs %d: want at least 1 (%d to report a violation)", *runs, probe.MinRuns)
+			}
+			var names []string
+			if *probes != "" {
+				names = strings.Split(*probes, ",")
+				for _, n := range names {
+					if probe.FindProbe(n) == nil {
+						return usagef("--probe %q: no such probe (the probes: %s)", n, strings.Join(probe.ProbeNames(), ", "))
+					}
+				}
+			}
 			list, err := probeSystems(*systems, *adapter, *broken)
 			if err != nil {
 				return err
 			}
-			cfg := probe.Config{Systems: list, Runs: *runs, NoBuild: *noBuild, Progress: o.err,
+			cfg := probe.Config{Systems: list, Probes: names, Runs: *runs, Jobs: *jobs, NoBuild: *noBuild, Progress: o.err,
 				Env: probe.Env{PostgresDSN: firstEnv("LEASEHOLD_PG_DSN", "DATABASE_URL"), RedisURL: os.Getenv("LEASEHOLD_REDIS_URL")}}
-			if *probes != "" {
-				cfg.Probes = strings.Split(*probes, ",")
-			}
 			if os.Getenv("CI") == "true" {
 				if err := requireDatabases(ctx, list, cfg.Env); err != nil {
 					return err
