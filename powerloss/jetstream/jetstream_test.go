@@ -109,10 +109,11 @@ func inStream(t *testing.T, ctx context.Context, js jetstream.JetStream) map[str
 
 type outcome struct {
 	powerLosses int
-	delivered   int // messages the relay marked delivered, each checked after every later power loss
-	lost        int // of those, missing from the stream after a power loss
-	midOp       int // power losses inside the in-flight publish
-	dropped     int // writes the power losses dropped
+	delivered   int   // messages the relay marked delivered, each checked after every later power loss
+	lost        int   // of those, missing from the stream after a power loss
+	midOp       int   // power losses inside the in-flight publish
+	dropped     int   // writes the power losses dropped
+	flushes     int64 // fsyncs and fdatasyncs of files the filesystem saw, power losses to power losses
 	examples    []string
 }
 
@@ -219,6 +220,7 @@ func powerLoss(t *testing.T, always bool) outcome {
 		}
 		o.powerLosses++
 		o.dropped += cr.Report.Writes
+		o.flushes += fsys.Counts().Syncs
 		inflight := "acknowledged"
 		if n == 0 {
 			inflight = fmt.Sprintf("not acknowledged (%v)", pubErr)
@@ -260,8 +262,8 @@ func TestPowerLossJetStream(t *testing.T) {
 				mu.Lock()
 				results[setting] = o
 				mu.Unlock()
-				t.Logf("sync_interval %s: %d power losses (%d inside the in-flight publish), %d messages marked delivered, %d of them lost, %d writes dropped by the power losses",
-					setting, o.powerLosses, o.midOp, o.delivered, o.lost, o.dropped)
+				t.Logf("sync_interval %s: %d power losses (%d inside the in-flight publish), %d messages marked delivered, %d of them lost, %d writes dropped by the power losses, %d flushes of files",
+					setting, o.powerLosses, o.midOp, o.delivered, o.lost, o.dropped, o.flushes)
 				switch {
 				case setting == "always" && o.midOp == 0:
 					t.Errorf("no power loss fell inside the in-flight publish: the check did not exercise a write cut short")

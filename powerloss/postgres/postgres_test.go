@@ -54,6 +54,7 @@ type outcome struct {
 	powerLosses int
 	midOp       int
 	dropped     int
+	flushes     int64 // fsyncs and fdatasyncs of files the filesystem saw, power losses to power losses
 }
 
 func open(t *testing.T, ctx context.Context, c *pgtest.Cluster) *postgres.Store {
@@ -123,6 +124,7 @@ func powerLoss(t *testing.T, syncCommit string) outcome {
 		}
 		o.powerLosses++
 		o.dropped += rep.Writes
+		o.flushes += fsys.Counts().Syncs
 		t.Logf("round %d: %d writes acknowledged so far; power lost at the %d-th operation on the log (in-flight admission: %s): %s",
 			r, o.Acked, cutPoints[r-1], inflight, rep)
 		if err := fsys.KillUsers(); err != nil {
@@ -158,8 +160,8 @@ func TestPowerLossPostgres(t *testing.T) {
 				mu.Lock()
 				results[sc] = o
 				mu.Unlock()
-				t.Logf("synchronous_commit = %s: %d power losses (%d inside the in-flight admission), %d acknowledged writes checked, %d lost after %d of them, %d writes dropped by the power losses",
-					sc, o.powerLosses, o.midOp, o.Acked, o.Lost, o.LostChecks, o.dropped)
+				t.Logf("synchronous_commit = %s: %d power losses (%d inside the in-flight admission), %d acknowledged writes checked, %d lost after %d of them, %d writes dropped by the power losses, %d flushes of files",
+					sc, o.powerLosses, o.midOp, o.Acked, o.Lost, o.LostChecks, o.dropped, o.flushes)
 				for _, v := range o.Violations {
 					t.Errorf("%s", v)
 				}

@@ -183,8 +183,9 @@ const perRound = 20
 type outcome struct {
 	ledger.Tracker
 	powerLosses int
-	midOp       int // power losses that fell inside the in-flight admission
-	dropped     int // writes the power losses dropped
+	midOp       int   // power losses that fell inside the in-flight admission
+	dropped     int   // writes the power losses dropped
+	flushes     int64 // fsyncs and fdatasyncs of files the filesystem saw, power losses to power losses
 }
 
 // powerLoss runs the rounds with the store's Sync set to sync.
@@ -242,6 +243,7 @@ func powerLoss(t *testing.T, sync string) outcome {
 		}
 		o.powerLosses++
 		o.dropped += rep.Writes
+		o.flushes += fsys.Counts().Syncs
 		t.Logf("round %d: %d writes acknowledged so far; power lost at the %d-th operation on the log (in-flight admission: %s): %s",
 			r, o.Acked, cutPoints[r-1], inflightOutcome(inflight), rep)
 		p.kill()
@@ -273,8 +275,8 @@ func TestPowerLossSQLite(t *testing.T) {
 		t.Run(sync, func(t *testing.T) {
 			o := powerLoss(t, sync)
 			results[sync] = o
-			t.Logf("synchronous %s: %d power losses (%d inside the in-flight admission), %d acknowledged writes checked, %d lost after %d of them, %d writes dropped by the power losses",
-				sync, o.powerLosses, o.midOp, o.Acked, o.Lost, o.LostChecks, o.dropped)
+			t.Logf("synchronous %s: %d power losses (%d inside the in-flight admission), %d acknowledged writes checked, %d lost after %d of them, %d writes dropped by the power losses, %d flushes of files",
+				sync, o.powerLosses, o.midOp, o.Acked, o.Lost, o.LostChecks, o.dropped, o.flushes)
 			for _, v := range o.Violations {
 				t.Errorf("%s", v)
 			}
