@@ -112,7 +112,7 @@ var checks = []check{
 	{Name: "scenarios", Store: "sqlite", Package: "./scenarios", Tests: []string{"TestScenariosSQLite"}},
 	{Name: "scenarios", Store: "postgres", Package: "./scenarios", Tests: []string{"TestScenariosPostgres"}, NeedsPG: true},
 	{Name: "runtime-faults", Store: "sqlite+postgres", Package: "./worker", Tests: runtimeFaultTests, NeedsPG: true},
-	{Name: "invariant-checker", Store: "any", Package: "./invariant", Tests: []string{"TestHealthySnapshot", "TestEachInvariantCatchesItsBreak"}},
+	{Name: "invariant-checker", Store: "any", Package: "./invariant", Tests: []string{"TestHealthySnapshot", "TestEachInvariantCatchesItsBreak", "TestSnapshotOrderTable"}},
 	{Name: "doctor", Store: "sqlite", Package: "./doctor", Tests: []string{"TestDoctorSQLite"}},
 	{Name: "doctor", Store: "postgres", Package: "./doctor", Tests: []string{"TestDoctorPostgres"}, NeedsPG: true},
 	// Power losses (powerloss/, a module of its own): the fault
