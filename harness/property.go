@@ -143,6 +143,8 @@ type machine struct {
 	// lastOutboxCreate is the last create zz_create_outbox sent, for its
 	// retries.
 	lastOutboxCreate *spec.CreateRunRequest
+	// cursors are the Next of every page listed so far.
+	cursors []string
 }
 
 // fail records the property's first failure and fails the check.
@@ -300,7 +302,52 @@ func (m *machine) actions() map[string]func(*rapid.T) {
 	}
 	a["zzzzzzz_retry"] = a["retry"]   // "zzzzz_retry" was the last name
 	a["zzzzzzzzz_retry"] = a["retry"] // "zzzzzzz_retry" was, before zzzzzzzz_restart
+	for name, action := range m.listActions() {
+		a[name] = action
+	}
+	a["zzzzzzzzzzz_retry"] = a["retry"] // "zzzzzzzzz_retry" was the last name
 	return a
+}
+
+// listActions are the listing's, added after zzzzzzzzz_retry. A round of
+// listing pages through a tenant's runs to the end, each page from the
+// Next of the one before with the same filters, so that a page boundary
+// inside runs created in one millisecond is common; now and then it starts
+// from the cursor of an earlier round (of any tenant or filter: a cursor is
+// a position in the order), and now and then a page size is out of bounds
+// or a cursor is one no listing made.
+func (m *machine) listActions() map[string]func(*rapid.T) {
+	return map[string]func(*rapid.T){
+		"zzzzzzzzzz_list_runs": func(t *rapid.T) {
+			if !spec.OperationOf(spec.ListRunsRequest{}).Supports(m.store) {
+				t.Skip("the store does not implement spec.RunLister")
+			}
+			req := spec.ListRunsRequest{Tenant: m.tenant(t), Limit: sometimesBad(t, "limit", rapid.IntRange(1, 3), 0, spec.MaxBatch+1)}
+			now := m.clk.Now()
+			switch rapid.IntRange(0, 3).Draw(t, "filter") {
+			case 1:
+				req.State = rapid.SampledFrom([]spec.RunState{spec.RunQueued, spec.RunRunning, spec.RunCompleted, spec.RunFailed, spec.RunCancelled}).Draw(t, "state")
+			case 2:
+				req.CreatedFrom = rapid.Int64Range(0, now).Draw(t, "created_from")
+				req.CreatedBefore = rapid.SampledFrom([]int64{0, req.CreatedFrom + 1, now}).Draw(t, "created_before")
+				if req.CreatedBefore != 0 && req.CreatedBefore <= req.CreatedFrom {
+					req.CreatedBefore = 0
+				}
+			}
+			if len(m.cursors) > 0 && rapid.IntRange(0, 3).Draw(t, "resume?") == 0 {
+				req.Cursor = invalid(t, "cursor", m.cursors, "r1")
+			}
+			for range 20 {
+				got := m.do(t, model.Op{Req: req})
+				p, ok := got.Value.(spec.RunPage)
+				if !ok || p.Next == "" {
+					return
+				}
+				m.cursors = append(m.cursors, p.Next)
+				req.Cursor = p.Next
+			}
+		},
+	}
 }
 
 // roundActions are a worker's, a relay's and a retrying client's whole

@@ -79,6 +79,7 @@ const (
 	CapNotifications     = storetest.CapNotifications
 	CapCreateRuns        = storetest.CapCreateRuns
 	CapLockWaits         = storetest.CapLockWaits
+	CapListRuns          = storetest.CapListRuns
 	LayoutTablePerRecord = storetest.LayoutTablePerRecord
 	LayoutJobRow         = storetest.LayoutJobRow
 )

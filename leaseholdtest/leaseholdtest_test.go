@@ -38,7 +38,7 @@ func TestCapabilitiesAreDeclared(t *testing.T) {
 		f    storetest.Factory
 		want []storetest.Capability
 	}{
-		{"sqlite", sqlitetest.Factory, []storetest.Capability{storetest.CapHooks, storetest.CapSQL, storetest.CapCompleteBatch, storetest.CapCreateRuns, storetest.CapLockWaits}},
+		{"sqlite", sqlitetest.Factory, []storetest.Capability{storetest.CapHooks, storetest.CapSQL, storetest.CapCompleteBatch, storetest.CapCreateRuns, storetest.CapLockWaits, storetest.CapListRuns}},
 		{"bare", bare, nil},
 	} {
 		if got := storetest.Declared(t, c.f); !slices.Equal(got, c.want) {
@@ -57,7 +57,8 @@ func TestConformanceNotApplicable(t *testing.T) {
 		"CompleteBatchEqualsComplete", "CompleteBatchAtomicity", "CompleteBatchLimits", "ConcurrentOverlappingBatches",
 		"MigrationRecorded", "DatabaseRejectsOrphans", "DatabaseRejectsInvalidDomain", "OutboxBatchMembers",
 		"CreateRunsMembersAreIndependent", "CreateRunsEqualsCreateRun", "CreateRunsAtomicity", "CreateRunsLimits",
-		"ConcurrentOverlappingBulkAdmissions", "LockWaitsCountsOwnWaiters", "HooksOnEveryAnsweredWrite"}
+		"ConcurrentOverlappingBulkAdmissions", "LockWaitsCountsOwnWaiters", "HooksOnEveryAnsweredWrite",
+		"ListRuns", "ListRunsTenantIsolation", "ListRunsUnderConcurrentAdmission"}
 	slices.Sort(want)
 	got := slices.Sorted(slices.Values(sum.NotApplicable))
 	if !slices.Equal(got, want) {
@@ -129,6 +130,10 @@ func (everything) CreateRuns(context.Context, []spec.CreateRunRequest) ([]spec.C
 func (everything) Listen(context.Context, func(spec.Notification)) error { return nil }
 
 func (everything) LockWaits(context.Context) (int, error) { return 0, nil }
+
+func (everything) ListRuns(context.Context, spec.ListRunsRequest) (spec.RunPage, error) {
+	return spec.RunPage{}, nil
+}
 
 // TestEveryCapabilityIsFound: a handle that declares and implements
 // everything offers every capability of storetest.Capabilities, one that

@@ -46,7 +46,7 @@ type Result struct {
 	// Release), []string (Reap, PurgeRuns), int (PurgeIdempotency,
 	// MarkDelivered), []spec.OutboxMessage (ClaimOutbox),
 	// spec.EffectReservation (ReserveEffect), spec.Effect (RecordEffect,
-	// ReconcileEffect). Nil when Err is set.
+	// ReconcileEffect), spec.RunPage (ListRuns). Nil when Err is set.
 	Value any
 	// Err is the contract error, or nil on success.
 	Err *spec.Error
@@ -141,6 +141,7 @@ var steps = map[spec.Op]stepFunc{
 	spec.OpAttempts:        read(Model.attempts),
 	spec.OpEffects:         read(Model.effects),
 	spec.OpSnapshot:        read(Model.snapshot),
+	spec.OpListRuns:        read(Model.listRuns),
 }
 
 // typed adapts the model of a writing operation with request type R.

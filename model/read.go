@@ -45,3 +45,25 @@ func readRun(m Model, s State, tenant, runID string, rows func(*runRow) any) Res
 	}
 	return ok(rows(r))
 }
+
+// listRuns is RunLister.ListRuns: the tenant's runs that the validated
+// listing matches, in its order, cut into the page.
+func (m Model) listRuns(s State, req spec.ListRunsRequest) Result {
+	l, err := m.Config.CheckListRuns(req)
+	if err != nil {
+		return failed(err)
+	}
+	var runs []spec.Run
+	for _, r := range s.runs {
+		if l.Matches(r.run) {
+			runs = append(runs, r.run)
+		}
+	}
+	slices.SortFunc(runs, func(a, b spec.Run) int {
+		if spec.PositionOf(a).Before(spec.PositionOf(b)) {
+			return -1
+		}
+		return 1 // positions are distinct: a tenant's run ids are
+	})
+	return ok(l.Page(runs[:min(len(runs), l.Limit+1)]))
+}

@@ -161,6 +161,13 @@ var operations = []Operation{
 		}
 		return b.CreateRuns(ctx, r.Requests)
 	}, "BatchCreator.CreateRuns", true, GuardAdmission), "BatchCreator"),
+	capability(row(func(s Store, ctx context.Context, r ListRunsRequest) (RunPage, error) {
+		l, ok := s.(RunLister)
+		if !ok {
+			return RunPage{}, fmt.Errorf("spec: %T does not implement RunLister", s)
+		}
+		return l.ListRuns(ctx, r)
+	}, "RunLister.ListRuns", false, GuardNone), "RunLister"),
 }
 
 // capability marks a row as an optional capability's.
@@ -180,6 +187,9 @@ func (o Operation) Supports(s Store) bool {
 		return ok
 	case "BatchCreator":
 		_, ok := s.(BatchCreator)
+		return ok
+	case "RunLister":
+		_, ok := s.(RunLister)
 		return ok
 	}
 	return false

@@ -87,7 +87,8 @@ func tableProblems(rows []Operation) []string {
 		prefix string
 		t      reflect.Type
 	}{{"", reflect.TypeFor[Store]()}, {"BatchCompleter.", reflect.TypeFor[BatchCompleter]()},
-		{"BatchCreator.", reflect.TypeFor[BatchCreator]()}, {"Notifier.", reflect.TypeFor[Notifier]()}} {
+		{"BatchCreator.", reflect.TypeFor[BatchCreator]()}, {"RunLister.", reflect.TypeFor[RunLister]()},
+		{"Notifier.", reflect.TypeFor[Notifier]()}} {
 		for i := 0; i < iface.t.NumMethod(); i++ {
 			name := iface.prefix + iface.t.Method(i).Name
 			if _, skip := notOperations[name]; !skip && !byMethod[name] {

@@ -62,7 +62,8 @@ var okLease = LeaseRef{Tenant: "t", RunID: "r", Owner: "w", Generation: 1}
 // notNames are the string fields of the requests that are not names of
 // the porter table, with the reason.
 var notNames = map[string]string{
-	"state": "a closed set (docs/protocol: EffectState): another value is invalid_argument",
+	"state":  "a closed set (docs/protocol: EffectState, RunState): another value is invalid_argument",
+	"cursor": "opaque: a list_runs page's next, passed back unchanged (ParseCursor); any other string is invalid_argument",
 }
 
 // porterRow is one row of the porter table.

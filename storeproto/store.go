@@ -15,37 +15,72 @@ import (
 // protocol forbids as a *Finding.
 type Store struct{ c *Conn }
 
-// batchStore, bulkStore and batchBulkStore are a Store whose process
-// implements complete_batch, create_runs, or both.
+// The optional operations, each a part a Store embeds when its process
+// lists the operation in its open reply (NewStore).
 type (
-	batchStore     struct{ *Store }
-	bulkStore      struct{ *Store }
-	batchBulkStore struct{ *Store }
+	completer struct{ s *Store } // complete_batch: spec.BatchCompleter
+	creator   struct{ s *Store } // create_runs: spec.BatchCreator
+	lister    struct{ s *Store } // list_runs: spec.RunLister
 )
 
 var (
 	_ spec.Store          = (*Store)(nil)
-	_ spec.BatchCompleter = batchStore{}
-	_ spec.BatchCreator   = bulkStore{}
-	_ spec.BatchCompleter = batchBulkStore{}
-	_ spec.BatchCreator   = batchBulkStore{}
+	_ spec.BatchCompleter = completer{}
+	_ spec.BatchCreator   = creator{}
+	_ spec.RunLister      = lister{}
 )
 
-// NewStore returns the spec.Store of a connection: a spec.BatchCompleter
-// too when the store lists complete_batch in its open reply, and a
-// spec.BatchCreator when it lists create_runs (an optional operation: a
-// store that does not list it is not one, and the checks of bulk admission
-// are not applicable to it).
+// NewStore returns the spec.Store of a connection, which is also a
+// spec.BatchCompleter when the store lists complete_batch in its open
+// reply, a spec.BatchCreator when it lists create_runs and a
+// spec.RunLister when it lists list_runs (optional operations: a store
+// that does not list one is not one, and the checks that need it are not
+// applicable to it).
 func NewStore(c *Conn) spec.Store {
 	s := &Store{c: c}
-	batch, bulk := c.hello.implements(spec.OpCompleteBatch), c.hello.implements(spec.OpCreateRuns)
+	batch, bulk, list := c.hello.implements(spec.OpCompleteBatch), c.hello.implements(spec.OpCreateRuns), c.hello.implements(spec.OpListRuns)
+	b, k, l := completer{s}, creator{s}, lister{s}
 	switch {
+	case batch && bulk && list:
+		return struct {
+			*Store
+			completer
+			creator
+			lister
+		}{s, b, k, l}
 	case batch && bulk:
-		return batchBulkStore{s}
+		return struct {
+			*Store
+			completer
+			creator
+		}{s, b, k}
+	case batch && list:
+		return struct {
+			*Store
+			completer
+			lister
+		}{s, b, l}
+	case bulk && list:
+		return struct {
+			*Store
+			creator
+			lister
+		}{s, k, l}
 	case batch:
-		return batchStore{s}
+		return struct {
+			*Store
+			completer
+		}{s, b}
 	case bulk:
-		return bulkStore{s}
+		return struct {
+			*Store
+			creator
+		}{s, k}
+	case list:
+		return struct {
+			*Store
+			lister
+		}{s, l}
 	}
 	return s
 }
@@ -200,23 +235,18 @@ func (s *Store) Snapshot(ctx context.Context) (spec.Snapshot, error) {
 func (s *Store) Close() error { return s.c.Close() }
 
 // CompleteBatch implements spec.BatchCompleter (see completeBatch).
-func (b batchStore) CompleteBatch(ctx context.Context, reqs []spec.CompleteRequest) ([]spec.BatchOutcome, error) {
-	return b.completeBatch(ctx, reqs)
-}
-
-// CompleteBatch implements spec.BatchCompleter (see completeBatch).
-func (b batchBulkStore) CompleteBatch(ctx context.Context, reqs []spec.CompleteRequest) ([]spec.BatchOutcome, error) {
-	return b.completeBatch(ctx, reqs)
+func (b completer) CompleteBatch(ctx context.Context, reqs []spec.CompleteRequest) ([]spec.BatchOutcome, error) {
+	return b.s.completeBatch(ctx, reqs)
 }
 
 // CreateRuns implements spec.BatchCreator (see createRuns).
-func (b bulkStore) CreateRuns(ctx context.Context, reqs []spec.CreateRunRequest) ([]spec.CreateOutcome, error) {
-	return b.createRuns(ctx, reqs)
+func (k creator) CreateRuns(ctx context.Context, reqs []spec.CreateRunRequest) ([]spec.CreateOutcome, error) {
+	return k.s.createRuns(ctx, reqs)
 }
 
-// CreateRuns implements spec.BatchCreator (see createRuns).
-func (b batchBulkStore) CreateRuns(ctx context.Context, reqs []spec.CreateRunRequest) ([]spec.CreateOutcome, error) {
-	return b.createRuns(ctx, reqs)
+// ListRuns implements spec.RunLister: list_runs.
+func (l lister) ListRuns(ctx context.Context, req spec.ListRunsRequest) (spec.RunPage, error) {
+	return do[spec.RunPage](ctx, l.s, req, nil)
 }
 
 // createRuns is create_runs: one request, one outcome per member in its

@@ -56,7 +56,7 @@ func TestProtocolLinearizableWithoutBatches(t *testing.T) {
 // the Handle.
 func TestProtocolDeclaresCapabilities(t *testing.T) {
 	got := storetest.Describe(storetest.Declared(t, goSQLite.Factory))
-	if want := "hooks, sql, complete_batch, create_runs"; got != want {
+	if want := "hooks, sql, complete_batch, create_runs, list_runs"; got != want {
 		t.Errorf("the served SQLite store offers %q, want %q", got, want)
 	}
 }

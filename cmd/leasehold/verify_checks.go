@@ -96,7 +96,7 @@ func etcdFixed() []string {
 }
 
 var checks = []check{
-	{Name: "conformance", Store: "sqlite", Package: "./impl/sqlite", Tests: []string{"TestConformance", "TestClaimPlanUsesIndex", "TestStatementCacheOneConnection",
+	{Name: "conformance", Store: "sqlite", Package: "./impl/sqlite", Tests: []string{"TestConformance", "TestClaimPlanUsesIndex", "TestListRunsPlanNeedsItsIndex", "TestStatementCacheOneConnection",
 		"TestPiecesCoverTheBatch", "TestBulkAdmissionAcrossPieces",
 		"TestCreateRunTx", "TestCreateRunTxTwiceInOneTransaction", "TestCreateRunTxConcurrent", "TestTxEndsWithItsContext",
 		"TestMigrationDerivesQueuedEvents", "TestMigrationRefusesUnderivableQueuedEvents",
@@ -135,6 +135,9 @@ var checks = []check{
 	{Name: "mutants-doctor", Store: "sqlite", Package: "./doctor", Tests: []string{"TestMutantScopedRepair"}, Tags: "leasehold_mutants"},
 	{Name: "mutants-storeproto", Store: "any", Package: "./storeproto", Tests: []string{"TestMutantAfterCommitAcceptsUnavailable"}, Tags: "leasehold_mutants"},
 	{Name: "mutants-worker", Store: "sqlite", Package: "./worker", Tests: []string{"TestMutantFirstHousekeepingAfterInterval"}, Tags: "leasehold_mutants"},
+	// The broken listings: the listing's conformance tests and the rapid
+	// property catch each.
+	{Name: "mutants-listing", Store: "sqlite+postgres", Package: "./harness", Tests: []string{"TestListingMutants"}, Tags: "leasehold_mutants", NeedsPG: true},
 	{Name: "mutants-scenarios", Store: "sqlite+postgres", Package: "./scenarios",
 		Tests: []string{"TestMutantsScenarios", "TestMutantsScenariosPostgres", "TestModelJudgesBrokenExpectations"},
 		Tags:  "leasehold_mutants", NeedsPG: true},

@@ -1,7 +1,7 @@
 // Package etcd is leasehold's store on an etcd v3 cluster (client v3.7):
-// the whole spec.Store contract, spec.BatchCompleter and spec.BatchCreator,
-// built only on the porting kit's public API (spec's pure functions, proven
-// by leaseholdtest) as an outside port would be.
+// the whole spec.Store contract, spec.BatchCompleter, spec.BatchCreator and
+// spec.RunLister, built only on the porting kit's public API (spec's pure
+// functions, proven by leaseholdtest) as an outside port would be.
 //
 // # Transactions
 //
@@ -65,6 +65,7 @@
 //	ready/<tenant>/<eligible_at>/<run> claimable: queued (at available_at), or leased with budget left (at the expiry)
 //	reap/<tenant>/<expires_at>/<run>   reapable: leased with the budget spent (at the expiry)
 //	done/<tenant>/<finished_at>/<run>  terminal runs by finishing time (PurgeRuns)
+//	made/<tenant>/<newest>             every run, by newest(created_at, run): ListRuns' order as key order
 //	replay/<tenant>/<run>              the run that replays run (each run is replayed once)
 //	out/<tenant>/<run>/<seq>           the outbox messages
 //	pend/<created_at>/<tenant>/<run>/<seq>, pendt/<tenant>/<created_at>/<run>/<seq>   pending messages, all and by tenant
@@ -76,10 +77,12 @@
 // ready or reap, at the key its state gives (indexKey), and a terminal job
 // has none; the lease key exists iff the job is leased and spells its
 // generation, owner and expiry; a terminal run has exactly one done entry,
-// at its terminal event's time; replay/<t>/<r> exists iff a run with
-// ReplayOf = r exists; an idemx entry exists iff its record does, at the
-// record's expiry; a pend and a pendt entry exist iff the message is
-// pending; a run's outbox count is its highest message seq. Every record of
+// at its terminal event's time; every run has exactly one made entry, at
+// its creation time, naming it (runs admitted on a prefix by a version
+// before the listing have none, and are not listed); replay/<t>/<r>
+// exists iff a run with ReplayOf = r exists; an idemx entry exists iff its
+// record does, at the record's expiry; a pend and a pendt entry exist iff
+// the message is pending; a run's outbox count is its highest message seq. Every record of
 // a run is under keys that name its tenant, so no key of one tenant's run
 // is reachable through another's.
 //

@@ -2,6 +2,7 @@ package etcd
 
 import (
 	"fmt"
+	"math"
 	"strings"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -54,6 +55,7 @@ const (
 	famClaimable  = "ready"  // ready/<tenant>/<eligible_at>/<run>: "" (queued, or leased with budget left)
 	famReapable   = "reap"   // reap/<tenant>/<lease_expires_at>/<run>: "" (leased, budget spent)
 	famFinished   = "done"   // done/<tenant>/<finished_at>/<run>: "" (terminal runs)
+	famCreated    = "made"   // made/<tenant>/<newest(created_at, run)>: the run id (ListRuns' order)
 	famReplayedBy = "replay" // replay/<tenant>/<original>: the replay's run id
 	famOutbox     = "out"    // out/<tenant>/<run>/<seq>: spec.OutboxMessage
 	famPending    = "pend"   // pend/<created_at>/<tenant>/<run>/<seq>: "" (pending messages)
@@ -92,6 +94,27 @@ func (s *Store) idemExpiryKey(rec spec.IdempotencyRecord) string {
 func (s *Store) finishedKey(t string, at int64, r string) string {
 	return s.key(famFinished, t, num(at), r)
 }
+
+// createdKey is the run's entry in the listing index: under its tenant, at
+// newest(created_at, run id), so that ascending key order (the only order
+// etcd reads a range in without reading all of it) is the listing's order.
+func (s *Store) createdKey(t string, at int64, r string) string {
+	return s.key(famCreated, t) + string(sep) + newest(spec.RunPosition{CreatedAt: at, RunID: r})
+}
+
+// newest spells a listing position so that byte order is the listing's
+// order, newest first: math.MaxInt64 - created_at as 20 digits, then each
+// byte of the run id complemented and 0xff after them ("" is the least id:
+// its 0xff sorts after every complemented byte, so (t, "") is spelled after
+// every run created at t, as spec.RunPosition orders it).
+func newest(p spec.RunPosition) string {
+	b := []byte(num(math.MaxInt64 - p.CreatedAt))
+	for i := 0; i < len(p.RunID); i++ {
+		b = append(b, ^p.RunID[i])
+	}
+	return string(append(b, 0xff))
+}
+
 func (s *Store) replayedByKey(t, r string) string { return s.key(famReplayedBy, t, r) }
 func (s *Store) outboxKey(t, r string, seq int64) string {
 	return s.key(famOutbox, t, r, num(seq))

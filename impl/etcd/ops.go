@@ -100,6 +100,7 @@ func (w *wtx) admit(n spec.NormalizedCreate, now int64, bulk bool) (spec.CreateR
 	run := runRecord{Run: n.QueuedRun(now), IdemOperation: n.Operation, IdemKey: n.Key}
 	w.putOutbox(&run, 0, now, n.Outbox)
 	w.put(s.runKey(n.Tenant, n.RunID), run)
+	w.put(s.createdKey(n.Tenant, now, n.RunID), n.RunID)
 	w.put(s.eventKey(n.Tenant, n.RunID, 1), spec.Event{Tenant: n.Tenant, RunID: n.RunID, Seq: 1, Kind: spec.EventRunQueued, At: now,
 		Payload: spec.QueuedPayload("", "", 0)})
 	w.putJob(nil, spec.Job{Tenant: n.Tenant, RunID: n.RunID, Operation: n.Operation, State: spec.JobQueued, AvailableAt: n.AvailableAt,
@@ -699,6 +700,7 @@ func (s *Store) Replay(ctx context.Context, req spec.ReplayRequest) (run spec.Ru
 			Payload: orig.Payload, Fingerprint: orig.Fingerprint, MaxAttempts: orig.MaxAttempts, CreatedAt: now, DeadlineAt: deadline,
 			ReplayOf: orig.ID, ReplayDepth: depth}}
 		w.put(s.runKey(req.Tenant, req.NewRunID), nr)
+		w.put(s.createdKey(req.Tenant, now, req.NewRunID), req.NewRunID)
 		w.put(rbk, req.NewRunID)
 		w.put(s.eventKey(req.Tenant, req.NewRunID, 1), spec.Event{Tenant: req.Tenant, RunID: req.NewRunID, Seq: 1, Kind: spec.EventRunQueued,
 			At: now, Payload: spec.QueuedPayload(orig.ID, req.Actor, depth)})

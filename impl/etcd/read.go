@@ -308,6 +308,7 @@ func (w *wtx) deleteRun(tenant, r string, hasReplay bool) {
 	}
 	w.del(s.jobKey(tenant, r))
 	w.del(s.finishedKey(tenant, rec.FinishedAt, r))
+	w.del(s.createdKey(tenant, rec.CreatedAt, r))
 	if hasReplay {
 		w.del(s.replayedByKey(tenant, r))
 	}

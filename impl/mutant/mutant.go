@@ -8,7 +8,12 @@
 // false for every name and the compiler drops the broken paths.
 package mutant
 
-import "strings"
+import (
+	"math"
+	"strings"
+
+	"github.com/leasehold/leasehold/spec"
+)
 
 // The mutants.
 const (
@@ -64,6 +69,25 @@ const (
 // Parts lists the mutants of the parts around the stores.
 var Parts = []string{TenantFromRequest, ScopedRepairSkipsInvariants, AfterCommitAcceptsUnavailable, FirstHousekeepingAfterInterval}
 
+// The broken listings (spec.RunLister, SQLite and PostgreSQL). A listing is
+// a read the writing checks never make, so they are not in Names: the
+// listing's conformance tests (storetest.ListingTests) must catch each.
+const (
+	// ListIgnoresTenant lists every tenant's runs.
+	ListIgnoresTenant = "list_ignores_tenant"
+	// ListCursorSkipsTies resumes after a cursor by creation time alone,
+	// skipping the rest of the runs created in the cursor's millisecond.
+	ListCursorSkipsTies = "list_cursor_skips_ties"
+	// ListByOffset pages with OFFSET (the cursor holds the count of runs
+	// already listed): exact while nothing is admitted, but a run admitted
+	// ahead of the position between two pages shifts every later run, so
+	// one is listed twice.
+	ListByOffset = "list_by_offset"
+)
+
+// Listing lists the broken listings.
+var Listing = []string{ListIgnoresTenant, ListCursorSkipsTies, ListByOffset}
+
 // Derive returns a store's own statement with one part replaced, the way
 // every mutant statement is made, so that a mutant cannot drift from what it
 // breaks. It panics when old is not in stmt: the mutant would silently be
@@ -73,4 +97,28 @@ func Derive(stmt, old, new string) string {
 		panic("mutant: the statement no longer contains " + old)
 	}
 	return strings.Replace(stmt, old, new, 1)
+}
+
+// OffsetCursor is ListByOffset's cursor after n runs: a position that
+// CheckListRuns accepts, holding the count.
+func OffsetCursor(n int) string {
+	return spec.RunPosition{CreatedAt: int64(n), RunID: "offset"}.Cursor()
+}
+
+// OffsetOf is the count an OffsetCursor holds (0 for any other cursor).
+func OffsetOf(cursor string) int {
+	p, err := spec.ParseCursor(cursor)
+	if err != nil || p.RunID != "offset" {
+		return 0
+	}
+	return int(p.CreatedAt)
+}
+
+// OffsetBound is the bound ListByOffset lists below: the creation range's
+// end, never the cursor.
+func OffsetBound(req spec.ListRunsRequest) spec.RunPosition {
+	if req.CreatedBefore != 0 {
+		return spec.RunPosition{CreatedAt: req.CreatedBefore}
+	}
+	return spec.RunPosition{CreatedAt: math.MaxInt64}
 }

@@ -17,6 +17,7 @@ var (
 	FreshSQL       = insertFresh
 	PurgeSQL       = purgeIdempotency
 	RetiredSQL     = selectRetiredLeaves
+	ListRunsSQL    = listRuns
 	LockJobSQL     = lockJob
 	ClockSQL       = clockQuery
 	// Bulk admission's lookups, one primary-key lookup per member.

@@ -32,3 +32,10 @@ func (s *Store) mutantFinishJobOnly(t *txn, ref spec.LeaseRef, now int64, tm ter
 	_, err := t.exec(mutantFinishJobOnlySQL, leaseArgs(ref, now).with(tm.args()))
 	return err
 }
+
+// The broken listings (package mutant's Listing), derived from listRuns.
+var (
+	mutantListIgnoresTenant = mutant.Derive(listRuns, "WHERE tenant = @tenant AND ", "WHERE ")
+	mutantListSkipsTies     = mutant.Derive(listRuns, "(created_at, run_id) < (@below_at, @below_id)", "created_at < @below_at")
+	mutantListByOffset      = mutant.Derive(listRuns, "LIMIT @limit", "LIMIT @limit OFFSET @offset")
+)

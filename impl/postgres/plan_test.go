@@ -190,6 +190,20 @@ func TestPlansAtDepth(t *testing.T) {
 		// 1+depthTotal: a purge of runs reads the first 100 in finishing order.
 		{"purge runs", postgres.RetiredSQL, pgx.NamedArgs{"tenant": "acme", "retired_by": depthNow, "now": 1_000_000,
 			"after_at": int64(-1), "after_id": "", "limit": 100}, "jobs_finished", 100, 100, false},
+		// Listing (every loaded run was created at 0: one tie of 150,000
+		// runs of acme, which the row comparison enters at the cursor). A
+		// page of 100 reads 101 runs (the 101st says whether a page
+		// follows), and each run's job by its key.
+		{"list runs", postgres.ListRunsSQL, listing("acme", "", math.MaxInt64, ""), "runs_created", 101, 101, false},
+		{"list runs after a cursor inside a tie", postgres.ListRunsSQL, listing("acme", "", 0, "r0050000"), "runs_created", 101, 101, false},
+		// acme's newest runs are its 30,000 completed ones: the first page
+		// of them is read as the first page of all.
+		{"list completed runs", postgres.ListRunsSQL, listing("acme", "completed", math.MaxInt64, ""), "runs_created", 101, 101, false},
+		// Its queued runs come after its completed and leased ones: a
+		// filter is applied to the runs read in order, so the first page
+		// of them reads the 50,000 runs listed before them too (through the
+		// index still, no sort).
+		{"list queued runs", postgres.ListRunsSQL, listing("acme", "queued", math.MaxInt64, ""), "runs_created", 101, 0, false},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -242,6 +256,41 @@ func TestPlansAtDepth(t *testing.T) {
 			}
 		})
 	}
+	// The listing's check bites: without runs_created the same statement
+	// sorts the tenant's runs (dropped in a transaction rolled back).
+	t.Run("list runs without its index", func(t *testing.T) {
+		tx, err := conn.Begin(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer tx.Rollback(ctx)
+		if _, err := tx.Exec(ctx, "DROP INDEX runs_created"); err != nil {
+			t.Fatal(err)
+		}
+		var raw []byte
+		if err := tx.QueryRow(ctx, "EXPLAIN (FORMAT JSON) "+postgres.ListRunsSQL, listing("acme", "", math.MaxInt64, "")).Scan(&raw); err != nil {
+			t.Fatal(err)
+		}
+		var out []explained
+		if err := json.Unmarshal(raw, &out); err != nil || len(out) != 1 {
+			t.Fatalf("EXPLAIN JSON: %v\n%s", err, raw)
+		}
+		var text strings.Builder
+		printPlan(&text, out[0].Plan, 0)
+		uses := false
+		out[0].Plan.walk(func(n planNode) { uses = uses || n.IndexName == "runs_created" })
+		if uses || !strings.Contains(text.String(), "Sort") {
+			t.Errorf("without runs_created the listing's plan should sort what another scan read, which the check above refuses; it is:\n%s", text.String())
+		}
+		t.Logf("the listing's plan without runs_created (the check above refuses it):\n%s", text.String())
+	})
+}
+
+// listing is listRuns' parameters for a first page of 100 runs of tenant
+// (then the 101st) in state ("" for any), below (belowAt, belowID).
+func listing(tenant, state string, belowAt int64, belowID string) pgx.NamedArgs {
+	return pgx.NamedArgs{"tenant": tenant, "below_at": belowAt, "below_id": belowID, "from": 0, "state": state,
+		"operation": "", "limit": 101}
 }
 
 // genericPlan returns the plan PostgreSQL would cache for query as a

@@ -767,3 +767,22 @@ const (
 			WHERE x.tenant = m.tenant AND x.operation = m.operation AND x.idempotency_key = m.idempotency_key
 			AND x.idempotency_expires_at <= @now OFFSET 0 FOR NO KEY UPDATE) AS k))`
 )
+
+// listRuns is ListRuns (spec.RunListing): the tenant's runs listed after
+// the bound (below_at, below_id) and created at or after @from, newest
+// first, matching the optional filters ("" for any), the first @limit of
+// them. The row comparison reads runs_created backwards from the bound
+// ((t, ”) bounds the runs created before t: ” is the least id); each run
+// read meets its job by the job's key, in a lateral subquery that OFFSET 0
+// keeps from being flattened into a join, so that no plan can read the
+// tenant's jobs instead, and the order of the index is the order of the
+// result (no sort).
+const listRuns = `SELECT ` + runRow + ` FROM (
+		SELECT * FROM runs
+		WHERE tenant = @tenant AND (created_at, run_id) < (@below_at, @below_id) AND created_at >= @from
+			AND (@operation::text = '' OR operation = @operation)
+		ORDER BY created_at DESC, run_id DESC) AS r,
+	LATERAL (SELECT * FROM jobs WHERE tenant = r.tenant AND run_id = r.run_id OFFSET 0) AS j
+	WHERE (@state::text = '' OR j.run_state = @state)
+	ORDER BY r.created_at DESC, r.run_id DESC
+	LIMIT @limit`

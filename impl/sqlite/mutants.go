@@ -27,3 +27,10 @@ func (s *Store) mutantFinishJobOnly(ctx context.Context, tx *txn, ref spec.Lease
 	_, err := exec(ctx, tx, finishJob, leaseArgs(ref, now).with(args{"state": t.job, "error_code": t.errorCode}))
 	return err
 }
+
+// The broken listings (package mutant's Listing), derived from listRuns.
+var (
+	mutantListIgnoresTenant = mutant.Derive(listRuns, "tenant = :tenant AND ", "")
+	mutantListSkipsTies     = mutant.Derive(listRuns, "(created_at, run_id) < (:below_at, :below_id)", "created_at < :below_at")
+	mutantListByOffset      = mutant.Derive(listRuns, "LIMIT :limit", "LIMIT :limit OFFSET :offset")
+)

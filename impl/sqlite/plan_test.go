@@ -57,12 +57,13 @@ func TestClaimPlanUsesIndex(t *testing.T) {
 		{"snapshot records", selectAllIdempotency, []string{"SCAN runs USING INDEX runs_idempotency"}, 0, []any{}},
 		{"events of a run", selectRunEvents, []string{"SEARCH runs USING PRIMARY KEY", "SEARCH run_events USING PRIMARY KEY"}, 0, []any{"t", "r"}},
 		{"snapshot events", selectAllEvents, []string{"MERGE (UNION ALL)"}, 0, []any{}},
+		{"list runs", listRuns, []string{"SEARCH runs USING INDEX runs_created (tenant=? AND created_at>? AND (created_at,run_id)<(?,?))"}, 0, nil},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			a := leaseArgs(spec.LeaseRef{}, 0).with(args{
 				"worker": "w", "expires_at": 1, "limit": 1, "operation": "o", "key": "k",
-				"retired_by": 0, "after_at": 0, "after_id": ""}).list()
+				"retired_by": 0, "after_at": 0, "after_id": "", "below_at": 5, "below_id": "r", "from": 0, "state": ""}).list()
 			if c.positional != nil {
 				a = c.positional
 			}
@@ -92,4 +93,38 @@ func TestClaimPlanUsesIndex(t *testing.T) {
 			t.Logf("%s plan:\n%s", c.name, text)
 		})
 	}
+}
+
+// TestListRunsPlanNeedsItsIndex: the listing's case above bites. Without
+// runs_created the same statement reads the tenant's runs by the primary
+// key and sorts them, a plan the case refuses.
+func TestListRunsPlanNeedsItsIndex(t *testing.T) {
+	s, err := Open(context.Background(), filepath.Join(t.TempDir(), "plan.db"), Options{Config: spec.DefaultConfig()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	if _, err := s.DB().Exec("DROP INDEX runs_created"); err != nil {
+		t.Fatal(err)
+	}
+	rows, err := s.DB().Query("EXPLAIN QUERY PLAN "+listRuns, args{"tenant": "t", "below_at": 5, "below_id": "r", "from": 0,
+		"state": "", "operation": "", "limit": 2}.list()...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rows.Close()
+	var plan []string
+	for rows.Next() {
+		var id, parent, unused int
+		var detail string
+		if err := rows.Scan(&id, &parent, &unused, &detail); err != nil {
+			t.Fatal(err)
+		}
+		plan = append(plan, detail)
+	}
+	text := strings.Join(plan, "\n")
+	if strings.Contains(text, "runs_created") || !strings.Contains(text, "TEMP B-TREE") {
+		t.Fatalf("without runs_created the listing should sort the tenant's runs; its plan is:\n%s", text)
+	}
+	t.Logf("the listing's plan without runs_created (TestClaimPlanUsesIndex refuses it):\n%s", text)
 }

@@ -279,3 +279,14 @@ const (
 		WHERE tenant = :tenant AND run_id = :run_id AND step = :step AND effect_key = :key
 		AND state IN ('unknown', 'reserved')`
 )
+
+// listRuns is ListRuns (spec.RunListing): the tenant's runs listed after
+// the bound (below_at, below_id) and created at or after :from, newest
+// first, matching the optional filters ("" for any), the first :limit of
+// them. The row comparison reads runs_created backwards from the bound;
+// (t, ”) bounds the runs created before t (” is the least id).
+const listRuns = `SELECT ` + runColumns + ` FROM runs
+	WHERE tenant = :tenant AND (created_at, run_id) < (:below_at, :below_id) AND created_at >= :from
+		AND (:state = '' OR state = :state) AND (:operation = '' OR operation = :operation)
+	ORDER BY created_at DESC, run_id DESC
+	LIMIT :limit`

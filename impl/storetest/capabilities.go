@@ -40,11 +40,14 @@ const (
 	// say when one of its calls is blocked on a lock). Found by a type
 	// assertion.
 	CapLockWaits Capability = "lock_waits"
+	// CapListRuns: the store implements spec.RunLister (the operation
+	// table's list_runs). Found by a type assertion.
+	CapListRuns Capability = "list_runs"
 )
 
 // Capabilities lists every capability, in report order.
 func Capabilities() []Capability {
-	return []Capability{CapHooks, CapSQL, CapDatabaseClock, CapCompleteBatch, CapNotifications, CapCreateRuns, CapLockWaits}
+	return []Capability{CapHooks, CapSQL, CapDatabaseClock, CapCompleteBatch, CapNotifications, CapCreateRuns, CapLockWaits, CapListRuns}
 }
 
 // Caps is what a store declares it offers, for the capabilities that a type
@@ -84,6 +87,9 @@ func (h Handle) Has(c Capability) bool {
 		return ok
 	case CapLockWaits:
 		_, ok := h.Store.(spec.LockWaitReporter)
+		return ok
+	case CapListRuns:
+		_, ok := h.Store.(spec.RunLister)
 		return ok
 	}
 	return false

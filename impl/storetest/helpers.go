@@ -21,7 +21,7 @@ const t0 = 1_000_000
 // opened with. Every expectation in the suite is computed from these, so
 // every expectation is exact.
 type env struct {
-	t     *testing.T
+	t     testing.TB
 	ctx   context.Context
 	h     Handle
 	s     spec.Store
@@ -39,7 +39,7 @@ type env struct {
 // manual clock at t0, a scripted random source and a switchable hook. When the
 // test ends it checks every snapshot invariant and that Snapshot agrees with
 // the per-run reads.
-func newEnv(t *testing.T, f Factory, mods ...func(*spec.Config)) *env {
+func newEnv(t testing.TB, f Factory, mods ...func(*spec.Config)) *env {
 	t.Helper()
 	cfg := spec.DefaultConfig()
 	for _, m := range mods {

@@ -1,0 +1,15 @@
+-- ListRuns (SPEC.md, Optional capabilities): a tenant's runs newest first,
+-- by (created_at, run_id) descending, read from this index backwards from
+-- the page's bound (the cursor, or the creation range's end) and stopped
+-- at the page's limit. The run row keeps what admission fixed, so neither
+-- column ever changes: claims and completions write the job row only and
+-- never this index; an admission writes one entry more. A filter on state
+-- (on the job row) or operation is applied to the runs read in order, each
+-- joined to its job by its key.
+--
+-- Built in the migration's transaction, so a runs table already large is
+-- locked against writes (admissions) while it builds; to avoid that on a
+-- busy database, create the same index beforehand with CREATE INDEX
+-- CONCURRENTLY runs_created ... (and see that it is valid) and this migration
+-- finds it there.
+CREATE INDEX IF NOT EXISTS runs_created ON runs (tenant, created_at, run_id);
