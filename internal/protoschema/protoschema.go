@@ -141,7 +141,10 @@ How to read them:
 - A batch member with an ` + "`error`" + ` carries the zero value of its result (` + "`if`/`then`" + `).
 
 The harness holds every message a store sends to these schemas (` + "`spec.DecodeWire`" + `); a
-validator of your own (any draft 2020-12 implementation) gives the same verdict on them.
+validator of your own (any draft 2020-12 implementation: the files compile in Ajv's strict mode)
+gives the same verdict, but for two things JSON Schema does not say: an integer must be an integer
+literal (` + "`1.0`" + ` is an integer to JSON Schema, a finding here), and a range near 2^63 holds only in a
+validator that reads integers exactly.
 
 | file | message | direction | Go type |
 |---|---|---|---|
