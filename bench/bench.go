@@ -249,15 +249,19 @@ type Peer interface {
 	Close() error
 }
 
-// UniqueBulkPeer is a Peer whose bulk insert can also check every job for
-// a duplicate, the nearest a queue without idempotency records comes to an
-// idempotent admission (River: UniqueOpts{ByArgs: true}). The benchmark
-// measures it beside the plain bulk insert, for scale: no goal is set
-// against it.
-type UniqueBulkPeer interface {
+// UniquePeer is a Peer whose inserts can also check every job for a
+// duplicate, the nearest a queue without idempotency records comes to an
+// idempotent admission (River: UniqueOpts{ByArgs: true}). leasehold's
+// admission goals are set against these (issue 43): CreateRun against
+// InsertOneUnique, CreateRuns against InsertBulkUnique; the plain inserts
+// are measured beside them, for scale.
+type UniquePeer interface {
 	Peer
-	// InsertBulkUnique is InsertBulk with the peer's duplicate check on
-	// every job; no two of the n jobs are alike, so all are inserted.
+	// InsertOneUnique is InsertOne with the peer's duplicate check on every
+	// job; no two of the n jobs are alike, so all are inserted (a job
+	// skipped as a duplicate fails the run).
+	InsertOneUnique(ctx context.Context, n, workers int) error
+	// InsertBulkUnique is InsertBulk with the same check.
 	InsertBulkUnique(ctx context.Context, n, batch int) error
 }
 

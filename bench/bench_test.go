@@ -34,8 +34,8 @@ func TestReportRendering(t *testing.T) {
 	}
 	for _, s := range []string{"synchronous_commit", "shared_buffers", "fsync", "Commit `abc`", "load average 1.00/2.00/3.00 at the start, 4.00/5.00/6.00 at the end",
 		"| leasehold / River vX (PostgreSQL drain) | 1.65 (1.50–1.80, 3 rounds) | higher |",
-		"| leasehold / River vX (riversqlite) (SQLite drain) | noisy: not readable (median 2.00, 1.00–3.00, 3 rounds, spread 100 % > 20 %) | higher |",
-		"| leasehold CreateRuns / River vX InsertMany (PostgreSQL, bulk, per job) ≥ 1.0 | **not measured** | not measured: store lacks CreateRuns |",
+		"| leasehold / River vX (riversqlite) (SQLite drain, synchronous NORMAL) | noisy: not readable (median 2.00, 1.00–3.00, 3 rounds, spread 100 % > 20 %) | higher |",
+		"| leasehold CreateRuns / River vX InsertMany of unique jobs (PostgreSQL, bulk, per job) ≥ 1.0 | **not measured** | not measured: store lacks CreateRuns |",
 		"| leasehold | postgres | CreateRuns (bulk) | 1 | not measured: store lacks CreateRuns |",
 		"| leasehold | postgres | single claim, Complete per job | once | 33 |",
 		"## Latency at a steady arrival rate", "Limit", "## Findings"} {

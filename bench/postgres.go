@@ -161,8 +161,9 @@ const (
 	methodOne       = "one per call"
 	methodCoalesced = "one per call, coalesced"
 	methodBulk      = "bulk"
-	// methodBulkUnique is a peer's bulk insert with its duplicate check on
-	// every job (UniqueBulkPeer).
+	// methodOneUnique and methodBulkUnique are a peer's inserts with its
+	// duplicate check on every job (UniquePeer).
+	methodOneUnique  = "one per call, unique"
 	methodBulkUnique = "bulk, unique"
 )
 
@@ -321,27 +322,29 @@ func openPeerPG(ctx context.Context, pg *server, o Options) (*peerPG, error) {
 	return &peerPG{p: o.Peer, dsn: dsn}, err
 }
 
-// methods are the peer's admission methods of one kind: one per call, or
-// its bulk insert and, when it has one, its bulk insert with a duplicate
-// check (UniqueBulkPeer).
+// methods are the peer's admission methods of one kind (one per call, or
+// bulk): its plain insert and, when it has one, the same with a duplicate
+// check (UniquePeer).
 func (pp *peerPG) methods(bulk bool) []string {
-	if !bulk {
-		return []string{methodOne}
+	plain, unique := methodOne, methodOneUnique
+	if bulk {
+		plain, unique = methodBulk, methodBulkUnique
 	}
-	if _, ok := pp.p.(UniqueBulkPeer); ok {
-		return []string{methodBulk, methodBulkUnique}
+	if _, ok := pp.p.(UniquePeer); ok {
+		return []string{plain, unique}
 	}
-	return []string{methodBulk}
+	return []string{plain}
 }
 
 // insert measures one round of the peer's admission by method (methodBulk:
-// o.BulkN jobs by its bulk insert in batches of o.BulkBatch; methodBulkUnique
-// the same with its duplicate check; methodOne o.InsertN jobs, one per call
-// from W goroutines) into an emptied job table. The peer's pool is opened
+// o.BulkN jobs by its bulk insert in batches of o.BulkBatch; methodOne
+// o.InsertN jobs, one per call from W goroutines; methodBulkUnique and
+// methodOneUnique the same with its duplicate check) into an emptied job
+// table. The peer's pool is opened
 // for the phase and closed after it, so that its commits are counted.
 func (pp *peerPG) insert(ctx context.Context, pg *server, o Options, method string, round int, logf func(string, ...any)) (InsertResult, error) {
 	name := pp.p.Name()
-	n := o.admissionN(method != methodOne)
+	n := o.admissionN(method == methodBulk || method == methodBulkUnique)
 	res := InsertResult{System: name, Store: "postgres", Method: method, Jobs: n, Round: round}
 	if err := pp.p.Open(ctx, pp.dsn, o.Conns); err != nil {
 		return res, err
@@ -355,7 +358,9 @@ func (pp *peerPG) insert(ctx context.Context, pg *server, o Options, method stri
 		case methodBulk:
 			return pp.p.InsertBulk(ctx, n, o.BulkBatch)
 		case methodBulkUnique:
-			return pp.p.(UniqueBulkPeer).InsertBulkUnique(ctx, n, o.BulkBatch)
+			return pp.p.(UniquePeer).InsertBulkUnique(ctx, n, o.BulkBatch)
+		case methodOneUnique:
+			return pp.p.(UniquePeer).InsertOneUnique(ctx, n, o.Workers)
 		}
 		return pp.p.InsertOne(ctx, n, o.Workers)
 	}, func() { pp.p.Close() })

@@ -171,6 +171,9 @@ type Ratio struct {
 	Better string  `json:"better,omitempty"`
 	Target float64 `json:"target,omitempty"`
 	Status string  `json:"status,omitempty"`
+	// Beside is a figure the report prints beside the ratio (the server CPU
+	// per admitted job of both sides, for the admission goals).
+	Beside string `json:"beside,omitempty"`
 }
 
 // Text is the ratio as the report prints it: the median with its spread,
@@ -323,6 +326,41 @@ func (r *Report) insertNote(system, store, method string) string {
 	return ""
 }
 
+// insertCosts are a per-job cost of a system's admissions by one method,
+// in round order (zero where not measured).
+func (r *Report) insertCosts(system, store, method string, f func(Cost) float64) []float64 {
+	var out []float64
+	for _, in := range r.Inserts {
+		if in.System == system && in.Store == store && in.Method == method && in.Round > 0 {
+			out = append(out, f(in.Cost))
+		}
+	}
+	return out
+}
+
+// besideCPU sets Beside of the last ratio (an admission ratio of
+// leasehold's method against the peer's): the server CPU per admitted job
+// of both sides, median (min–max) over the rounds, so that a ratio read on
+// a busy host can be told from one the database's work decides.
+func (r *Report) besideCPU(peer, lhMethod, peerMethod string) {
+	cpu := func(c Cost) float64 { return c.ServerCPUPerJob }
+	lh, pe := summarize(r.insertCosts("leasehold", "postgres", lhMethod, cpu)), summarize(r.insertCosts(r.PeerName, "postgres", peerMethod, cpu))
+	if len(lh.Rounds) == 0 || len(pe.Rounds) == 0 {
+		return
+	}
+	r.Ratios[len(r.Ratios)-1].Beside = fmt.Sprintf("server CPU per admitted job, median (min–max) of the rounds: leasehold %s, %s %s", cpuText(lh), peer, cpuText(pe))
+}
+
+// cpuText is a CPU figure's rounds as "42.0 µs (40.0–44.0)", with ", noisy"
+// in the brackets when they spread wider than NoisyAbove.
+func cpuText(sp Spread) string {
+	noisy := ""
+	if sp.Noisy {
+		noisy = ", noisy"
+	}
+	return fmt.Sprintf("%.1f µs (%.1f–%.1f%s)", sp.Median, sp.Min, sp.Max, noisy)
+}
+
 // latencies are one latency figure of a system's rounds.
 func (r *Report) latencies(system string, f func(LatencyResult) float64) []float64 {
 	var out []float64
@@ -371,23 +409,35 @@ func (r *Report) computeRatios() {
 	lhBest := r.drainRates("leasehold", "postgres", bestPG)
 	rounds("leasehold / "+peer+" (PostgreSQL drain)", "jobs/s of leasehold [batch claim, CompleteBatch] / jobs/s of "+peer+", round by round",
 		lhBest, r.drainRates(r.PeerName, "postgres", "peer"), "higher", 1.5, peerNote)
-	rounds("leasehold CreateRun / "+peer+" Insert (PostgreSQL, one per call)", "jobs/s / jobs/s, round by round",
-		r.insertRates("leasehold", "postgres", methodOne), r.insertRates(r.PeerName, "postgres", methodOne), "higher", 1.0, peerNote)
-	rounds("leasehold CreateRun, concurrent calls coalesced / "+peer+" Insert (PostgreSQL, one per call)",
-		fmt.Sprintf("jobs/s / jobs/s, round by round; leasehold with postgres.Options.CoalesceCreateRun = %d", r.Settings.Coalesce),
-		r.insertRates("leasehold", "postgres", methodCoalesced), r.insertRates(r.PeerName, "postgres", methodOne), "higher", 1.0, peerNote)
-	rounds("leasehold CreateRuns / "+peer+" InsertMany (PostgreSQL, bulk, per job)", fmt.Sprintf("jobs/s / jobs/s, batches of %d, round by round", r.Settings.BulkBatch),
-		r.insertRates("leasehold", "postgres", methodBulk), r.insertRates(r.PeerName, "postgres", methodBulk), "higher", 1.0,
-		cmpNote(r.insertNote("leasehold", "postgres", methodBulk), peerNote))
+	// Admission: the goals are against the peer's inserts with a duplicate
+	// check on every job (issue 43), each with the server CPU per admitted
+	// job of both sides beside it; the plain inserts are there for scale.
+	lhOne, lhBulk := r.insertRates("leasehold", "postgres", methodOne), r.insertRates("leasehold", "postgres", methodBulk)
+	bulkNote := cmpNote(r.insertNote("leasehold", "postgres", methodBulk), peerNote)
+	rounds("leasehold CreateRun / "+peer+" Insert of unique jobs (PostgreSQL, one per call)",
+		"jobs/s / jobs/s, round by round; the peer checks every job for a duplicate (UniqueOpts{ByArgs: true}), the nearest it has to an idempotent admission",
+		lhOne, r.insertRates(r.PeerName, "postgres", methodOneUnique), "higher", 1.0, peerNote)
+	r.besideCPU(peer, methodOne, methodOneUnique)
 	rounds("leasehold CreateRuns / "+peer+" InsertMany of unique jobs (PostgreSQL, bulk, per job)",
-		fmt.Sprintf("jobs/s / jobs/s, batches of %d, round by round; the peer checks every job for a duplicate (UniqueOpts{ByArgs: true}), the nearest it has to an idempotent admission; for scale, no goal", r.Settings.BulkBatch),
-		r.insertRates("leasehold", "postgres", methodBulk), r.insertRates(r.PeerName, "postgres", methodBulkUnique), "higher", 0,
-		cmpNote(r.insertNote("leasehold", "postgres", methodBulk), peerNote))
-	rounds("leasehold / "+speer+" (SQLite drain)", "jobs/s of leasehold sqlite [batch claim, CompleteBatch] / jobs/s of "+speer+", round by round",
+		fmt.Sprintf("jobs/s / jobs/s, batches of %d, round by round; the peer checks every job for a duplicate (UniqueOpts{ByArgs: true})", r.Settings.BulkBatch),
+		lhBulk, r.insertRates(r.PeerName, "postgres", methodBulkUnique), "higher", 1.0, bulkNote)
+	r.besideCPU(peer, methodBulk, methodBulkUnique)
+	rounds("leasehold CreateRun / "+peer+" Insert (PostgreSQL, one per call)", "jobs/s / jobs/s, round by round; the peer's plain insert, no duplicate check: for scale, no goal",
+		lhOne, r.insertRates(r.PeerName, "postgres", methodOne), "higher", 0, peerNote)
+	rounds("leasehold CreateRun, concurrent calls coalesced / "+peer+" Insert of unique jobs (PostgreSQL, one per call)",
+		fmt.Sprintf("jobs/s / jobs/s, round by round; leasehold with postgres.Options.CoalesceCreateRun = %d; for scale, no goal", r.Settings.Coalesce),
+		r.insertRates("leasehold", "postgres", methodCoalesced), r.insertRates(r.PeerName, "postgres", methodOneUnique), "higher", 0, peerNote)
+	rounds("leasehold CreateRuns / "+peer+" InsertMany (PostgreSQL, bulk, per job)",
+		fmt.Sprintf("jobs/s / jobs/s, batches of %d, round by round; the peer's plain insert, no duplicate check: for scale, no goal", r.Settings.BulkBatch),
+		lhBulk, r.insertRates(r.PeerName, "postgres", methodBulk), "higher", 0, bulkNote)
+	// Both SQLite systems run at one synchronous setting (reports from
+	// before it ran NORMAL).
+	sync := "synchronous " + cmp.Or(r.Settings.SQLiteSync, "NORMAL")
+	rounds("leasehold / "+speer+" (SQLite drain, "+sync+")", "jobs/s of leasehold sqlite [batch claim, CompleteBatch] / jobs/s of "+speer+", round by round",
 		r.drainRates("leasehold", "sqlite", sqliteBest), r.drainRates(r.SQLitePeerName, "sqlite", "peer"), "higher", 1.5, speerNote)
-	rounds("leasehold CreateRun / "+speer+" Insert (SQLite, one per call)", "jobs/s / jobs/s, round by round",
+	rounds("leasehold CreateRun / "+speer+" Insert (SQLite, "+sync+", one per call)", "jobs/s / jobs/s, round by round",
 		r.insertRates("leasehold", "sqlite", methodOne), r.insertRates(r.SQLitePeerName, "sqlite", methodOne), "higher", 1.5, speerNote)
-	rounds("leasehold CreateRuns / "+speer+" InsertMany (SQLite, bulk, per job)", fmt.Sprintf("jobs/s / jobs/s, batches of %d, round by round", r.Settings.BulkBatch),
+	rounds("leasehold CreateRuns / "+speer+" InsertMany (SQLite, "+sync+", bulk, per job)", fmt.Sprintf("jobs/s / jobs/s, batches of %d, round by round", r.Settings.BulkBatch),
 		r.insertRates("leasehold", "sqlite", methodBulk), r.insertRates(r.SQLitePeerName, "sqlite", methodBulk), "higher", 1.5,
 		cmpNote(r.insertNote("leasehold", "sqlite", methodBulk), speerNote))
 	cpu := func(c Cost) float64 { return c.ServerCPUPerJob }
@@ -465,6 +515,9 @@ func (r *Report) computeGoals() {
 		case x.Note != "":
 			detail += "; " + x.Note
 		}
+		if x.Beside != "" {
+			detail += "; " + x.Beside
+		}
 		r.Goals = append(r.Goals, Goal{Goal: fmt.Sprintf("%s ≥ %.1f", x.Name, x.Target), Status: x.Status, Detail: detail})
 	}
 	var noisy []string
@@ -486,6 +539,17 @@ func (r *Report) computeGoals() {
 		}
 		r.Goals = append(r.Goals, Goal{Goal: "quick mode under 3 minutes", Status: st, Detail: fmt.Sprintf("%.0f s of measurement (plus the program's build)", r.ElapsedSec)})
 	}
+}
+
+// joinNonEmpty joins the non-empty strings of xs with sep.
+func joinNonEmpty(sep string, xs ...string) string {
+	var out []string
+	for _, x := range xs {
+		if x != "" {
+			out = append(out, x)
+		}
+	}
+	return strings.Join(out, sep)
 }
 
 func cmpNote(a, b string) string {
@@ -588,7 +652,7 @@ func (r *Report) Markdown(w io.Writer) {
 
 	p("\n## Ratios\n\n| ratio | median (min–max, rounds) | better | of | note |\n|---|---|---|---|---|\n")
 	for _, x := range r.Ratios {
-		p("| %s | %s | %s | %s | %s |\n", x.Name, x.Text(), x.Better, x.Of, x.Note)
+		p("| %s | %s | %s | %s | %s |\n", x.Name, x.Text(), x.Better, x.Of, joinNonEmpty("; ", x.Note, x.Beside))
 	}
 
 	p("\n## Throughput: drain N queued jobs with a no-op handler\n\n")
@@ -616,7 +680,7 @@ func (r *Report) Markdown(w io.Writer) {
 			pgOnly(in.Store, "%.2f", in.Cost.WriteTxPerJob), pgOnly(in.Store, "%.3f", in.Cost.CommitsPerJob), pgOnly(in.Store, "%.0f", in.Cost.WALBytesPerJob),
 			pgOnly(in.Store, "%.0f", in.Cost.ServerCPUPerJob), in.Cost.ClientCPUPerJob)
 	}
-	p("\nOne per call: %d jobs from W goroutines (leasehold CreateRun: run, first event, job and idempotency record in one transaction, fingerprint checked; River Insert). Bulk: %d jobs in calls of %d, one after another (leasehold spec.BatchCreator.CreateRuns, River InsertMany; and, for scale, River InsertMany with UniqueOpts{ByArgs: true}, which checks every job for a duplicate as an idempotent admission checks its key). The etcd store admits %d jobs each way. The drains of leasehold's PostgreSQL store start from the bulk loader's rows (the same rows CreateRun writes, checked by bench_test.go and by the fingerprint check at every depth); River's from InsertMany; leasehold's SQLite drains from a file admitted with CreateRun.\n",
+	p("\nOne per call: %d jobs from W goroutines (leasehold CreateRun: run, first event, job and idempotency record in one transaction, fingerprint checked; River Insert, and Insert with UniqueOpts{ByArgs: true}). Bulk: %d jobs in calls of %d, one after another (leasehold spec.BatchCreator.CreateRuns, River InsertMany, and InsertMany with UniqueOpts{ByArgs: true}). River's unique inserts check every job for a duplicate (its unique_key column and index) as an idempotent admission checks its key: the admission goals are against them; the plain inserts, with no such check, are there for scale. Every River job's arguments differ, so none is skipped (a skipped one fails the run). The etcd store admits %d jobs each way. The drains of leasehold's PostgreSQL store start from the bulk loader's rows (the same rows CreateRun writes, checked by bench_test.go and by the fingerprint check at every depth); River's from InsertMany; leasehold's SQLite drains from a file admitted with CreateRun.\n",
 		r.Settings.InsertN, r.Settings.bulkN(), r.Settings.BulkBatch, r.Settings.SQLiteN)
 
 	p("\n## Latency at a steady arrival rate (PostgreSQL, notifications on)\n\n")
@@ -706,6 +770,8 @@ func methodText(in InsertResult) string {
 		return "CreateRun, one run per call, W goroutines, concurrent calls coalesced (Options.CoalesceCreateRun)"
 	case in.Method == methodOne:
 		return "Insert, one job per call, W goroutines"
+	case in.Method == methodOneUnique:
+		return "Insert, UniqueOpts{ByArgs: true}, one job per call, W goroutines (every job checked for a duplicate)"
 	case in.Method == methodBulk && lh:
 		return "CreateRuns (bulk)"
 	case in.Method == methodBulk:

@@ -21,6 +21,10 @@ import (
 type server struct {
 	conn *pgx.Conn
 	info PostgresInfo
+	// postmaster is the server's postmaster process on this machine (0:
+	// not found, the server runs elsewhere): its CPU time is counted with
+	// that of its children, and no other PostgreSQL server's.
+	postmaster int
 }
 
 // settingsThatMatter are the server settings that decide a commit-bound
@@ -38,6 +42,14 @@ func openServer(ctx context.Context, dsn string) (*server, error) {
 	if err := conn.QueryRow(ctx, `SELECT version()`).Scan(&s.info.Version); err != nil {
 		conn.Close(ctx)
 		return nil, err
+	}
+	var backend int
+	if err := conn.QueryRow(ctx, `SELECT pg_backend_pid()`).Scan(&backend); err != nil {
+		conn.Close(ctx)
+		return nil, err
+	}
+	if _, _, ppid, ok := postgresCPU("/proc/" + strconv.Itoa(backend)); ok {
+		s.postmaster = ppid
 	}
 	for _, name := range settingsThatMatter {
 		var v string
@@ -91,7 +103,7 @@ type counters struct {
 // counts commits is taken once the phase's clients have closed their pools
 // and their backends are gone (see measure).
 func (s *server) read(ctx context.Context, db string) (counters, error) {
-	c := counters{at: time.Now(), serverCPU: serverCPU(), clientCPU: processCPU()}
+	c := counters{at: time.Now(), serverCPU: serverCPU(s.postmaster), clientCPU: processCPU()}
 	err := s.conn.QueryRow(ctx, `SELECT pg_snapshot_xmax(pg_current_snapshot())::text::bigint,
 		pg_wal_lsn_diff(pg_current_wal_lsn(), '0/0')::bigint,
 		coalesce((SELECT xact_commit FROM pg_stat_database WHERE datname = $1), 0)`, db).Scan(&c.xids, &c.walBytes, &c.commits)
@@ -205,16 +217,23 @@ func processCPU() time.Duration {
 // clockTicks is USER_HZ, the unit of /proc/*/stat times (100 on Linux).
 const clockTicks = 100
 
-// serverCPU is the CPU time of the PostgreSQL server on this machine (the
-// server under test runs here): of every process named postgres, its own
-// CPU time and its exited children's. The postmaster's children are the
-// backends and the server's own processes: a backend that exits between two
-// readings is counted in the first as itself and in the second in the
-// postmaster's children's time, so the difference holds what it did in
-// between (to within the ticks of the children's time). Counting live
-// processes alone lost that, and took off what the backend had done before
-// the first reading. Zero where /proc is not available.
-func serverCPU() time.Duration { return consistentCPU(scanPostgres) }
+// serverCPU is the CPU time of the PostgreSQL server whose postmaster is
+// the process postmaster on this machine (the server under test runs here):
+// the postmaster's own CPU time and its exited children's, and each live
+// child's own. The postmaster's children are the backends and the server's
+// own processes: a backend that exits between two readings is counted in
+// the first as itself and in the second in the postmaster's children's
+// time, so the difference holds what it did in between (to within the
+// ticks of the children's time). Counting live processes alone lost that,
+// and took off what the backend had done before the first reading. Other
+// PostgreSQL servers on the machine (a test's private cluster that stops
+// between two readings, say) are not counted; the other clients of the
+// same server are, and the report's spreads show when they were busy.
+// postmaster 0 (not found) counts every process named postgres. Zero where
+// /proc is not available.
+func serverCPU(postmaster int) time.Duration {
+	return consistentCPU(func() (own, reaped time.Duration) { return scanPostgres("/proc", postmaster) })
+}
 
 // consistentCPU is the total of a scan (own + reaped) during which no
 // child was reaped. A scan reads one process after another: a backend
@@ -235,15 +254,20 @@ func consistentCPU(scan func() (own, reaped time.Duration)) time.Duration {
 	}
 }
 
-// scanPostgres sums, over every process named postgres, its own CPU time
-// and its exited children's.
-func scanPostgres() (own, reaped time.Duration) {
-	dirs, err := filepath.Glob("/proc/[0-9]*")
+// scanPostgres sums, over the processes of proc (/proc) named postgres that
+// are the postmaster or its children (every one, for postmaster 0), its own
+// CPU time and its exited children's.
+func scanPostgres(proc string, postmaster int) (own, reaped time.Duration) {
+	dirs, err := filepath.Glob(filepath.Join(proc, "[0-9]*"))
 	if err != nil {
 		return 0, 0
 	}
 	for _, dir := range dirs {
-		if o, r, ok := postgresCPU(dir); ok {
+		o, r, ppid, ok := postgresCPU(dir)
+		if !ok {
+			continue
+		}
+		if pid, _ := strconv.Atoi(filepath.Base(dir)); postmaster == 0 || pid == postmaster || ppid == postmaster {
 			own, reaped = own+o, reaped+r
 		}
 	}
@@ -251,30 +275,31 @@ func scanPostgres() (own, reaped time.Duration) {
 }
 
 // postgresCPU is, if the process whose /proc directory is dir is named
-// postgres, its own CPU time and its exited children's (cutime and cstime
-// in stat, in ticks). Its own is its scheduler run time in nanoseconds
-// (schedstat) where the kernel keeps it, else its utime and stime in ticks,
-// each short by up to a tick: over the twenty-odd processes of a phase,
-// too coarse for a short phase.
-func postgresCPU(dir string) (own, reaped time.Duration, ok bool) {
+// postgres, its own CPU time, its exited children's (cutime and cstime in
+// stat, in ticks) and its parent's process id. Its own is its scheduler
+// run time in nanoseconds (schedstat) where the kernel keeps it, else its
+// utime and stime in ticks, each short by up to a tick: over the
+// twenty-odd processes of a phase, too coarse for a short phase.
+func postgresCPU(dir string) (own, reaped time.Duration, ppid int, ok bool) {
 	b, err := os.ReadFile(dir + "/stat")
 	if err != nil {
-		return 0, 0, false
+		return 0, 0, 0, false
 	}
 	s := string(b)
 	open, end := strings.IndexByte(s, '('), strings.LastIndexByte(s, ')')
 	if open < 0 || end < open || s[open+1:end] != "postgres" {
-		return 0, 0, false
+		return 0, 0, 0, false
 	}
-	// After the name: state(0) ... utime(11) stime(12) cutime(13) cstime(14).
+	// After the name: state(0) ppid(1) ... utime(11) stime(12) cutime(13) cstime(14).
 	f := strings.Fields(s[end+1:])
 	if len(f) < 15 {
-		return 0, 0, false
+		return 0, 0, 0, false
 	}
 	ticks := func(i int) time.Duration {
 		n, _ := strconv.ParseInt(f[i], 10, 64)
 		return time.Duration(n) * time.Second / clockTicks
 	}
+	ppid, _ = strconv.Atoi(f[1])
 	own = ticks(11) + ticks(12)
 	if b, err := os.ReadFile(dir + "/schedstat"); err == nil {
 		// run time (ns), wait time (ns), time slices
@@ -284,7 +309,7 @@ func postgresCPU(dir string) (own, reaped time.Duration, ok bool) {
 			}
 		}
 	}
-	return own, ticks(13) + ticks(14), true
+	return own, ticks(13) + ticks(14), ppid, true
 }
 
 // gitCommit is the commit of the code in dir, with "+dirty" when the work

@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"encoding/json"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -273,8 +274,9 @@ func roundsReport() *Report {
 			DrainResult{System: "leasehold", Store: "sqlite", Variant: sqliteBest, Name: "batch claim, CompleteBatch", Round: i + 1, JobsPerSec: []float64{100, 300, 200}[i]},
 			DrainResult{System: "River vX", Store: "sqlite", Variant: "peer", Name: "River vX sqlite", Round: i + 1, JobsPerSec: 100})
 		r.Inserts = append(r.Inserts,
-			InsertResult{System: "leasehold", Store: "postgres", Method: methodOne, Round: i + 1, JobsPerSec: 50},
+			InsertResult{System: "leasehold", Store: "postgres", Method: methodOne, Round: i + 1, JobsPerSec: 50, Cost: Cost{ServerCPUPerJob: []float64{40, 44, 42}[i]}},
 			InsertResult{System: "River vX", Store: "postgres", Method: methodOne, Round: i + 1, JobsPerSec: 100},
+			InsertResult{System: "River vX", Store: "postgres", Method: methodOneUnique, Round: i + 1, JobsPerSec: 80, Cost: Cost{ServerCPUPerJob: 30}},
 			InsertResult{System: "leasehold", Store: "postgres", Method: methodBulk, Round: i + 1, NotMeasured: notMeasuredCreateRuns},
 			InsertResult{System: "River vX", Store: "postgres", Method: methodBulk, Round: i + 1, JobsPerSec: 1000})
 		r.Latency = append(r.Latency,
@@ -311,8 +313,9 @@ func TestRoundRatios(t *testing.T) {
 		status string
 	}{
 		{"leasehold / River vX (PostgreSQL drain)", 1.65, 1.5, 1.8, false, "met"},
-		{"leasehold CreateRun / River vX Insert (PostgreSQL, one per call)", 0.5, 0.5, 0.5, false, "not met"},
-		{"leasehold / River vX (riversqlite) (SQLite drain)", 2, 1, 3, true, "not readable"}, // 1, 3, 2 straddle 1.5
+		{"leasehold CreateRun / River vX Insert of unique jobs (PostgreSQL, one per call)", 0.625, 0.625, 0.625, false, "not met"},
+		{"leasehold CreateRun / River vX Insert (PostgreSQL, one per call)", 0.5, 0.5, 0.5, false, ""},           // the plain insert: for scale
+		{"leasehold / River vX (riversqlite) (SQLite drain, synchronous NORMAL)", 2, 1, 3, true, "not readable"}, // 1, 3, 2 straddle 1.5
 		{"leasehold / River vX server CPU per drained job", 3, 3, 3, false, ""},
 		{"leasehold / River vX admit-to-complete p99 (steady rate)", 0.5, 0.5, 0.5, false, ""},
 		{"leasehold / ceiling (PostgreSQL drain)", 1.1, 1, 1.2, false, ""},
@@ -326,7 +329,7 @@ func TestRoundRatios(t *testing.T) {
 			t.Errorf("%s: value %v spread %+v status %q; want %v (%v–%v) noisy %v status %q", tc.name, x.Value, x.Spread, x.Status, tc.value, tc.min, tc.max, tc.noisy, tc.status)
 		}
 	}
-	bulk := byName["leasehold CreateRuns / River vX InsertMany (PostgreSQL, bulk, per job)"]
+	bulk := byName["leasehold CreateRuns / River vX InsertMany of unique jobs (PostgreSQL, bulk, per job)"]
 	if bulk.Value != 0 || bulk.Spread != nil || bulk.Note != "not measured: store lacks CreateRuns" || bulk.Status != "not measured" {
 		t.Errorf("bulk ratio without CreateRuns: %+v", bulk)
 	}
@@ -341,8 +344,12 @@ func TestRoundRatios(t *testing.T) {
 	if g := goals["leasehold / River vX (PostgreSQL drain) ≥ 1.5"]; g.Status != "met" || g.Detail != "1.65 (1.50–1.80, 3 rounds)" {
 		t.Errorf("drain goal: %+v", g)
 	}
-	if g := goals["leasehold CreateRuns / River vX InsertMany (PostgreSQL, bulk, per job) ≥ 1.0"]; g.Status != "not measured" || g.Detail != "not measured: store lacks CreateRuns" {
+	if g := goals["leasehold CreateRuns / River vX InsertMany of unique jobs (PostgreSQL, bulk, per job) ≥ 1.0"]; g.Status != "not measured" || g.Detail != "not measured: store lacks CreateRuns" {
 		t.Errorf("bulk goal: %+v", g)
+	}
+	if g := goals["leasehold CreateRun / River vX Insert of unique jobs (PostgreSQL, one per call) ≥ 1.0"]; g.Status != "not met" ||
+		g.Detail != "0.62 (0.62–0.62, 3 rounds); server CPU per admitted job, median (min–max) of the rounds: leasehold 42.0 µs (40.0–44.0), River vX 30.0 µs (30.0–30.0)" {
+		t.Errorf("CreateRun goal, with the server CPU per admitted job beside it: %+v", g)
 	}
 	if g := goals["stable ratios: every ratio readable"]; g.Status != "not met" || !strings.Contains(g.Detail, "SQLite drain") {
 		t.Errorf("stability goal: %+v", g)
@@ -462,12 +469,13 @@ func TestHTML(t *testing.T) {
 		{"<svg class=\"latency\"", 1},
 		{"<svg class=\"depth\"", 1},
 		// One dot per round of every ratio measured in rounds: the PostgreSQL
-		// drain, CreateRun, the SQLite drain, server CPU, four latencies and
-		// two ceilings (the bulk ratio and the SQLite admissions have no
-		// rounds), 3 each.
-		{"<circle class=\"round\"", 30},
-		{"<line class=\"median\"", 10},
-		// Goal targets among them: PostgreSQL drain, CreateRun, SQLite drain.
+		// drain, CreateRun against River's unique and plain Insert, the
+		// SQLite drain, server CPU, four latencies and two ceilings (the bulk
+		// ratios and the SQLite admissions have no rounds), 3 each.
+		{"<circle class=\"round\"", 33},
+		{"<line class=\"median\"", 11},
+		// Goal targets among them: PostgreSQL drain, CreateRun against the
+		// unique Insert, SQLite drain.
 		{"<line class=\"target\"", 3},
 		// Latency: start and complete per system; depth: p50 and p99 of one phase.
 		{"<polyline class=\"series\"", 4 + 2},
@@ -505,46 +513,67 @@ func TestEtcdDefault(t *testing.T) {
 	}
 }
 
-// TestUniqueBulkRatio: the bulk admission is compared with the peer's
-// bulk insert of unique jobs round by round, for scale (no goal), and a
-// peer without one leaves the ratio empty, saying so.
-func TestUniqueBulkRatio(t *testing.T) {
-	const name = "leasehold CreateRuns / River vX InsertMany of unique jobs (PostgreSQL, bulk, per job)"
+// TestUniqueAdmissionGoals: the admission goals are against the peer's
+// inserts of unique jobs, one per call and bulk, round by round, each with
+// the server CPU per admitted job of both sides beside it; the plain
+// inserts are for scale (no goal); a peer without unique inserts leaves the
+// goals not measured, saying so.
+func TestUniqueAdmissionGoals(t *testing.T) {
+	const (
+		oneGoal  = "leasehold CreateRun / River vX Insert of unique jobs (PostgreSQL, one per call) ≥ 1.0"
+		bulkGoal = "leasehold CreateRuns / River vX InsertMany of unique jobs (PostgreSQL, bulk, per job) ≥ 1.0"
+		bulkName = "leasehold CreateRuns / River vX InsertMany of unique jobs (PostgreSQL, bulk, per job)"
+	)
 	for _, tc := range []struct {
-		name   string
-		unique []float64 // the peer's unique bulk rates by round; nil: not run
-		value  float64
-		note   string
+		name     string
+		unique   []float64 // the peer's unique rates by round (one per call and bulk alike); nil: not run
+		value    float64
+		status   string
+		beside   string
+		goalText string
 	}{
-		{"measured", []float64{1000, 800, 1200}, 0.25, ""},
-		{"peer without it", nil, 0, "a side was not measured"},
+		{"measured", []float64{1000, 800, 1200}, 0.25, "not met",
+			"server CPU per admitted job, median (min–max) of the rounds: leasehold 30.0 µs (25.0–35.0, noisy), River vX 20.0 µs (20.0–20.0)",
+			"0.25 (0.25–0.25, 3 rounds); server CPU per admitted job, median (min–max) of the rounds: leasehold 30.0 µs (25.0–35.0, noisy), River vX 20.0 µs (20.0–20.0)"},
+		{"peer without it", nil, 0, "not measured", "", "a side was not measured"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			r := &Report{Mode: "quick", PeerName: "River vX", Settings: Settings{Rounds: 3, BulkBatch: 1000}}
 			for i, lh := range []float64{250, 200, 300} {
-				r.Inserts = append(r.Inserts,
-					InsertResult{System: "leasehold", Store: "postgres", Method: methodBulk, Round: i + 1, JobsPerSec: lh},
-					InsertResult{System: "River vX", Store: "postgres", Method: methodBulk, Round: i + 1, JobsPerSec: 2 * lh})
-				if tc.unique != nil {
-					r.Inserts = append(r.Inserts, InsertResult{System: "River vX", Store: "postgres", Method: methodBulkUnique, Round: i + 1, JobsPerSec: tc.unique[i]})
+				cpu := Cost{ServerCPUPerJob: []float64{25, 30, 35}[i]}
+				for _, m := range [][2]string{{methodOne, methodOneUnique}, {methodBulk, methodBulkUnique}} {
+					r.Inserts = append(r.Inserts,
+						InsertResult{System: "leasehold", Store: "postgres", Method: m[0], Round: i + 1, JobsPerSec: lh, Cost: cpu},
+						InsertResult{System: "River vX", Store: "postgres", Method: m[0], Round: i + 1, JobsPerSec: 2 * lh})
+					if tc.unique != nil {
+						r.Inserts = append(r.Inserts, InsertResult{System: "River vX", Store: "postgres", Method: m[1], Round: i + 1,
+							JobsPerSec: tc.unique[i], Cost: Cost{ServerCPUPerJob: 20}})
+					}
 				}
 			}
 			r.computeRatios()
 			var got *Ratio
 			for i := range r.Ratios {
-				if r.Ratios[i].Name == name {
+				if r.Ratios[i].Name == bulkName {
 					got = &r.Ratios[i]
 				}
 			}
 			if got == nil {
-				t.Fatalf("no ratio %q", name)
+				t.Fatalf("no ratio %q", bulkName)
 			}
-			if !near(got.Value, tc.value) || got.Note != tc.note || got.Target != 0 || got.Status != "" || (got.Spread == nil) != (tc.unique == nil) {
-				t.Errorf("%+v; want value %v, note %q, no target, no status, a spread only when measured", *got, tc.value, tc.note)
+			if !near(got.Value, tc.value) || got.Target != 1 || got.Status != tc.status || got.Beside != tc.beside || (got.Spread == nil) != (tc.unique == nil) {
+				t.Errorf("%+v; want value %v, target 1, status %q, beside %q, a spread only when measured", *got, tc.value, tc.status, tc.beside)
 			}
+			goals := map[string]Goal{}
 			for _, g := range r.Goals {
-				if strings.Contains(g.Goal, "unique jobs") {
-					t.Errorf("a goal was set against the unique bulk insert: %+v", g)
+				goals[g.Goal] = g
+				if strings.Contains(g.Goal, "Insert (PostgreSQL") || strings.Contains(g.Goal, "InsertMany (PostgreSQL") {
+					t.Errorf("a goal was set against a plain insert: %+v", g)
+				}
+			}
+			for _, name := range []string{oneGoal, bulkGoal} {
+				if g, ok := goals[name]; !ok || g.Status != tc.status || g.Detail != tc.goalText {
+					t.Errorf("goal %q: %+v; want status %q, detail %q", name, g, tc.status, tc.goalText)
 				}
 			}
 		})
@@ -566,10 +595,14 @@ func TestSQLiteSyncFlag(t *testing.T) {
 	for _, set := range []string{"", "FULL"} {
 		r := roundsReport()
 		r.Settings.SQLiteSync = set
+		r.computeRatios()
 		var md strings.Builder
 		r.Markdown(&md)
 		if want := "SQLite: synchronous " + cmp.Or(set, "NORMAL") + " for leasehold's store and the SQLite peer alike"; !strings.Contains(md.String(), want) {
 			t.Errorf("setting %q: the report does not say %q", set, want)
+		}
+		if want := "leasehold / River vX (riversqlite) (SQLite drain, synchronous " + cmp.Or(set, "NORMAL") + ") ≥ 1.5"; !slices.ContainsFunc(r.Goals, func(g Goal) bool { return g.Goal == want }) {
+			t.Errorf("setting %q: no goal %q: %+v", set, want, r.Goals)
 		}
 	}
 }

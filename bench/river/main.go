@@ -183,17 +183,29 @@ func (p *riverPeer) logger() *slog.Logger {
 }
 
 func (p *riverPeer) InsertOne(ctx context.Context, n, workers int) error {
-	return insertOne(ctx, riverpgxv5.New(p.pool), p.logger(), n, workers)
+	return insertOne(ctx, riverpgxv5.New(p.pool), p.logger(), n, workers, nil)
+}
+
+// unique is the insert option of River's unique jobs in the benchmark:
+// unique by their arguments (River's unique_key column and its unique
+// index, with the default unique states), its documented way to keep a
+// job from being inserted twice.
+var unique = &river.InsertOpts{UniqueOpts: river.UniqueOpts{ByArgs: true}}
+
+// InsertOneUnique implements bench.UniquePeer: Insert with every job unique
+// by its arguments.
+func (p *riverPeer) InsertOneUnique(ctx context.Context, n, workers int) error {
+	return insertOne(ctx, riverpgxv5.New(p.pool), p.logger(), n, workers, unique)
 }
 
 func (p *riverPeer) InsertBulk(ctx context.Context, n, size int) error {
 	return insertBulk(ctx, riverpgxv5.New(p.pool), p.logger(), n, size, nil)
 }
 
-// InsertBulkUnique implements bench.UniqueBulkPeer: InsertMany with every
-// job unique by its arguments (River's unique_key and its unique index).
+// InsertBulkUnique implements bench.UniquePeer: InsertMany with every job
+// unique by its arguments.
 func (p *riverPeer) InsertBulkUnique(ctx context.Context, n, size int) error {
-	return insertBulk(ctx, riverpgxv5.New(p.pool), p.logger(), n, size, &river.InsertOpts{UniqueOpts: river.UniqueOpts{ByArgs: true}})
+	return insertBulk(ctx, riverpgxv5.New(p.pool), p.logger(), n, size, unique)
 }
 
 // Drain starts a client with one queue of MaxWorkers = workers and River's
@@ -277,7 +289,7 @@ func (p *riverSQLitePeer) logger() *slog.Logger {
 }
 
 func (p *riverSQLitePeer) InsertOne(ctx context.Context, n, workers int) error {
-	return insertOne(ctx, riversqlite.New(p.db), p.logger(), n, workers)
+	return insertOne(ctx, riversqlite.New(p.db), p.logger(), n, workers, nil)
 }
 
 func (p *riverSQLitePeer) InsertBulk(ctx context.Context, n, size int) error {
@@ -295,9 +307,9 @@ func (p *riverSQLitePeer) Completed(ctx context.Context) (int, error) {
 	return n, err
 }
 
-// insertOne inserts n jobs, one Insert per call, from workers goroutines of
-// a client that works nothing.
-func insertOne[TTx any](ctx context.Context, d riverdriver.Driver[TTx], log *slog.Logger, n, workers int) error {
+// insertOne inserts n jobs, one Insert per call with opts (nil: River's
+// defaults), from workers goroutines of a client that works nothing.
+func insertOne[TTx any](ctx context.Context, d riverdriver.Driver[TTx], log *slog.Logger, n, workers int, opts *river.InsertOpts) error {
 	c, err := river.NewClient(d, &river.Config{Logger: log})
 	if err != nil {
 		return err
@@ -312,7 +324,11 @@ func insertOne[TTx any](ctx context.Context, d riverdriver.Driver[TTx], log *slo
 				if i > int64(n) || ctx.Err() != nil {
 					return
 				}
-				if _, err := c.Insert(ctx, NoopArgs{N: int(i)}, nil); err != nil {
+				res, err := c.Insert(ctx, NoopArgs{N: int(i)}, opts)
+				if err == nil && res.UniqueSkippedAsDuplicate {
+					err = fmt.Errorf("Insert skipped job %d as a duplicate: every job's arguments differ", res.Job.ID)
+				}
+				if err != nil {
 					errs <- err
 					return
 				}
