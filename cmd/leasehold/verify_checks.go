@@ -77,7 +77,7 @@ var faultfsTests = []string{
 	"TestUnflushedWriteIsLost", "TestFlushedWriteSurvives", "TestFdatasyncFlushes", "TestSyncDescriptorWritesAreDurable", "TestTornWrite",
 	"TestTruncateIsUndone", "TestCreateIsDurableOnlyAfterItsDirectoryIsSynced", "TestUnlinkIsUndone", "TestRenameIsUndone", "TestRmdirIsUndone",
 	"TestDirectoryOperationsBecomeDurableInOrder", "TestPowerLossAtAKnownOperation", "TestCleanRestartKeepsEverything", "TestSyncMakesEverythingDurable",
-	"TestMissingFUSE",
+	"TestMissingFUSE", "TestKillUsers", "TestPowerLossAfter", "TestMountFrom",
 }
 
 // etcdTests are the etcd store's tests: the porting kit's checks and the

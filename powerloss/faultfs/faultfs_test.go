@@ -503,3 +503,12 @@ func TestPowerLossAfter(t *testing.T) {
 		t.Fatalf("fired: %+v, %v; want the armed cut", c, fired)
 	}
 }
+
+// TestMountFrom: what the fill writes before the mount is durable.
+func TestMountFrom(t *testing.T) {
+	f := MountForTestFrom(t, func(root string) error {
+		return os.WriteFile(filepath.Join(root, "seed"), []byte("setup"), 0o600)
+	})
+	loseAndRestart(t, f, Loss{})
+	wantContent(t, f.Path("seed"), []byte("setup"))
+}

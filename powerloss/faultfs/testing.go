@@ -3,6 +3,7 @@ package faultfs
 import (
 	"fmt"
 	"os"
+	"path/filepath"
 	"testing"
 )
 
@@ -19,11 +20,26 @@ func Required() bool { return os.Getenv(EnvRequire) == "1" || os.Getenv("CI") ==
 // fails it when Required.
 func MountForTest(t testing.TB) *FS {
 	t.Helper()
+	return MountForTestFrom(t, nil)
+}
+
+// MountForTestFrom is MountForTest on a disk that fill, when not nil, fills
+// first: it is given the directory the mount point will show, and what it
+// writes there is durable (a test's setup, without the filesystem's cost).
+func MountForTestFrom(t testing.TB, fill func(root string) error) *FS {
+	t.Helper()
 	dir, err := os.MkdirTemp("", "leasehold-faultfs-")
 	if err == nil {
 		err = os.Chmod(dir, 0o755)
 	}
+	if err == nil && fill != nil {
+		root := filepath.Join(dir, "disk", "root")
+		if err = os.MkdirAll(root, 0o755); err == nil {
+			err = fill(root)
+		}
+	}
 	if err != nil {
+		os.RemoveAll(dir)
 		t.Fatal(err)
 	}
 	f, err := Mount(dir)

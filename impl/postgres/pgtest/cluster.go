@@ -50,6 +50,9 @@ type ClusterOptions struct {
 	// in place when the test ends. The socket and the server's log stay in
 	// the temporary directory.
 	Data string
+	// Initialized says Data holds a data directory already (a copy of
+	// InitDB's): no initdb.
+	Initialized bool
 	// Durable runs the server with fsync and full_page_writes on: for tests
 	// of durability across a power loss. initdb never syncs what it wrote
 	// (--no-sync): such a test makes its setup durable itself.
@@ -68,6 +71,27 @@ func NewCluster(t testing.TB) *Cluster {
 
 // NewClusterWith is NewCluster with options.
 func NewClusterWith(t testing.TB, opts ClusterOptions) *Cluster {
+	t.Helper()
+	c := newCluster(t, opts)
+	if !opts.Initialized {
+		c.initdb(t)
+	}
+	c.Start(t)
+	return c
+}
+
+// InitDB initializes a data directory that no server runs on, removed when
+// t ends: a template that clusters copy (ClusterOptions.Initialized), one
+// initdb for many of them.
+func InitDB(t testing.TB) string {
+	t.Helper()
+	c := newCluster(t, ClusterOptions{})
+	c.initdb(t)
+	return c.data
+}
+
+// newCluster finds the binaries and makes the cluster's directory.
+func newCluster(t testing.TB, opts ClusterOptions) *Cluster {
 	t.Helper()
 	bin := os.Getenv(EnvBin)
 	if bin == "" {
@@ -118,11 +142,15 @@ func NewClusterWith(t testing.TB, opts ClusterOptions) *Cluster {
 			}
 		}
 	}
+	return c
+}
+
+// initdb initializes the cluster's data directory.
+func (c *Cluster) initdb(t testing.TB) {
+	t.Helper()
 	if out, err := c.run("initdb", "-D", c.data, "-A", "trust", "-U", "postgres", "--no-sync", "-E", "UTF8"); err != nil {
 		t.Fatalf("pgtest: initdb: %v\n%s", err, out)
 	}
-	c.Start(t)
-	return c
 }
 
 // DSN is the connection string of the cluster's postgres database (user
