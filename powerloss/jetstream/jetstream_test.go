@@ -135,7 +135,9 @@ func powerLoss(t *testing.T, always bool) outcome {
 	if _, err := relay.EnsureStream(ctx, s.js, relay.StreamSettings{Name: stream, Subjects: []string{subject + ".>"}}); err != nil {
 		t.Fatal(err)
 	}
-	// The stream, created and durable: the rounds start from it.
+	// The stream, created and made durable by the filesystem (under the
+	// default lazy fsync its creation would be lost too, and with it the
+	// stream this check reads): the rounds start from it.
 	if err := fsys.Sync(); err != nil {
 		t.Fatal(err)
 	}
