@@ -75,14 +75,15 @@ bench:
 
 ## probe: the probes (docs/ADAPTERS.md) on leasehold's control rows and every peers/*/probe.json,
 ## each cell 3 times: $(REPORTS)/peers.{md,json,html}; PROBEFLAGS=--system river,--probe … to narrow
-## (PostgreSQL: LEASEHOLD_PG_DSN; Redis: LEASEHOLD_REDIS_URL)
+## (PostgreSQL: LEASEHOLD_PG_DSN; Redis: LEASEHOLD_REDIS_URL, default redis://127.0.0.1:6379)
 PROBEFLAGS ?=
+LEASEHOLD_REDIS_URL ?= redis://127.0.0.1:6379
 probe:
-	$(GO) run ./cmd/leasehold probe --reports $(REPORTS) $(PROBEFLAGS)
+	LEASEHOLD_REDIS_URL=$(LEASEHOLD_REDIS_URL) $(GO) run ./cmd/leasehold probe --reports $(REPORTS) $(PROBEFLAGS)
 
 ## probe-evidence: make probe, writing the committed reports/peers.{md,json,html}
 probe-evidence:
-	$(GO) run ./cmd/leasehold probe --reports reports $(PROBEFLAGS)
+	LEASEHOLD_REDIS_URL=$(LEASEHOLD_REDIS_URL) $(GO) run ./cmd/leasehold probe --reports reports $(PROBEFLAGS)
 
 ## verify-port: the checks on a store command through the store protocol (docs/PROTOCOL.md);
 ## PORT_CMD defaults to the Python port, PORT_BUDGET to 2m; reports in $(REPORTS)/port

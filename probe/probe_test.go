@@ -2,6 +2,7 @@ package probe
 
 import (
 	"context"
+	"encoding/json"
 	"os"
 	"slices"
 	"strings"
@@ -237,5 +238,42 @@ func TestVerdict(t *testing.T) {
 		if c.Outcome == Holds && !strings.Contains(c.Why, "1 more runs did not exercise") {
 			t.Errorf("runs %v: the why %q does not count the runs that did not exercise the race", tc.runs, c.Why)
 		}
+	}
+}
+
+// TestReportRenders: a violated cell's section carries its steps, rows,
+// replay command and references, in Markdown and HTML; JSON round-trips.
+func TestReportRenders(t *testing.T) {
+	p := Probes[0]
+	c := Cell{System: "q", Probe: p.Name, Replay: "go run ./cmd/leasehold probe --system q --probe " + p.Name + " --runs 3",
+		References: []queueproto.Reference{{Probe: p.Name, URL: "https://example.org/issue/1", Title: "the known issue"}}}
+	for range 3 {
+		c.Runs = append(c.Runs, Result{Outcome: Violated, Why: "lost <job>", Steps: []Step{{Seq: 1, Process: "C", What: "enqueue {\"n\":1}"}},
+			Rows: map[string][]json.RawMessage{"J1 [7]": {json.RawMessage(`{"state":"gone"}`)}}})
+	}
+	verdict(&c)
+	q, _ := control.New(control.Options{Store: control.SQLite})
+	h := q.Hello()
+	rep := &Report{Runs: 3, Probes: []Probe{p}, Outcomes: legend, Systems: []SystemRow{{System: System{Name: "q", Run: "x"}, Hello: &h, Cells: []Cell{c}}}}
+	dir := t.TempDir()
+	if err := rep.Write(dir); err != nil {
+		t.Fatal(err)
+	}
+	md, _ := os.ReadFile(dir + "/peers.md")
+	html, _ := os.ReadFile(dir + "/peers.html")
+	for _, want := range []string{"violated (3/3), known", "#q-" + p.Name, c.Replay, `"state": "gone"`, "the known issue", "enqueue {\"n\":1}"} {
+		if !strings.Contains(string(md), want) {
+			t.Errorf("peers.md lacks %q", want)
+		}
+	}
+	for _, want := range []string{`class="violated"`, "lost &lt;job&gt;", "the known issue", "&#34;state&#34;: &#34;gone&#34;"} {
+		if !strings.Contains(string(html), want) {
+			t.Errorf("peers.html lacks %q", want)
+		}
+	}
+	var back Report
+	raw, _ := os.ReadFile(dir + "/peers.json")
+	if err := json.Unmarshal(raw, &back); err != nil || back.Systems[0].Cells[0].Outcome != Violated {
+		t.Errorf("peers.json: %v, %+v", err, back.Systems)
 	}
 }

@@ -275,7 +275,12 @@ func retryBudget(r *Run) {
 		if starts > budget {
 			r.Violated("attempt %d of %s started: its budget is %d", starts, r.JobName(j), budget)
 		}
-		i, _ := c.AwaitState(j, QuickBound, func(i queueproto.JobInfo) bool { return i.State != queueproto.StateRunning })
+		// The queue records the failure: the job waits for its retry (make
+		// it due), ends, or is claimed again at once (BullMQ with no
+		// backoff): a later attempt reads running.
+		i, _ := c.AwaitState(j, QuickBound, func(i queueproto.JobInfo) bool {
+			return i.State != queueproto.StateRunning || i.Attempt > s.Attempt
+		})
 		if i.State == queueproto.StateWaiting {
 			c.MakeDue(j)
 		}

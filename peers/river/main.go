@@ -19,6 +19,7 @@ import (
 	"log/slog"
 	"os"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -173,7 +174,27 @@ func (q *queue) Open(ctx context.Context, p queueproto.OpenParams) error {
 	return err
 }
 
-func (q *queue) table(name string) string { return pgx.Identifier{q.schema, name}.Sanitize() }
+// The adapter's own SQL on River's tables; {schema} is the namespace.
+const (
+	jobColumns  = "id, state, attempt, max_attempts, args"
+	sqlJob      = "SELECT " + jobColumns + " FROM {schema}.river_job WHERE id = $1"
+	sqlJobs     = "SELECT " + jobColumns + " FROM {schema}.river_job ORDER BY id"
+	sqlJobState = "SELECT state FROM {schema}.river_job WHERE id = $1"
+	sqlCountJob = "SELECT count(*) FROM {schema}.river_job WHERE id = $1"
+	sqlRows     = "SELECT json_build_object('river_job', row_to_json(j)) FROM {schema}.river_job j WHERE id = $1"
+	// expire: the running job's attempted_at past RescueStuckJobsAfter ($2),
+	// and the leader's lease past its end, so a live client leads and
+	// rescues it.
+	sqlExpireJob    = "UPDATE {schema}.river_job SET attempted_at = now() - $2::interval - interval '1 second' WHERE id = $1 AND state = 'running'"
+	sqlExpireLeader = "UPDATE {schema}.river_leader SET expires_at = now() - interval '1 second'"
+	// make_due: a retryable or scheduled job's scheduled_at now.
+	sqlMakeDue = "UPDATE {schema}.river_job SET scheduled_at = now() WHERE id = $1 AND state IN ('retryable', 'scheduled') AND scheduled_at > now()"
+)
+
+// sql returns a statement with the namespace's schema in it.
+func (q *queue) sql(stmt string) string {
+	return strings.ReplaceAll(stmt, "{schema}", pgx.Identifier{q.schema}.Sanitize())
+}
 
 func (q *queue) insertOpts(p queueproto.EnqueueParams) *river.InsertOpts {
 	opts := &river.InsertOpts{MaxAttempts: p.MaxAttempts}
@@ -203,7 +224,7 @@ func (q *queue) Enqueue(ctx context.Context, p queueproto.EnqueueParams) (queuep
 		return queueproto.EnqueueResult{}, err
 	}
 	var n int
-	if err := tx.QueryRow(ctx, "SELECT count(*) FROM "+q.table("river_job")+" WHERE id = $1", res.Job.ID).Scan(&n); err != nil {
+	if err := tx.QueryRow(ctx, q.sql(sqlCountJob), res.Job.ID).Scan(&n); err != nil {
 		return queueproto.EnqueueResult{}, err
 	}
 	if p.Tx == queueproto.TxCommit {
@@ -233,8 +254,6 @@ func stateOf(s rivertype.JobState) string {
 	}
 	return "unknown River state " + string(s)
 }
-
-const jobColumns = "id, state, attempt, max_attempts, args"
 
 func (q *queue) scan(row pgx.Row) (queueproto.JobInfo, error) {
 	var (
@@ -267,7 +286,7 @@ func (q *queue) State(ctx context.Context, job string) (queueproto.JobInfo, erro
 	if err != nil {
 		return queueproto.JobInfo{}, err
 	}
-	info, err := q.scan(q.pool.QueryRow(ctx, "SELECT "+jobColumns+" FROM "+q.table("river_job")+" WHERE id = $1", id))
+	info, err := q.scan(q.pool.QueryRow(ctx, q.sql(sqlJob), id))
 	if errors.Is(err, pgx.ErrNoRows) {
 		return queueproto.JobInfo{Job: job, State: queueproto.StateMissing}, nil
 	}
@@ -275,7 +294,7 @@ func (q *queue) State(ctx context.Context, job string) (queueproto.JobInfo, erro
 }
 
 func (q *queue) Jobs(ctx context.Context) ([]queueproto.JobInfo, error) {
-	rows, err := q.pool.Query(ctx, "SELECT "+jobColumns+" FROM "+q.table("river_job")+" ORDER BY id")
+	rows, err := q.pool.Query(ctx, q.sql(sqlJobs))
 	if err != nil {
 		return nil, err
 	}
@@ -297,7 +316,7 @@ func (q *queue) Rows(ctx context.Context, job string) ([]json.RawMessage, error)
 		return nil, err
 	}
 	var row json.RawMessage
-	err = q.pool.QueryRow(ctx, "SELECT json_build_object('river_job', row_to_json(j)) FROM "+q.table("river_job")+" j WHERE id = $1", id).Scan(&row)
+	err = q.pool.QueryRow(ctx, q.sql(sqlRows), id).Scan(&row)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return nil, nil
 	}
@@ -338,11 +357,11 @@ func (q *queue) Expire(ctx context.Context, job string) error {
 		return err
 	}
 	defer tx.Rollback(context.WithoutCancel(ctx))
-	if _, err := tx.Exec(ctx, "UPDATE "+q.table("river_job")+" SET attempted_at = now() - $2::interval - interval '1 second' WHERE id = $1 AND state = 'running'",
+	if _, err := tx.Exec(ctx, q.sql(sqlExpireJob),
 		id, rescueAfter); err != nil {
 		return err
 	}
-	if _, err := tx.Exec(ctx, "UPDATE "+q.table("river_leader")+" SET expires_at = now() - interval '1 second'"); err != nil {
+	if _, err := tx.Exec(ctx, q.sql(sqlExpireLeader)); err != nil {
 		return err
 	}
 	return tx.Commit(ctx)
@@ -353,7 +372,7 @@ func (q *queue) MakeDue(ctx context.Context, job string) error {
 	if err != nil {
 		return err
 	}
-	_, err = q.pool.Exec(ctx, "UPDATE "+q.table("river_job")+" SET scheduled_at = now() WHERE id = $1 AND state IN ('retryable', 'scheduled') AND scheduled_at > now()", id)
+	_, err = q.pool.Exec(ctx, q.sql(sqlMakeDue), id)
 	return err
 }
 
@@ -406,7 +425,7 @@ func (q *queue) CompleteInTx(ctx context.Context, v any, commit bool) (bool, err
 		return false, err
 	}
 	var state string
-	if err := tx.QueryRow(ctx, "SELECT state FROM "+q.table("river_job")+" WHERE id = $1", h.job.ID).Scan(&state); err != nil {
+	if err := tx.QueryRow(ctx, q.sql(sqlJobState), h.job.ID).Scan(&state); err != nil {
 		return false, err
 	}
 	if commit {
