@@ -47,7 +47,7 @@ import (
 
 // partial names what a run left out, for the report's mode.
 func partial(o Options) string {
-	if len(o.Variants) > 0 || o.SkipDepth || o.SkipSQLite || o.Peer == nil || o.SQLitePeer == nil || o.DSN == "" {
+	if len(o.Variants) > 0 || o.SkipDepth || o.SkipPin || o.SkipSQLite || o.Peer == nil || o.SQLitePeer == nil || o.DSN == "" {
 		return ", partial"
 	}
 	return ""
@@ -128,6 +128,9 @@ type Options struct {
 	// A report made with either is incomplete and says so in its mode.
 	Variants  []string
 	SkipDepth bool
+	// SkipPin leaves out the drains under a pinned MVCC horizon (pinMode);
+	// a report made without them is incomplete and says so.
+	SkipPin bool
 	// SQLiteDir holds the SQLite benchmark's file ("" = a temporary
 	// directory, removed afterwards). SkipSQLite leaves SQLite out.
 	SQLiteDir  string
@@ -263,6 +266,27 @@ type UniquePeer interface {
 	InsertOneUnique(ctx context.Context, n, workers int) error
 	// InsertBulkUnique is InsertBulk with the same check.
 	InsertBulkUnique(ctx context.Context, n, batch int) error
+}
+
+// PinnablePeer is a Peer whose drain can be measured under a pinned MVCC
+// horizon: the benchmark holds a snapshot open on its database (from the
+// start, or from the drain's midpoint, which it learns from DrainObserved)
+// and reads the statistics of the indexes its claims scan.
+type PinnablePeer interface {
+	Peer
+	// DrainObserved is Drain, telling done the number of jobs completed so
+	// far after each completion it observes (from one goroutine).
+	DrainObserved(ctx context.Context, n, workers int, done func(completed int)) error
+	// ClaimTarget names the peer's job table and the indexes its claims
+	// scan, in its database (schema "" is public).
+	ClaimTarget() ClaimTarget
+}
+
+// ClaimTarget names where a system's claims read: its schema, its job
+// table and the indexes its claims scan.
+type ClaimTarget struct {
+	Schema, Table string
+	Indexes       []string
 }
 
 // SteadyPeer is a Peer that can also run the latency measurement.
@@ -406,7 +430,7 @@ func runPostgres(ctx context.Context, o Options, r *Report, logf func(string, ..
 		once.N = min(o.N, quickOnceN)
 	}
 	for _, v := range variants(func(v drainMode) bool { return v.key != bestPG }) {
-		d, err := drainLeaseholdPG(ctx, pg, lhDSN, once, v, 0, logf)
+		d, err := drainLeaseholdPG(ctx, pg, lhDSN, once, v, pinNone, 0, logf)
 		if err != nil {
 			return fmt.Errorf("leasehold %s: %w", v.name, err)
 		}
@@ -416,7 +440,7 @@ func runPostgres(ctx context.Context, o Options, r *Report, logf func(string, ..
 	warm := o
 	warm.N, warm.InsertN = min(o.N, warmupN), min(o.InsertN, warmupN)
 	for _, v := range best {
-		if _, err := drainLeaseholdPG(ctx, pg, lhDSN, warm, v, -1, discard); err != nil {
+		if _, err := drainLeaseholdPG(ctx, pg, lhDSN, warm, v, pinNone, -1, discard); err != nil {
 			return fmt.Errorf("leasehold warm-up: %w", err)
 		}
 	}
@@ -431,27 +455,36 @@ func runPostgres(ctx context.Context, o Options, r *Report, logf func(string, ..
 		r.PeerSettings = o.Peer.Settings()
 		// A warm-up drain and admission of each side, not reported: the
 		// first drain of a run was often at half the rate of the later ones.
-		if _, err := peer.drain(ctx, pg, warm, -1, discard); err != nil {
+		if _, err := peer.drain(ctx, pg, warm, pinNone, -1, discard); err != nil {
 			return fmt.Errorf("%s warm-up: %w", r.PeerName, err)
 		}
 		if _, err := peer.insert(ctx, pg, warm, methodOne, -1, discard); err != nil {
 			return fmt.Errorf("%s warm-up: %w", r.PeerName, err)
 		}
 	}
+	// Each round: the drain unpinned, then under a pinned horizon in each
+	// pinMode, leasehold then the peer each time, so that a system's pinned
+	// and unpinned drains are minutes apart at most.
+	pins := []pinMode{pinNone}
+	if !o.SkipPin {
+		pins = append(pins, pinModes...)
+	}
 	for round := 1; round <= o.Rounds; round++ {
-		for _, v := range best {
-			d, err := drainLeaseholdPG(ctx, pg, lhDSN, o, v, round, logf)
-			if err != nil {
-				return fmt.Errorf("leasehold %s: %w", v.name, err)
+		for _, pm := range pins {
+			for _, v := range best {
+				d, err := drainLeaseholdPG(ctx, pg, lhDSN, o, v, pm, round, logf)
+				if err != nil {
+					return fmt.Errorf("leasehold %s, %s: %w", v.name, pm.text(), err)
+				}
+				r.Drains = append(r.Drains, d)
 			}
-			r.Drains = append(r.Drains, d)
-		}
-		if peer != nil {
-			d, err := peer.drain(ctx, pg, o, round, logf)
-			if err != nil {
-				return fmt.Errorf("%s drain: %w", r.PeerName, err)
+			if peer != nil {
+				d, err := peer.drain(ctx, pg, o, pm, round, logf)
+				if err != nil {
+					return fmt.Errorf("%s drain, %s: %w", r.PeerName, pm.text(), err)
+				}
+				r.Drains = append(r.Drains, d)
 			}
-			r.Drains = append(r.Drains, d)
 		}
 		for _, bulk := range []bool{false, true} {
 			methods := []string{methodOne, methodCoalesced}

@@ -37,7 +37,7 @@ func TestReportRendering(t *testing.T) {
 		"| leasehold / River vX (riversqlite) (SQLite drain, synchronous NORMAL) | noisy: not readable (median 2.00, 1.00–3.00, 3 rounds, spread 100 % > 20 %) | higher |",
 		"| leasehold CreateRuns / River vX InsertMany of unique jobs (PostgreSQL, bulk, per job) ≥ 1.0 | **not measured** | not measured: store lacks CreateRuns |",
 		"| leasehold | postgres | CreateRuns (bulk) | 1 | not measured: store lacks CreateRuns |",
-		"| leasehold | postgres | single claim, Complete per job | once | 33 |",
+		"| leasehold | postgres | single claim, Complete per job | unpinned | once | 33 |",
 		"## Latency at a steady arrival rate", "Limit", "## Findings"} {
 		if !strings.Contains(text, s) {
 			t.Errorf("report lacks %q", s)

@@ -67,6 +67,16 @@ type drainStats struct {
 	// Wall time spent inside Claim and inside Complete/CompleteBatch
 	// calls, summed over the goroutines making them.
 	claimNanos, completeNanos atomic.Int64
+	// progress, when set, is told the number of jobs completed so far
+	// after each completion call (from the goroutine that made it).
+	progress func(done int)
+}
+
+// report tells progress, if set, that done jobs are completed.
+func (st *drainStats) report(done int64) {
+	if st.progress != nil {
+		st.progress(int(done))
+	}
 }
 
 // maxRetries bounds the retries of one call refused with CodeUnavailable
@@ -154,7 +164,7 @@ func drain(ctx context.Context, store spec.Store, n int, o Options, m drainMode,
 					}
 					st.completeCalls.Add(1)
 					st.complete.Add(int64(len(batch)))
-					done.Add(int64(len(batch)))
+					st.report(done.Add(int64(len(batch))))
 				}
 			})
 		}
@@ -175,7 +185,7 @@ func drain(ctx context.Context, store spec.Store, n int, o Options, m drainMode,
 			}
 			st.completeCalls.Add(1)
 			st.complete.Add(1)
-			done.Add(1)
+			st.report(done.Add(1))
 		}
 	}
 

@@ -78,6 +78,7 @@ func NewCommandLine(defaultReports string) *CommandLine {
 	fs.BoolVar(&o.Etcd, "etcd", false, "the etcd store (one-member and three-member clusters it starts); default: on in full mode, off in quick mode")
 	fs.StringVar(&c.variants, "variants", "", "only these PostgreSQL drains (comma-separated keys: single,single_batchcomplete,batch,batch_batchcomplete)")
 	fs.BoolVar(&o.SkipDepth, "no-depth", false, "leave the depth measurement out")
+	fs.BoolVar(&o.SkipPin, "no-pin", false, "leave out the drains under a pinned MVCC horizon")
 	fs.BoolVar(&c.NoPeer, "no-peer", false, "leave River out, on both stores (its ratios stay empty)")
 	fs.StringVar(&o.RepoDir, "repo", "../..", "the leasehold repository, for the commit in the report")
 	fs.StringVar(&c.Render, "render", "", "measure nothing: re-render bench.md and bench.html of this directory from its bench.json (with the current findings)")

@@ -70,12 +70,15 @@ func (r *Report) throughputBars() []bar {
 		if d.NotMeasured != "" {
 			continue
 		}
-		k := d.System + "|" + d.Store + "|" + d.Variant
+		k := d.System + "|" + d.Store + "|" + d.Variant + "|" + d.Pin
 		if _, ok := index[k]; !ok {
 			index[k] = len(out)
 			label := d.Store + ": " + d.System + " [" + d.Name + "]"
 			if d.Variant == "peer" {
 				label = d.Store + ": " + d.System
+			}
+			if d.Pin != "" {
+				label += ", " + pinMode(d.Pin).text()
 			}
 			out = append(out, bar{label: label, system: d.System})
 		}

@@ -168,9 +168,9 @@ const (
 )
 
 // drainLeaseholdPG bulk-loads N jobs into a fresh schema and drains them
-// with variant v.
-func drainLeaseholdPG(ctx context.Context, pg *server, dsn string, o Options, v drainMode, round int, logf func(string, ...any)) (DrainResult, error) {
-	res := DrainResult{System: "leasehold", Store: "postgres", Variant: v.key, Name: v.name, Jobs: o.N, Round: round}
+// with variant v, its database's horizon held back by pin (pinNone: not).
+func drainLeaseholdPG(ctx context.Context, pg *server, dsn string, o Options, v drainMode, pm pinMode, round int, logf func(string, ...any)) (DrainResult, error) {
+	res := DrainResult{System: "leasehold", Store: "postgres", Variant: v.key, Name: v.name, Jobs: o.N, Round: round, Pin: string(pm)}
 	s, err := openPG(ctx, dsn, "bench_"+v.key, o)
 	if err != nil {
 		return res, err
@@ -182,7 +182,7 @@ func drainLeaseholdPG(ctx context.Context, pg *server, dsn string, o Options, v 
 	if _, err := s.Pool().Exec(ctx, `CHECKPOINT`); err != nil {
 		return res, err
 	}
-	if round == 1 {
+	if round == 1 && pm == pinNone {
 		// The drain's first claim batch as the planner runs it (rolled back;
 		// after the checkpoint, so that it does not write the loader's dirty
 		// pages out itself):
@@ -194,15 +194,24 @@ func drainLeaseholdPG(ctx context.Context, pg *server, dsn string, o Options, v 
 		res.ClaimPlan = plan
 		res.ClaimPlanBuffers, res.ClaimPlanMs = planFigures(plan)
 	}
-	st := &drainStats{}
-	var completed int
+	target := leaseholdClaims(s.Schema())
+	before, err := readClaims(ctx, dsn, target)
+	if err != nil {
+		return res, err
+	}
+	p, err := openPin(ctx, dsn, pm, o.N)
+	if err != nil {
+		return res, err
+	}
+	defer p.release()
+	st := &drainStats{progress: func(done int) { p.progress(ctx, done) }}
 	elapsed, c, err := pg.measure(ctx, o.N, DBLeasehold, func() error {
-		err := profiled(o.ProfileDir, fmt.Sprintf("postgres-%s-%d", v.key, round), func() error { return drain(ctx, s, o.N, o, v, st) })
+		err := profiled(o.ProfileDir, fmt.Sprintf("postgres-%s%s-%d", v.key, pinSuffix(pm), round), func() error { return drain(ctx, s, o.N, o, v, st) })
 		if err == nil {
-			err = s.Pool().QueryRow(ctx, `SELECT count(*) FROM jobs WHERE state = 'completed'`).Scan(&completed)
+			err = p.held(ctx, pg.conn)
 		}
 		return err
-	}, func() { s.Close() })
+	}, func() { s.Close(); p.release() })
 	if err == errNoBatchCompleter {
 		res.NotMeasured = "the PostgreSQL store does not implement spec.BatchCompleter yet"
 		logf("leasehold postgres %s: not measured (%s)", v.key, res.NotMeasured)
@@ -211,12 +220,39 @@ func drainLeaseholdPG(ctx context.Context, pg *server, dsn string, o Options, v 
 	if err != nil {
 		return res, err
 	}
-	if completed != o.N {
-		return res, fmt.Errorf("%d jobs completed in the table after the drain, want %d", completed, o.N)
+	after, err := readClaims(ctx, dsn, target)
+	if err != nil {
+		return res, err
+	}
+	if completed, err := countCompleted(ctx, dsn, s.Schema()); err != nil || completed != o.N {
+		return res, fmt.Errorf("%d jobs completed in the table after the drain, want %d (%v)", completed, o.N, err)
 	}
 	res.fill(elapsed, c, st)
-	logf("round %d: leasehold postgres %s: %.0f jobs/s (%.2f write transactions/job)", round, v.key, res.JobsPerSec, c.WriteTxPerJob)
+	res.fillClaims(before, after)
+	logf("round %d: leasehold postgres %s, %s: %.0f jobs/s (%.2f write transactions/job, %.1f claim-index entries read/job)", round, v.key, pm.text(),
+		res.JobsPerSec, c.WriteTxPerJob, res.ClaimIndexReadsPerJob)
 	return res, nil
+}
+
+// pinSuffix tells a pinned drain's profile from the unpinned one's.
+func pinSuffix(pm pinMode) string {
+	if pm == pinNone {
+		return ""
+	}
+	return "-pinned-" + string(pm)
+}
+
+// countCompleted counts the completed jobs of the store's schema, on a
+// connection of its own (the drain's pool is closed by then).
+func countCompleted(ctx context.Context, dsn, schema string) (int, error) {
+	conn, err := pgx.Connect(ctx, dsn)
+	if err != nil {
+		return 0, err
+	}
+	defer conn.Close(context.WithoutCancel(ctx))
+	var n int
+	err = conn.QueryRow(ctx, `SELECT count(*) FROM `+pgx.Identifier{schema, "jobs"}.Sanitize()+` WHERE state = 'completed'`).Scan(&n)
+	return n, err
 }
 
 func (r *DrainResult) fill(elapsed time.Duration, c Cost, st *drainStats) {
@@ -376,10 +412,16 @@ func (pp *peerPG) insert(ctx context.Context, pg *server, o Options, method stri
 }
 
 // drain measures one round of the peer's drain: N jobs bulk-inserted,
-// VACUUM ANALYZE and CHECKPOINT (as for leasehold's loader), then drained.
-func (pp *peerPG) drain(ctx context.Context, pg *server, o Options, round int, logf func(string, ...any)) (DrainResult, error) {
+// VACUUM ANALYZE and CHECKPOINT (as for leasehold's loader), then drained,
+// its database's horizon held back by pin (pinNone: not; a pinned drain
+// needs a PinnablePeer).
+func (pp *peerPG) drain(ctx context.Context, pg *server, o Options, pm pinMode, round int, logf func(string, ...any)) (DrainResult, error) {
 	name := pp.p.Name()
-	res := DrainResult{System: name, Store: "postgres", Variant: "peer", Name: name + " (its defaults for completion: batch completer)", Jobs: o.N, Round: round}
+	res := DrainResult{System: name, Store: "postgres", Variant: "peer", Name: name + " (its defaults for completion: batch completer)", Jobs: o.N, Round: round, Pin: string(pm)}
+	pinnable, _ := pp.p.(PinnablePeer)
+	if pm != pinNone && pinnable == nil {
+		return res, fmt.Errorf("a pinned drain of %s: it is not a bench.PinnablePeer", name)
+	}
 	if err := pp.p.Open(ctx, pp.dsn, o.Conns); err != nil {
 		return res, err
 	}
@@ -409,14 +451,42 @@ func (pp *peerPG) drain(ctx context.Context, pg *server, o Options, round int, l
 	if err != nil {
 		return res, err
 	}
-	var completed int
+	var target ClaimTarget
+	var before claimCounters
+	if pinnable != nil {
+		target = pinnable.ClaimTarget()
+		if before, err = readClaims(ctx, pp.dsn, target); err != nil {
+			return res, err
+		}
+	}
+	p, err := openPin(ctx, pp.dsn, pm, o.N)
+	if err != nil {
+		return res, err
+	}
+	defer p.release()
 	elapsed, c, err := pg.measure(ctx, o.N, DBPeer, func() error {
-		err := pp.p.Drain(ctx, o.N, o.Workers)
+		var err error
+		if pinnable != nil {
+			err = pinnable.DrainObserved(ctx, o.N, o.Workers, func(done int) { p.progress(ctx, done) })
+		} else {
+			err = pp.p.Drain(ctx, o.N, o.Workers)
+		}
 		if err == nil {
-			completed, err = pp.p.Completed(ctx)
+			err = p.held(ctx, pg.conn)
 		}
 		return err
-	}, closePeer)
+	}, func() { closePeer(); p.release() })
+	if err != nil {
+		return res, err
+	}
+	if pinnable != nil {
+		after, err := readClaims(ctx, pp.dsn, target)
+		if err != nil {
+			return res, err
+		}
+		res.fillClaims(before, after)
+	}
+	completed, err := pp.completed(ctx)
 	if err != nil {
 		return res, err
 	}
@@ -427,8 +497,19 @@ func (pp *peerPG) drain(ctx context.Context, pg *server, o Options, round int, l
 	if err := pp.empty(ctx); err != nil {
 		return res, err
 	}
-	logf("round %d: %s drain: %.0f jobs/s (%.2f write transactions/job)", round, name, res.JobsPerSec, c.WriteTxPerJob)
+	logf("round %d: %s drain, %s: %.0f jobs/s (%.2f write transactions/job, %.1f claim-index entries read/job)", round, name, pm.text(),
+		res.JobsPerSec, c.WriteTxPerJob, res.ClaimIndexReadsPerJob)
 	return res, nil
+}
+
+// completed counts the peer's completed jobs on a pool of its own (the
+// phase's is closed by then).
+func (pp *peerPG) completed(ctx context.Context) (int, error) {
+	if err := pp.p.Open(ctx, pp.dsn, 1); err != nil {
+		return 0, err
+	}
+	n, err := pp.p.Completed(ctx)
+	return n, errors.Join(err, pp.p.Close())
 }
 
 // empty empties the peer's job table once a phase is measured (Reset on a

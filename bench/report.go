@@ -234,6 +234,18 @@ type DrainResult struct {
 	ClaimPlan        string  `json:"claim_plan,omitempty"`
 	ClaimPlanBuffers int     `json:"claim_plan_buffers,omitempty"`
 	ClaimPlanMs      float64 `json:"claim_plan_ms,omitempty"`
+	// Pin is how the drain's MVCC horizon was held back: "" not, "whole"
+	// for the whole drain, "mid" from its midpoint (pinMode).
+	Pin string `json:"pin,omitempty"`
+	// ClaimIndexReadsPerJob is the entries the indexes the claims scan
+	// returned (pg_stat_user_indexes.idx_tup_read) per drained job: one
+	// for the job itself, the rest entries of row versions the claims
+	// stepped over (0: not counted).
+	ClaimIndexReadsPerJob float64 `json:"claim_index_reads_per_job,omitempty"`
+	// DeadRowVersions is the job table's n_dead_tup at the drain's end:
+	// row versions dead and not removed (by page pruning; autovacuum is
+	// off on the benchmark's server).
+	DeadRowVersions int64 `json:"dead_row_versions,omitempty"`
 }
 
 // InsertResult is one admission run.
@@ -285,9 +297,14 @@ type PhaseResult struct {
 // order (rounds 1.. only; a missing round is a zero, so that rounds stay
 // paired with the peer's).
 func (r *Report) drainRates(system, store, variant string) []float64 {
+	return r.pinnedRates(system, store, variant, pinNone)
+}
+
+// pinnedRates are drainRates of the drains pinned by pm.
+func (r *Report) pinnedRates(system, store, variant string, pm pinMode) []float64 {
 	var out []float64
 	for _, d := range r.Drains {
-		if d.System == system && d.Store == store && d.Variant == variant && d.Round > 0 {
+		if d.System == system && d.Store == store && d.Variant == variant && d.Round > 0 && d.Pin == string(pm) {
 			out = append(out, d.JobsPerSec)
 		}
 	}
@@ -298,7 +315,7 @@ func (r *Report) drainRates(system, store, variant string) []float64 {
 func (r *Report) drainCosts(system, store, variant string, f func(Cost) float64) []float64 {
 	var out []float64
 	for _, d := range r.Drains {
-		if d.System == system && d.Store == store && d.Variant == variant && d.Round > 0 {
+		if d.System == system && d.Store == store && d.Variant == variant && d.Round > 0 && d.Pin == "" {
 			out = append(out, f(d.Cost))
 		}
 	}
@@ -324,6 +341,48 @@ func (r *Report) insertNote(system, store, method string) string {
 		}
 	}
 	return ""
+}
+
+// perRound divides num[i] by den[i], keeping the rounds' positions: 0 where
+// either side is missing (ratios drops such rounds; this keeps them paired
+// with another system's rounds).
+func perRound(num, den []float64) []float64 {
+	out := make([]float64, min(len(num), len(den)))
+	for i := range out {
+		if num[i] > 0 && den[i] > 0 {
+			out[i] = num[i] / den[i]
+		}
+	}
+	return out
+}
+
+// drainFigures is one figure of a system's drains of one variant pinned by
+// pm, in round order.
+func (r *Report) drainFigures(system, variant string, pm pinMode, f func(DrainResult) float64) []float64 {
+	var out []float64
+	for _, d := range r.Drains {
+		if d.System == system && d.Store == "postgres" && d.Variant == variant && d.Round > 0 && d.Pin == string(pm) {
+			out = append(out, f(d))
+		}
+	}
+	return out
+}
+
+// deadText is a system's dead claim-index entries read per claimed job,
+// median of its rounds, pinned by pm and unpinned ("" when not counted).
+func (r *Report) deadText(system, variant string, pm pinMode) string {
+	dead := func(d DrainResult) float64 { return d.deadReadsPerJob() }
+	counted := func(d DrainResult) float64 { return d.ClaimIndexReadsPerJob }
+	if summarize(r.drainFigures(system, variant, pm, counted)).Median == 0 {
+		return ""
+	}
+	return fmt.Sprintf("%s steps over %.1f dead claim-index entries per claimed job pinned, %.1f unpinned (medians)", system,
+		summarize(r.drainFigures(system, variant, pm, dead)).Median, summarize(r.drainFigures(system, variant, pinNone, dead)).Median)
+}
+
+// besideDead sets Beside of the last ratio to deadText.
+func (r *Report) besideDead(system, variant string, pm pinMode) {
+	r.Ratios[len(r.Ratios)-1].Beside = r.deadText(system, variant, pm)
 }
 
 // insertCosts are a per-job cost of a system's admissions by one method,
@@ -440,6 +499,27 @@ func (r *Report) computeRatios() {
 	rounds("leasehold CreateRuns / "+speer+" InsertMany (SQLite, "+sync+", bulk, per job)", fmt.Sprintf("jobs/s / jobs/s, batches of %d, round by round", r.Settings.BulkBatch),
 		r.insertRates("leasehold", "sqlite", methodBulk), r.insertRates(r.SQLitePeerName, "sqlite", methodBulk), "higher", 1.5,
 		cmpNote(r.insertNote("leasehold", "sqlite", methodBulk), speerNote))
+	// The drain under a pinned horizon: what each system keeps of its own
+	// unpinned rate in the same round, and the goal, leasehold keeping more
+	// of it than the peer (issue 43).
+	peerBest := r.drainRates(r.PeerName, "postgres", "peer")
+	for _, pm := range pinModes {
+		lhPinned, peerPinned := r.pinnedRates("leasehold", "postgres", bestPG, pm), r.pinnedRates(r.PeerName, "postgres", "peer", pm)
+		note := peerNote
+		if len(lhPinned) == 0 && note == "" {
+			note = "not measured (--no-pin)"
+		}
+		rounds("leasehold drain, "+pm.text()+" / unpinned", "jobs/s / jobs/s of leasehold [batch claim, CompleteBatch] in the same round",
+			lhPinned, lhBest, "higher", 0, note)
+		r.besideDead("leasehold", bestPG, pm)
+		rounds(peer+" drain, "+pm.text()+" / unpinned", "jobs/s / jobs/s of "+peer+" in the same round",
+			peerPinned, peerBest, "higher", 0, note)
+		r.besideDead(r.PeerName, "peer", pm)
+		rounds("leasehold / "+peer+": share of the unpinned drain kept, "+pm.text(),
+			"(leasehold pinned / unpinned) / ("+peer+" pinned / unpinned), round by round: above 1, leasehold loses less to the pin",
+			perRound(lhPinned, lhBest), perRound(peerPinned, peerBest), "higher", 1.0, note)
+		r.Ratios[len(r.Ratios)-1].Beside = joinNonEmpty(", ", r.deadText("leasehold", bestPG, pm), r.deadText(r.PeerName, "peer", pm))
+	}
 	cpu := func(c Cost) float64 { return c.ServerCPUPerJob }
 	rounds("leasehold / "+peer+" server CPU per drained job", "µs/job / µs/job (PostgreSQL processes), round by round",
 		r.drainCosts("leasehold", "postgres", bestPG, cpu), r.drainCosts(r.PeerName, "postgres", "peer", cpu), "lower", 0, peerNote)
@@ -656,19 +736,21 @@ func (r *Report) Markdown(w io.Writer) {
 	}
 
 	p("\n## Throughput: drain N queued jobs with a no-op handler\n\n")
-	p("| system | store | variant | round | jobs/s | s | write txns/job | commits/job | WAL B/job | server CPU µs/job | client CPU µs/job | jobs/claim | ms/claim | jobs/complete call | ms/complete call | retries |\n")
-	p("|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
+	p("| system | store | variant | horizon | round | jobs/s | s | write txns/job | commits/job | WAL B/job | server CPU µs/job | client CPU µs/job | jobs/claim | ms/claim | jobs/complete call | ms/complete call | retries | claim-index entries read/job | dead row versions at the end |\n")
+	p("|---|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
 	for _, d := range r.Drains {
 		if d.NotMeasured != "" {
-			p("| %s | %s | %s | %s | not measured: %s | | | | | | | | | | | |\n", d.System, d.Store, d.Name, roundText(d.Round), d.NotMeasured)
+			p("| %s | %s | %s | %s | %s | not measured: %s | | | | | | | | | | | | | |\n", d.System, d.Store, d.Name, pinMode(d.Pin).text(), roundText(d.Round), d.NotMeasured)
 			continue
 		}
-		p("| %s | %s | %s | %s | %.0f | %.2f | %s | %s | %s | %s | %.0f | %s | %s | %s | %s | %d |\n", d.System, d.Store, d.Name, roundText(d.Round), d.JobsPerSec, d.Seconds,
+		p("| %s | %s | %s | %s | %s | %.0f | %.2f | %s | %s | %s | %s | %.0f | %s | %s | %s | %s | %d | %s | %s |\n", d.System, d.Store, d.Name, pinMode(d.Pin).text(), roundText(d.Round), d.JobsPerSec, d.Seconds,
 			pgOnly(d.Store, "%.2f", d.Cost.WriteTxPerJob), pgOnly(d.Store, "%.3f", d.Cost.CommitsPerJob), pgOnly(d.Store, "%.0f", d.Cost.WALBytesPerJob),
 			pgOnly(d.Store, "%.0f", d.Cost.ServerCPUPerJob), d.Cost.ClientCPUPerJob,
-			opt("%.1f", d.JobsPerClaim), opt("%.2f", d.ClaimCallMs), opt("%.1f", d.JobsPerCompleteCall), opt("%.2f", d.CompleteCallMs), d.Retries)
+			opt("%.1f", d.JobsPerClaim), opt("%.2f", d.ClaimCallMs), opt("%.1f", d.JobsPerCompleteCall), opt("%.2f", d.CompleteCallMs), d.Retries,
+			opt("%.1f", d.ClaimIndexReadsPerJob), opt("%.0f", float64(d.DeadRowVersions)))
 	}
 	p("\nRound `once`: a variant measured outside the rounds, for scale. Write txns/job counts the transactions that wrote anything during the drain (transaction ids assigned; each is one commit and, with synchronous_commit on, one WAL flush unless group commit shares it); commits/job is pg_stat_database.xact_commit of the system's database (read-only transactions included, read once the phase's backends have exited); WAL B/job the WAL written (pg_current_wal_lsn); server CPU is the CPU time of the PostgreSQL server's processes, backends that exited during the phase included, client CPU this program's. The peer's jobs/claim and jobs/complete call are not observable from outside it.\n")
+	p("\nHorizon: each round drains each system unpinned, then with its database's MVCC horizon pinned for the whole drain, then pinned from the drain's midpoint (once half its jobs are completed), leasehold then the peer each time. The pin is a REPEATABLE READ transaction of another connection to the same database that has taken its snapshot and stays open to the drain's end (checked: its backend still holds the same backend_xmin when the drain ends), as a long report or a forgotten session holds it in production: no row version that died after its snapshot can be removed, and no index entry pointing to one can be marked dead, so every claim steps over the entries of the jobs claimed before it. Claim-index entries read/job is idx_tup_read of the indexes the claims scan (leasehold: jobs_due and jobs_expired; River: river_job_prioritized_fetching_index) per drained job: one for the job itself, the rest entries of row versions the claims stepped over. Dead row versions: the job table's n_dead_tup when the drain ended.\n")
 
 	p("\n## Admission\n\n| system | store | method | round | jobs/s | s | write txns/job | commits/job | WAL B/job | server CPU µs/job | client CPU µs/job |\n|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|\n")
 	for _, in := range r.Inserts {

@@ -213,7 +213,21 @@ func (p *riverPeer) InsertBulkUnique(ctx context.Context, n, size int) error {
 // (River sends them after its completer committed the batch).
 func (p *riverPeer) Drain(ctx context.Context, n, workers int) error {
 	p.workers = workers
-	return drain(ctx, riverpgxv5.New(p.pool), p.logger(), n, workers)
+	return drain(ctx, riverpgxv5.New(p.pool), p.logger(), n, workers, nil)
+}
+
+// DrainObserved implements bench.PinnablePeer: Drain, telling done the
+// count of completion events so far after each.
+func (p *riverPeer) DrainObserved(ctx context.Context, n, workers int, done func(completed int)) error {
+	p.workers = workers
+	return drain(ctx, riverpgxv5.New(p.pool), p.logger(), n, workers, done)
+}
+
+// ClaimTarget implements bench.PinnablePeer: River's producer fetches
+// through river_job_prioritized_fetching_index (state, queue, priority,
+// scheduled_at, id), its JobGetAvailable query's index.
+func (p *riverPeer) ClaimTarget() bench.ClaimTarget {
+	return bench.ClaimTarget{Table: "river_job", Indexes: []string{"river_job_prioritized_fetching_index"}}
 }
 
 // Steady runs the same client while jobs arrive one Insert at a time.
@@ -298,7 +312,7 @@ func (p *riverSQLitePeer) InsertBulk(ctx context.Context, n, size int) error {
 
 func (p *riverSQLitePeer) Drain(ctx context.Context, n, workers int) error {
 	p.workers = workers
-	return drain(ctx, riversqlite.New(p.db), p.logger(), n, workers)
+	return drain(ctx, riversqlite.New(p.db), p.logger(), n, workers, nil)
 }
 
 func (p *riverSQLitePeer) Completed(ctx context.Context) (int, error) {
@@ -381,8 +395,9 @@ func workClient[TTx any](d riverdriver.Driver[TTx], log *slog.Logger, workers in
 }
 
 // awaitCompleted reads n completion events (River sends them after its
-// completer committed), calling done with each job's argument.
-func awaitCompleted(ctx context.Context, events <-chan *river.Event, n int, done func(arg int)) error {
+// completer committed), calling done, when set, with each job's argument
+// and progress, when set, with the count so far.
+func awaitCompleted(ctx context.Context, events <-chan *river.Event, n int, done func(arg int), progress func(completed int)) error {
 	for got := 0; got < n; {
 		select {
 		case ev, ok := <-events:
@@ -400,6 +415,9 @@ func awaitCompleted(ctx context.Context, events <-chan *river.Event, n int, done
 				done(a.N)
 			}
 			got++
+			if progress != nil {
+				progress(got)
+			}
 		case <-ctx.Done():
 			return ctx.Err()
 		}
@@ -409,8 +427,9 @@ func awaitCompleted(ctx context.Context, events <-chan *river.Event, n int, done
 
 var completionKinds = []river.EventKind{river.EventKindJobCompleted, river.EventKindJobFailed, river.EventKindJobCancelled}
 
-// drain works n queued jobs and returns when all completed.
-func drain[TTx any](ctx context.Context, d riverdriver.Driver[TTx], log *slog.Logger, n, workers int) error {
+// drain works n queued jobs and returns when all completed, telling
+// progress, when set, the count of completions after each.
+func drain[TTx any](ctx context.Context, d riverdriver.Driver[TTx], log *slog.Logger, n, workers int, progress func(completed int)) error {
 	c, err := workClient(d, log, workers, nil)
 	if err != nil {
 		return err
@@ -421,7 +440,7 @@ func drain[TTx any](ctx context.Context, d riverdriver.Driver[TTx], log *slog.Lo
 		return err
 	}
 	defer c.Stop(context.WithoutCancel(ctx))
-	return awaitCompleted(ctx, events, n, nil)
+	return awaitCompleted(ctx, events, n, nil, progress)
 }
 
 // steady starts the client, admits jobs 0..n-1 one Insert at a time at rate
@@ -440,7 +459,7 @@ func steady[TTx any](ctx context.Context, d riverdriver.Driver[TTx], log *slog.L
 	defer c.Stop(context.WithoutCancel(ctx))
 	time.Sleep(200 * time.Millisecond) // as for leasehold's worker: let it start listening
 	done := make(chan error, 1)
-	go func() { done <- awaitCompleted(ctx, events, n, func(i int) { tl.Mark(tl.Complete, i) }) }()
+	go func() { done <- awaitCompleted(ctx, events, n, func(i int) { tl.Mark(tl.Complete, i) }, nil) }()
 	if err := bench.Pace(ctx, n, rate, workers, tl, func(ctx context.Context, i int) error {
 		_, err := c.Insert(ctx, NoopArgs{N: i}, nil)
 		return err
