@@ -11,8 +11,13 @@ FUZZTIME  ?= 10s
 # committed reports/verify.{json,md}.
 REPORTS   ?= reports/latest
 TESTFLAGS ?=
+# verify: MIN_DEPTH is the depth below which a run is INCOMPLETE (0: none; see
+# docs/VERIFY.md), FULL=1 adds the fixed work make test also runs.
+MIN_DEPTH ?= 0
+FULL      ?=
+VERIFYFLAGS = --budget $(BUDGET) --min-depth $(MIN_DEPTH) $(if $(filter 1,$(FULL)),--full)
 
-.PHONY: all test test-race verify evidence replay demo fmt lint fuzz bench clean verify-port verify-port-broken test-outside test-python test-peers-node probe probe-evidence
+.PHONY: all test test-race verify verify-oversubscribed evidence replay demo fmt lint fuzz bench clean verify-port verify-port-broken test-outside test-python test-peers-node probe probe-evidence
 
 all: test
 
@@ -26,13 +31,26 @@ test-race:
 	$(GO) test -race -count=1 $(PKGS)
 
 ## verify: the main job for CI; writes $(REPORTS)/verify.json and verify.md
+## (MIN_DEPTH=x, FULL=1: see above)
 verify:
 	@echo "make verify: compiling cmd/leasehold (a cold build cache takes minutes; verify then shows its progress)"
-	LEASEHOLD_REQUIRE_PG=1 $(GO) run ./cmd/leasehold verify --budget $(BUDGET) --reports $(REPORTS)
+	LEASEHOLD_REQUIRE_PG=1 $(GO) run ./cmd/leasehold verify $(VERIFYFLAGS) --reports $(REPORTS)
+
+## verify-oversubscribed: a check of verify itself: make verify, then again beside CPU-burning
+## processes (OVERSUBSCRIBE per core, default 4), requiring the same verdicts; the same for
+## the Python port (PORT_CMD). Reports in $(REPORTS)/{quiet,oversubscribed,port-quiet,port-oversubscribed}
+OVERSUBSCRIBE ?= 4
+verify-oversubscribed:
+	-LEASEHOLD_REQUIRE_PG=1 $(GO) run ./cmd/leasehold verify --budget $(BUDGET) --min-depth 0 --reports $(REPORTS)/quiet
+	LEASEHOLD_REQUIRE_PG=1 $(GO) run ./cmd/leasehold verify --budget $(BUDGET) --min-depth 0 --reports $(REPORTS)/oversubscribed \
+	  --oversubscribe $(OVERSUBSCRIBE) --same-verdicts-as $(REPORTS)/quiet/verify.json
+	-$(GO) run ./cmd/leasehold verify --store-cmd '$(PORT_CMD)' --budget $(PORT_BUDGET) --reports $(REPORTS)/port-quiet
+	$(GO) run ./cmd/leasehold verify --store-cmd '$(PORT_CMD)' --budget $(PORT_BUDGET) --reports $(REPORTS)/port-oversubscribed \
+	  --oversubscribe $(OVERSUBSCRIBE) --same-verdicts-as $(REPORTS)/port-quiet/verify.json
 
 ## evidence: verify, writing the committed reports/verify.{json,md}
 evidence:
-	LEASEHOLD_REQUIRE_PG=1 $(GO) run ./cmd/leasehold verify --budget $(BUDGET) --reports reports
+	LEASEHOLD_REQUIRE_PG=1 $(GO) run ./cmd/leasehold verify $(VERIFYFLAGS) --reports reports
 
 ## replay: replay every kept failing seed under reports/failfiles (or FILE=path)
 replay:

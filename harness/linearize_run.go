@@ -57,7 +57,7 @@ func RunLinearizableOn(t *testing.T, target Target) {
 	}
 	leftOut(t, offered, "the concurrent histories", storetest.CapCompleteBatch, storetest.CapCreateRuns)
 	seed, pinned := FirstSeed(t)
-	budget := Budget(t, 0)
+	rounds := newRounds(Budget(t, 0), pinned)
 	start := time.Now()
 	total := Races{}
 	bulkCap := len(storetest.Missing(offered, storetest.CapCreateRuns)) == 0
@@ -95,15 +95,14 @@ func RunLinearizableOn(t *testing.T, target Target) {
 		// more, up to linMaxHistories (unless its seed is pinned): whether a
 		// fault lands on an operation whose outcome it hides is the
 		// machine's timing as much as the seed's.
-		spent := budget == 0 || pinned || time.Since(start)*time.Duration(i+2) > budget*time.Duration(i+1)
 		shown := len(linVacuity(total, histories, seed, bulk, bulkCap, delivered, refusedMsgs, scheduled, purged)) == 0
-		if spent && i >= 1 && (pinned || shown || histories >= linMaxHistories) {
+		if !rounds.next(i < 1 || !pinned && !shown && histories < linMaxHistories) {
 			break
 		}
 	}
 	t.Logf("%d histories, %d operations, first seed %d, races %s, %s", histories, ops, seed, total, time.Since(start).Round(time.Millisecond))
 	metrics.Report(t, metrics.Line{Check: "linearizability", Store: store, Operations: ops, Histories: histories, Violations: violations,
-		Seed: strconv.FormatUint(seed, 10), Replay: replayLin(t, target, seed)})
+		Rounds: histories, MinRounds: rounds.min(), Seed: strconv.FormatUint(seed, 10), Replay: replayLin(t, target, seed)})
 	t.Logf("%d scheduled runs admitted, %d runs purged, %d outbox messages delivered, %d writes with messages refused, %d bulk admissions",
 		scheduled, purged, delivered, refusedMsgs, bulk)
 	for _, problem := range linVacuity(total, histories, seed, bulk, bulkCap, delivered, refusedMsgs, scheduled, purged) {
@@ -254,11 +253,7 @@ func checkOne(t *testing.T, target Target, w Workload) (Verdict, *History) {
 // replayLin is the command that records the history of seed again, with
 // the target's environment.
 func replayLin(t *testing.T, target Target, seed uint64) string {
-	env := map[string]string{"LEASEHOLD_SEED": strconv.FormatUint(seed, 10)}
-	for k, v := range target.Env {
-		env[k] = v
-	}
-	return TestCommand(env, target.Tags, t.Name())
+	return TestCommand(withSeed(target.Env, seed), target.Tags, t.Name())
 }
 
 func reportDir(t *testing.T, name string) string {

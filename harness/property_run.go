@@ -38,6 +38,10 @@ func RunPropertyOn(t *testing.T, target Target) {
 	store := target.Name
 	budget := Budget(t, 0)
 	start := time.Now()
+	rapidPinned := seedPinned() // before this run sets rapid's seed
+	seed, leaseholdPinned := FirstSeed(t)
+	pinned := rapidPinned || leaseholdPinned
+	replay := TestCommand(withSeed(target.Env, seed), target.Tags, t.Name())
 	t.Cleanup(func() {
 		if !t.Failed() {
 			return
@@ -63,36 +67,38 @@ func RunPropertyOn(t *testing.T, target Target) {
 	// set for).
 	full := rapidChecks()
 	slice := full
-	if budget > 0 && !seedPinned() {
+	if budget > 0 && !pinned {
 		slice = max(1, full/propertySlices)
 		defer setRapidChecks(full)
 		setRapidChecks(slice)
 	}
-	rounds := 0
-	for {
+	// Each round starts from a seed of its own, derived from the run's
+	// (roundSeed), unless rapid's own flags pinned one: LEASEHOLD_SEED=seed
+	// replays the first round, and a failing round prints its own
+	// -rapid.seed and keeps its failfile.
+	ownSeed := !rapidPinned
+	if ownSeed {
+		defer setRapidSeed(0)
+	}
+	r := newRounds(budget, pinned)
+	for i := 0; ; i++ {
+		if ownSeed {
+			setRapidSeed(roundSeed(seed, i))
+		}
 		rapid.Check(t, p.Check(t))
-		rounds++
-		if budget == 0 || seedPinned() || propertyDone(time.Since(start), budget, rounds, p.Counters.Checks, full, len(propertyVacuity(p.Counters)) > 0) {
+		vacuous := len(propertyVacuity(p.Counters, pinned)) > 0
+		if !r.next(budget > 0 && !pinned && vacuous && p.Counters.Checks < full) {
 			break
 		}
 	}
-	t.Logf("%d rounds of %d sequences, %d sequences, %d operations (%d refused, %d stale-generation writes) in %s",
-		rounds, slice, p.Counters.Checks, p.Counters.Operations, p.Counters.Refused, p.Counters.StaleWrite, time.Since(start).Round(time.Millisecond))
+	t.Logf("%d rounds of %d sequences (%d of them the least this run does), %d sequences, %d operations (%d refused, %d stale-generation writes), seed %d, in %s",
+		r.done, slice, r.min(), p.Counters.Checks, p.Counters.Operations, p.Counters.Refused, p.Counters.StaleWrite, seed, time.Since(start).Round(time.Millisecond))
 	t.Logf("outcomes: %v", p.Counters.Outcomes)
-	for _, problem := range propertyVacuity(p.Counters) {
+	for _, problem := range propertyVacuity(p.Counters, pinned) {
 		t.Fatalf("vacuous run: %s", problem)
 	}
 	metrics.Report(t, metrics.Line{Check: "rapid", Store: store, Operations: int64(p.Counters.Operations), Sequences: int64(p.Counters.Checks),
-		Rounds: int64(rounds)})
-}
-
-// propertyDone says whether a budgeted property run stops after rounds
-// rounds that took elapsed and checked sequences sequences: when another
-// round of the same average length would end past budget, unless the run
-// is still vacuous and has not yet checked full sequences (a plain run's).
-func propertyDone(elapsed, budget time.Duration, rounds, sequences, full int, vacuous bool) bool {
-	spent := elapsed*time.Duration(rounds+1) > budget*time.Duration(rounds)
-	return spent && (!vacuous || sequences >= full)
+		Rounds: int64(r.done), MinRounds: r.min(), Seed: strconv.FormatUint(seed, 10), Replay: replay})
 }
 
 // propertySlices is how many rounds a plain run's sequences make under a
@@ -103,7 +109,7 @@ const propertySlices = 10
 // not: it exercised no stale write, no refusal or no success, or an
 // operation kind only without the outcomes that make it worth checking.
 // A pinned seed (a replay) is held to the first three only.
-func propertyVacuity(c Counters) []string {
+func propertyVacuity(c Counters, pinned bool) []string {
 	var out []string
 	if c.StaleWrite == 0 || c.Refused == 0 || c.Operations == c.Refused {
 		out = append(out, fmt.Sprintf("%+v (want stale-generation writes, refusals and successes)", c))
@@ -112,11 +118,11 @@ func propertyVacuity(c Counters) []string {
 	if batches := o["complete_batch ok"]; batches > 0 && (o["complete_batch member ok"] == 0 || o["complete_batch member lost_lease"] == 0) {
 		out = append(out, fmt.Sprintf("%d batch completions, but none completed a member and refused another: %v", batches, o))
 	}
-	if o["create_runs ok"] > 0 && !seedPinned() && (o["create_runs member created"] == 0 ||
+	if o["create_runs ok"] > 0 && !pinned && (o["create_runs member created"] == 0 ||
 		o["create_runs member replayed"] == 0 || o["create_runs member idempotency_conflict"] == 0) {
 		out = append(out, fmt.Sprintf("%d bulk admissions, but none created, replayed and conflicted members: %v", o["create_runs ok"], o))
 	}
-	if !seedPinned() && (o["outbox written"] == 0 || o["outbox none written"] == 0 || o["claim_outbox ok"] == 0 || o["mark_delivered ok"] == 0) {
+	if !pinned && (o["outbox written"] == 0 || o["outbox none written"] == 0 || o["claim_outbox ok"] == 0 || o["mark_delivered ok"] == 0) {
 		out = append(out, fmt.Sprintf("the outbox needs requests with messages written and refused, claims that took messages and marks that marked some: %v", o))
 	}
 	return out
@@ -131,6 +137,25 @@ func rapidChecks() int {
 		}
 	}
 	return 100
+}
+
+// roundSeed is the rapid seed of round i of a property run that starts
+// from seed: seed itself for the first, then steps of the golden ratio
+// (far apart: rapid seeds a round's sequences seed, seed+1, seed+3, ...),
+// never 0 (which rapid takes for "pick one").
+func roundSeed(seed uint64, i int) uint64 {
+	s := seed + uint64(i)*0x9e3779b97f4a7c15
+	if s == 0 {
+		s = 1
+	}
+	return s
+}
+
+// setRapidSeed sets rapid's seed for the next Check (0: rapid picks one).
+func setRapidSeed(seed uint64) {
+	if flag.Lookup("rapid.seed") != nil {
+		flag.Set("rapid.seed", strconv.FormatUint(seed, 10))
+	}
 }
 
 func setRapidChecks(n int) {

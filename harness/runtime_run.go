@@ -87,7 +87,7 @@ func RunRuntimeOn(t *testing.T, target Target) {
 	batches := len(storetest.Missing(offered, storetest.CapCompleteBatch)) == 0
 	leftOut(t, offered, "the runtime run", storetest.CapCompleteBatch)
 	seed, pinned := FirstSeed(t)
-	budget := Budget(t, 0)
+	rounds := newRounds(Budget(t, 0), pinned)
 	start := time.Now()
 	total, injected, byKind := Races{}, int64(0), map[string]int64{}
 	var ops, histories, violations, maxRecovery int64
@@ -112,15 +112,14 @@ func RunRuntimeOn(t *testing.T, target Target) {
 		// history's schedule is the machine's as much as the seed's (on a
 		// slow store the batching workers can finish none of a history's
 		// runs).
-		spent := budget == 0 || pinned || time.Since(start)*time.Duration(i+2) > budget*time.Duration(i+1)
-		if spent && (pinned || i+1 >= runtimeMaxHistories || len(runtimeVacuity(total, stats, byKind, batches)) == 0) {
+		if !rounds.next(!pinned && i+1 < runtimeMaxHistories && len(runtimeVacuity(total, stats, byKind, batches)) > 0) {
 			break
 		}
 	}
 	t.Logf("%d runtime histories, %d operations, first seed %d, races %s, worker stats %+v, faults injected %d, %s",
 		histories, ops, seed, total, stats, injected, time.Since(start).Round(time.Millisecond))
 	metrics.Report(t, metrics.Line{Check: "runtime", Store: store, Operations: ops, Histories: histories, Violations: violations,
-		Seed: strconv.FormatUint(seed, 10), Replay: replayLin(t, target, seed),
+		Rounds: histories, MinRounds: rounds.min(), Seed: strconv.FormatUint(seed, 10), Replay: replayLin(t, target, seed),
 		Faults: &metrics.Faults{Injected: injected, MaxRecoveryMs: maxRecovery}})
 	for _, problem := range runtimeVacuity(total, stats, byKind, batches) {
 		t.Errorf("vacuous run: %s in %d runtime histories (seed %d)", problem, histories, seed)

@@ -128,7 +128,7 @@ func TestPropertyVacuity(t *testing.T) {
 	} {
 		c := healthy()
 		tc.change(&c)
-		got := propertyVacuity(c)
+		got := propertyVacuity(c, false)
 		switch {
 		case tc.want == "" && len(got) > 0:
 			t.Errorf("%s: vacuous: %v", tc.name, got)
@@ -138,29 +138,50 @@ func TestPropertyVacuity(t *testing.T) {
 	}
 }
 
-// TestPropertyDone: a budgeted property run stops when another round of
-// its average length would end past the budget, and not before; a vacuous
-// run goes on past the budget until it has checked a plain run's sequences.
-func TestPropertyDone(t *testing.T) {
+// TestRounds: an exploring test runs another round while its budget has
+// room for one as long as the average so far (one the budget buys), and
+// while one is forced (its minimum, its vacuity rules) whatever the budget;
+// a plain run or a pinned seed buys none. The rounds it would have run at
+// any budget are its minimum.
+func TestRounds(t *testing.T) {
 	for _, tc := range []struct {
-		name      string
-		elapsed   time.Duration
-		rounds    int
-		sequences int
-		vacuous   bool
-		want      bool
+		name    string
+		budget  time.Duration
+		pinned  bool
+		elapsed time.Duration // since the start, as the round ends
+		done    int           // rounds before this one
+		forced  bool
+		want    bool
+		wantMin int64
 	}{
-		{"another round fits", 3 * time.Second, 3, 30, false, false},
-		{"another round would just fit", 8 * time.Second, 4, 40, false, false},
-		{"another round would end past the budget", 9 * time.Second, 5, 50, false, true},
-		{"one round longer than the budget", 12 * time.Second, 1, 10, false, true},
-		{"vacuous: on past the budget", 12 * time.Second, 1, 10, true, false},
-		{"vacuous after a plain run's sequences", 40 * time.Second, 10, 100, true, true},
-		{"vacuous, within the budget", 1 * time.Second, 1, 10, true, false},
+		{"another round fits", 10 * time.Second, false, 3 * time.Second, 2, false, true, 0},
+		{"another round would just fit", 10 * time.Second, false, 7900 * time.Millisecond, 3, false, true, 0},
+		{"another round would end past the budget", 10 * time.Second, false, 9 * time.Second, 4, false, false, 5},
+		{"one round longer than the budget", 10 * time.Second, false, 12 * time.Second, 0, false, false, 1},
+		{"forced past the budget", 10 * time.Second, false, 12 * time.Second, 0, true, true, 1},
+		{"a plain run buys none", 0, false, time.Millisecond, 0, false, false, 1},
+		{"a pinned seed buys none", 10 * time.Second, true, time.Millisecond, 0, false, false, 1},
+		{"forced in a plain run", 0, false, time.Millisecond, 0, true, true, 1},
 	} {
-		if got := propertyDone(tc.elapsed, 10*time.Second, tc.rounds, tc.sequences, 100, tc.vacuous); got != tc.want {
-			t.Errorf("%s: propertyDone(%s of a 10s budget, %d rounds, %d of 100 sequences, vacuous %v) = %v, want %v",
-				tc.name, tc.elapsed, tc.rounds, tc.sequences, tc.vacuous, got, tc.want)
+		r := newRounds(tc.budget, tc.pinned)
+		r.start = time.Now().Add(-tc.elapsed)
+		r.done = tc.done
+		if got := r.next(tc.forced); got != tc.want {
+			t.Errorf("%s: next = %v, want %v", tc.name, got, tc.want)
 		}
+		if tc.done == 0 || !tc.want {
+			if got := r.min(); tc.wantMin > 0 && got != tc.wantMin {
+				t.Errorf("%s: min = %d after %d rounds, want %d", tc.name, got, r.done, tc.wantMin)
+			}
+		}
+	}
+	// A run of three budget-bought rounds after one forced one: depth 4.
+	r := newRounds(time.Hour, false)
+	r.next(true)
+	for range 3 {
+		r.next(false)
+	}
+	if r.done != 4 || r.min() != 1 {
+		t.Errorf("one forced and three bought rounds: done %d, min %d; want 4 and 1", r.done, r.min())
 	}
 }

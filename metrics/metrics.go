@@ -19,13 +19,20 @@ type Line struct {
 	Operations     int64  `json:"operations"`
 	Histories      int64  `json:"histories,omitempty"`
 	StatesExplored int64  `json:"states_explored,omitempty"`
-	// Sequences and Rounds are a property run's depth: the random
-	// operation sequences it checked, in how many rounds.
-	Sequences  int64  `json:"sequences,omitempty"`
-	Rounds     int64  `json:"rounds,omitempty"`
-	Violations int64  `json:"violations"`
-	Seed       string `json:"seed,omitempty"`
-	Replay     string `json:"replay,omitempty"`
+	// Sequences is a property run's random operation sequences checked.
+	Sequences int64 `json:"sequences,omitempty"`
+	// Rounds is an exploring test's depth: the rounds it ran (a property
+	// run's slices of sequences, a linearizability or runtime run's
+	// histories). MinRounds is how many of them it would have run at any
+	// budget: its minimum, and those it ran because it had not yet shown
+	// everything its vacuity rules ask for. Rounds/MinRounds is how deep it
+	// went; 1 is its minimum.
+	Rounds     int64 `json:"rounds,omitempty"`
+	MinRounds  int64 `json:"min_rounds,omitempty"`
+	Violations int64 `json:"violations"`
+	// Seed is the seed a replay of the run starts from.
+	Seed   string `json:"seed,omitempty"`
+	Replay string `json:"replay,omitempty"`
 	// Faults are a fault test's figures (a server restart, a stopped
 	// process); nil for other checks.
 	Faults *Faults `json:"faults,omitempty"`

@@ -13,7 +13,9 @@
 //	leasehold help [COMMAND]                   this help, or a command's
 //
 // Exit status: 0 on success, 1 when the command ran and failed (or could not
-// complete), 2 on a usage error. -h prints a command's help and exits 0.
+// complete), 2 on a usage error; verify also 3 for INCOMPLETE and 4 when
+// its verdicts differ from --same-verdicts-as. -h prints a command's help
+// and exits 0.
 package main
 
 import (
@@ -113,12 +115,16 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	}
 	err = runFn(ctx, fs.Args())
 	var ue usageError
+	var es interface{ ExitStatus() int }
 	switch {
 	case err == nil:
 		return 0
 	case errors.As(err, &ue):
 		fmt.Fprintf(stderr, "leasehold %s: %v\nrun leasehold help %s\n", c.name, ue.msg, c.name)
 		return 2
+	case errors.As(err, &es):
+		fmt.Fprintf(stderr, "leasehold %s: %v\n", c.name, err)
+		return es.ExitStatus()
 	default:
 		fmt.Fprintf(stderr, "leasehold %s: %v\n", c.name, err)
 		return 1

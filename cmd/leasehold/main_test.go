@@ -35,6 +35,10 @@ func TestCommandLines(t *testing.T) {
 		{[]string{"verify", "--only", "typo"}, 2, `--only "typo" names no check`},
 		{[]string{"verify", "--store", "mysql"}, 2, `--store "mysql"`},
 		{[]string{"verify", "--bogus"}, 2, "flag provided but not defined: -bogus"},
+		{[]string{"verify", "--min-depth", "-1"}, 2, "--min-depth -1: want 0"},
+		{[]string{"verify", "--oversubscribe", "-2"}, 2, "--oversubscribe -2: want 0 or more"},
+		{[]string{"verify", "--same-verdicts-as", filepath.Join(dir, "missing.json")}, 2, "--same-verdicts-as"},
+		{[]string{"verify", "--same-verdicts-as", empty}, 2, "no verdict or no checks"},
 		{[]string{"scenario"}, 2, "the only subcommand is run"},
 		{[]string{"scenario", "-h"}, 0, "--store"},
 		{[]string{"scenario", "run"}, 2, "give at least one scenario file"},
@@ -78,41 +82,54 @@ func TestCommandLines(t *testing.T) {
 	}
 }
 
-// TestVerifyCoversStoreTests: every test of a store's package (and of the
-// doctor's, the invariant checker's and the power-loss module's) runs under
-// verify (a check lists it), and every test a check lists exists. A test added to such a package
-// without a check would otherwise never run in the main job.
+// TestVerifyCoversStoreTests: every test a check names exists, every check
+// that runs the rest of its package (check.Rest) finds tests to run, and
+// every test of the doctor's package and of a module of its own
+// (powerloss, which has nothing but checks) runs under some check. A
+// store's package is run whole by its Rest check: a test added to it runs
+// under verify with no list to keep.
 func TestVerifyCoversStoreTests(t *testing.T) {
-	listed := map[string][]string{}
+	type pkgKey struct{ module, pkg, tags string }
+	listed := map[pkgKey][]string{}
+	var rests []check
 	inPackage := map[string][]string{} // whatever the tags
-	for _, c := range checks {
+	for _, c := range append(slices.Clone(checks), storeCmdChecks...) {
 		if len(c.Fuzz) > 0 {
 			continue
 		}
-		key := c.Module + " " + c.Package + " " + c.Tags
-		listed[key] = append(listed[key], c.Tests...)
+		k := pkgKey{c.Module, c.Package, c.Tags}
+		listed[k] = append(listed[k], c.Tests...)
 		inPackage[c.Module+" "+c.Package] = append(inPackage[c.Module+" "+c.Package], c.Tests...)
+		if c.Rest {
+			rests = append(rests, c)
+		}
 	}
-	for key, tests := range listed {
-		parts := strings.SplitN(key, " ", 3)
-		module, pkg, tags := parts[0], parts[1], parts[2]
-		have, err := listTests(context.Background(), filepath.Join("..", "..", module), pkg, tags)
+	for k, tests := range listed {
+		have, err := listTests(context.Background(), filepath.Join("..", "..", k.module), k.pkg, k.tags)
 		if err != nil {
 			t.Fatal(err)
 		}
 		for _, name := range tests {
 			if !slices.Contains(have, name) {
-				t.Errorf("verify runs %s in %s, which has no such test", name, pkg)
+				t.Errorf("verify runs %s in %s, which has no such test", name, k.pkg)
 			}
 		}
-		// A module of its own (powerloss) has nothing but checks: all of
-		// its tests run under verify.
-		if module == "" && !slices.Contains([]string{"./impl/postgres", "./impl/sqlite", "./impl/etcd", "./doctor", "./invariant"}, pkg) {
+		for _, c := range rests {
+			if (pkgKey{c.Module, c.Package, c.Tags}) == k && len(restOf(have, c, checks)) == 0 {
+				t.Errorf("%s/%s runs the rest of %s, which has no test that another check does not name", c.Name, c.Store, c.Package)
+			}
+		}
+		if k.module == "" && k.pkg != "./doctor" {
 			continue
 		}
+		for _, c := range rests {
+			if (pkgKey{c.Module, c.Package, c.Tags}) == k {
+				inPackage[k.module+" "+k.pkg] = append(inPackage[k.module+" "+k.pkg], restOf(have, c, checks)...)
+			}
+		}
 		for _, name := range have {
-			if strings.HasPrefix(name, "Test") && !slices.Contains(inPackage[module+" "+pkg], name) {
-				t.Errorf("%s in %s runs under make test but under no check of verify: add it to a check", name, pkg)
+			if strings.HasPrefix(name, "Test") && !slices.Contains(inPackage[k.module+" "+k.pkg], name) {
+				t.Errorf("%s in %s runs under make test but under no check of verify: add it to a check", name, k.pkg)
 			}
 		}
 	}

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"flag"
 	"fmt"
 	"net/url"
@@ -18,6 +17,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/leasehold/leasehold/harness"
+	"github.com/leasehold/leasehold/internal/hang"
 )
 
 type verifyOptions struct {
@@ -31,22 +31,40 @@ type verifyOptions struct {
 	requirePG bool
 	// jobs is how many fixed-work checks run at once (--jobs; below 1: one).
 	jobs int
-	out  *streams
+	// minDepth is the depth below which the run is INCOMPLETE (--min-depth;
+	// 0: none); full runs the checks that only repeat make test too.
+	minDepth float64
+	full     bool
+	// oversubscribe starts this many CPU-burning processes per core beside
+	// the checks (--oversubscribe); sameAs is a verify.json whose verdicts
+	// this run's must equal (--same-verdicts-as).
+	oversubscribe float64
+	sameAs        string
+	out           *streams
 }
 
 var verifyCommand = &command{
 	name:    "verify",
 	summary: "run every check (conformance, model exploration, property, linearizability, scenarios, mutants): the main job",
-	usage:   "verify [--store all|sqlite|postgres|etcd | --store-cmd CMD] [--budget D] [--only CHECK,...] [--jobs N] [--reports DIR] [--keep-histories]",
+	usage:   "verify [--store all|sqlite|postgres|etcd | --store-cmd CMD] [--budget D] [--min-depth X] [--full] [--only CHECK,...] [--jobs N] [--reports DIR] [--keep-histories] [--oversubscribe F [--same-verdicts-as FILE]]",
 	help: `Runs every check on the selected stores and writes verify.json and verify.md. The verdict is
 PASS only when every selected check ran completely and passed; a check that was skipped (its
 database missing) or skipped some of its tests makes the run INCOMPLETE, never PASS; any failure
 makes it FAIL. Store-independent checks (the model's exploration, fuzzing) always run.
---store-cmd checks a store written in any language instead, through the store protocol
-(docs/PROTOCOL.md): conformance, rapid, linearizability and scenarios. A test that needs a
-capability the store does not declare is listed as not applicable, never counted as passed.
+The exploring checks (rapid, linearizability, the runtime run, fuzzing, etcd's) share at least
+half of --budget whatever the fixed work took. The headline says how deep they went: a check
+that stayed at its minimum (depth 1.0x, what a plain go test runs) marks the run SHALLOW, and
+with --min-depth X a run whose shallowest exploring check is below X is INCOMPLETE.
+By default verify runs the contract's checks on every store; --full adds the fixed work that
+make test runs just the same (a store's own internals, the doctor, the mutant checks), and the
+report lists, per package, where its proof runs. --store-cmd checks a store written in any
+language instead, through the store protocol (docs/PROTOCOL.md). A test that needs a capability
+the store does not declare is listed as not applicable, never counted as passed.
 Runs write to reports/latest (not committed); reports/ holds the committed evidence, which only
-an explicit --reports reports (make evidence) rewrites. The exit status is 0 for PASS only.`,
+an explicit --reports reports (make evidence) rewrites. docs/VERIFY.md says more.
+Exit status: 0 PASS (a SHALLOW one too: verify.json's "shallow" lists its checks at their
+minimum; --min-depth makes it 3); 1 FAIL; 2 a usage error; 3 INCOMPLETE (a check skipped,
+skipped tests or not applicable, or the run below --min-depth); 4 --same-verdicts-as differed.`,
 	env: append([]string{
 		"LEASEHOLD_REQUIRE_PG=1  (or CI=true) a PostgreSQL that is not configured or does not answer fails the run",
 	}, pgEnv...),
@@ -59,6 +77,10 @@ an explicit --reports reports (make evidence) rewrites. The exit status is 0 for
 			"(docs/PROTOCOL.md) instead of leasehold's own stores")
 		jobs := fs.Int("jobs", 2, "fixed-work checks run at once (the exploring checks run one at a time, each with its share of the budget)")
 		keep := fs.Bool("keep-histories", false, "keep every linearizability history under REPORTS/lin/, the passing ones too")
+		minDepth := fs.Float64("min-depth", 0, "the depth below which the run is INCOMPLETE: each exploring check must run at least this many times its minimum rounds (1: its minimum; 0: no requirement)")
+		full := fs.Bool("full", false, "also run the fixed work make test runs just the same: the stores' own internals, the doctor, the mutant checks")
+		oversubscribe := fs.Float64("oversubscribe", 0, "start this many CPU-burning processes per core beside the checks, for the run (a check of verify itself: its verdicts must not depend on the load)")
+		sameAs := fs.String("same-verdicts-as", "", "a verify.json (a quiet run's) whose verdict and check statuses this run's must equal (exit status 4 when they differ)")
 		return func(ctx context.Context, args []string) error {
 			if err := noArgs(args); err != nil {
 				return err
@@ -80,7 +102,7 @@ an explicit --reports reports (make evidence) rewrites. The exit status is 0 for
 				}
 			}
 			for _, f := range filters {
-				if len(selectChecks([]string{f}, stores)) == 0 {
+				if len(selectChecks([]string{f}, stores, true)) == 0 {
 					return usagef("--only %q names no check of %s (checks: %s)", f, strings.Join(stores, ", "), checkNames(stores))
 				}
 			}
@@ -90,10 +112,17 @@ an explicit --reports reports (make evidence) rewrites. The exit status is 0 for
 			if *budget <= 0 {
 				return usagef("--budget %s: want a positive duration such as 5m", *budget)
 			}
+			if *minDepth < 0 {
+				return usagef("--min-depth %g: want 0 (no requirement) or more", *minDepth)
+			}
+			if *oversubscribe < 0 {
+				return usagef("--oversubscribe %g: want 0 or more processes per core", *oversubscribe)
+			}
 			if *keep {
 				os.Setenv(harness.EnvKeepHistory, "1") // the go test runs inherit it
 			}
 			return verify(ctx, verifyOptions{budget: *budget, reports: *reports, only: filters, stores: stores, storeCmd: *storeCmd, jobs: *jobs,
+				minDepth: *minDepth, full: *full, oversubscribe: *oversubscribe, sameAs: *sameAs,
 				requirePG: *storeCmd == "" && (os.Getenv("LEASEHOLD_REQUIRE_PG") == "1" || os.Getenv("CI") == "true"), out: o})
 		}
 	},
@@ -113,7 +142,15 @@ func verify(ctx context.Context, o verifyOptions) error {
 	start := time.Now()
 	out := o.out.out
 	rep := verifyReport{Commit: gitCommit(), Started: start.UTC().Format(time.RFC3339), Budget: o.budget.String(), Stores: o.stores,
-		StoreCmd: o.storeCmd}
+		StoreCmd: o.storeCmd, MinDepth: o.minDepth, Full: o.full}
+	var quiet *verifyReport
+	if o.sameAs != "" {
+		q, err := readVerifyReport(o.sameAs)
+		if err != nil {
+			return usagef("--same-verdicts-as %s: %v", o.sameAs, err)
+		}
+		quiet = &q
+	}
 	pgProblem := ""
 	switch {
 	case o.storeCmd != "":
@@ -135,10 +172,30 @@ func verify(ctx context.Context, o verifyOptions) error {
 	default:
 		rep.PostgreSQL = "not selected (--store " + strings.Join(o.stores, ",") + ")"
 	}
-	selected := selectChecks(o.only, o.stores)
+	selected := selectChecks(o.only, o.stores, o.full)
+	for _, c := range selectChecks(o.only, o.stores, true) {
+		if !slices.ContainsFunc(selected, func(s check) bool { return s.Name == c.Name && s.Store == c.Store }) {
+			rep.LeftOut = append(rep.LeftOut, c.Name+"/"+c.Store)
+		}
+	}
+	if o.storeCmd == "" {
+		rep.Coverage = coverageRows(checks)
+	}
 	fmt.Fprintf(out, "leasehold verify: %d checks on %s, budget %s; PostgreSQL %s\n", len(selected), strings.Join(o.stores, "+"), o.budget, rep.PostgreSQL)
+	if len(rep.LeftOut) > 0 {
+		fmt.Fprintf(out, "left out (make test runs them; --full adds them): %s\n", strings.Join(rep.LeftOut, ", "))
+	}
 	if o.storeCmd != "" {
 		fmt.Fprintf(out, "store command: %s (through the store protocol, docs/PROTOCOL.md)\n", o.storeCmd)
+	}
+	if o.oversubscribe > 0 {
+		n, stop, err := burnCPU(o.oversubscribe)
+		if err != nil {
+			return err
+		}
+		defer stop()
+		rep.Oversubscribed = n
+		fmt.Fprintf(out, "oversubscribed: %d CPU-burning processes run beside the checks (%g per core)\n", n, o.oversubscribe)
 	}
 	selected = runOrder(selected)
 	took, _ := compileChecks(ctx, selected, o)
@@ -205,31 +262,50 @@ func verify(ctx context.Context, o verifyOptions) error {
 	}
 
 	// Then the exploring checks, one at a time, each with its share of
-	// what is left of the budget.
+	// what is left of the budget, and of no less than exploreFloor of it
+	// however long the compile and the fixed work took.
 	rest := 0.0 // the shares of the exploring checks not yet run
 	for _, c := range selected[fixed:] {
 		rest += c.Share
 	}
+	exploreStart := time.Now()
 	for i := fixed; i < len(selected) && ctx.Err() == nil; i++ {
 		c := selected[i]
-		perTest := testBudget(c, o.budget-time.Since(start), rest)
+		left := max(o.budget-time.Since(start), time.Duration(exploreFloor*float64(o.budget))-time.Since(exploreStart))
+		perTest := testBudget(c, left, rest)
 		rest -= c.Share
 		r := runOne(i, perTest)
 		rep.Checks = append(rep.Checks, r)
 		rep.Violations += r.Violations
 	}
-	rep.Verdict = verdictOf(rep.Checks, len(selected))
+	rep.Depth, rep.Shallow, rep.BelowMinDepth = depthOf(rep.Checks, o.minDepth)
+	rep.Verdict = verdictOf(rep.Checks, len(selected), rep.BelowMinDepth)
 	rep.DurationMs = time.Since(start).Milliseconds()
 	if err := writeVerifyReports(o.reports, rep); err != nil {
 		return err
 	}
-	fmt.Fprintf(out, "leasehold verify: %s — %s; %d violations in %.1fs; reports in %s/verify.{json,md}\n",
-		rep.Verdict, summarize(rep.Checks), rep.Violations, time.Since(start).Seconds(), o.reports)
+	verdict := rep.Verdict
+	if verdict == "PASS" && len(rep.Shallow) > 0 {
+		verdict = "PASS (SHALLOW)"
+	}
+	fmt.Fprintf(out, "leasehold verify: %s — %s; %d violations in %.1fs; reports in %s/verify.{json,md}\n%s\n",
+		verdict, summarize(rep.Checks), rep.Violations, time.Since(start).Seconds(), o.reports, depthLine(rep))
+	if quiet != nil {
+		if diffs := verdictDiffs(*quiet, rep); len(diffs) > 0 {
+			fmt.Fprintf(out, "leasehold verify: the verdicts differ from %s's:\n  %s\n", o.sameAs, strings.Join(diffs, "\n  "))
+			return exitError{status: exitDiffers, msg: fmt.Sprintf("%d verdicts differ from %s's", len(diffs), o.sameAs)}
+		}
+		fmt.Fprintf(out, "leasehold verify: the same verdicts as %s (%s, %d checks)\n", o.sameAs, quiet.Verdict, len(quiet.Checks))
+	}
 	switch rep.Verdict {
 	case "PASS":
 		return nil
 	case "INCOMPLETE":
-		return errors.New("INCOMPLETE: some checks did not run completely (see above); nothing is proven for what did not run")
+		if len(rep.BelowMinDepth) > 0 {
+			return exitError{status: exitIncomplete, msg: fmt.Sprintf("INCOMPLETE: %s explored less than --min-depth %s requires; what was not explored proves nothing",
+				strings.Join(rep.BelowMinDepth, ", "), depthText(o.minDepth))}
+		}
+		return exitError{status: exitIncomplete, msg: "INCOMPLETE: some checks did not run completely (see above); nothing is proven for what did not run"}
 	}
 	cannot := 0
 	for _, r := range rep.Checks {
@@ -273,9 +349,31 @@ func inLanes(ctx context.Context, n, lanes int, run func(i int)) {
 // loop still runs one full round, a fuzz target fuzzes this long.
 const minTestBudget = time.Second
 
-// fixedTimeout is the -timeout of a fixed-work check's go test (go test's
-// default): a hang guard, since its work does not scale with the budget.
-const fixedTimeout = 10 * time.Minute
+// exploreFloor is the least part of --budget the exploring checks share,
+// however long the compile and the fixed-work checks took: when those take
+// more than the rest, the run takes longer than its budget rather than
+// leave the model-based checks a second each.
+const exploreFloor = 0.5
+
+// Exit statuses of verify, beside 0 (PASS), 1 (FAIL) and 2 (a usage error).
+const (
+	exitIncomplete = 3 // INCOMPLETE
+	exitDiffers    = 4 // --same-verdicts-as: the verdicts differ
+)
+
+// exitError is a verify that did not pass, with its exit status.
+type exitError struct {
+	status int
+	msg    string
+}
+
+func (e exitError) Error() string   { return e.msg }
+func (e exitError) ExitStatus() int { return e.status }
+
+// goTestPatience is the -timeout of a check's go test, beyond twice an
+// exploring check's budget: a guard against a hang that no test's own guard
+// (hang.Patience) caught, never a judgement of a slow machine.
+var goTestPatience = 3 * hang.PhasePatience()
 
 // budgetUnits is how many runs of an exploring check spend LEASEHOLD_BUDGET,
 // one after another: its fuzz targets, else its tests.

@@ -6,9 +6,18 @@ import (
 )
 
 // A check is one named verification on one store, run as `go test` of the
-// test functions it lists. Tests report their figures on a metrics line
-// (package metrics); verify sums them per check. A listed test that does not
-// exist fails the check: a check can never silently run nothing.
+// test functions it lists, or of every test of its package that no other
+// check of that package lists (Rest: the set is read from the code, so a
+// test added to such a package runs under verify without a list to keep).
+// Tests report their figures on a metrics line (package metrics); verify
+// sums them per check. A listed test that does not exist fails the check,
+// and so does a check that finds no test: a check can never silently run
+// nothing.
+//
+// A check runs by default, or only with --full (Full): the fixed work that
+// make test runs just the same and that proves something other than the
+// stores' contract (a store's own internals, the tools, the checks' power
+// against broken variants). coverage says, per package, which.
 //
 // A check is either fixed-work (Share 0: its tests do the same work whatever
 // the budget, and get no LEASEHOLD_BUDGET, so that a test's rounds loop runs
@@ -26,8 +35,13 @@ type check struct {
 	Module  string
 	Package string
 	Tests   []string
+	// Rest makes the check run every test (Test...) of its package and
+	// tags that no other check of that package and tags lists.
+	Rest    bool
 	Tags    string
 	NeedsPG bool
+	// Full: the check runs only with --full (see above).
+	Full bool
 	// Share weighs an exploring check against the other exploring checks;
 	// 0 makes the check fixed-work.
 	Share float64
@@ -37,26 +51,6 @@ type check struct {
 	// Group, when set, is a second name --only selects the check by: the
 	// parts of one store's suite split between fixed work and exploring.
 	Group string
-}
-
-// postgresTests are the PostgreSQL store's own tests beside its conformance
-// run: concurrency (SKIP LOCKED, two pools, many claimers, admission),
-// faults, the in-transaction completion and admission, notifications and their
-// announcer, migrations and plans. TestVerifyCoversStoreTests holds the list to the package's tests.
-var postgresTests = []string{
-	"TestClassifyCommit", "TestTypedBeforeCommit", "TestCommitFailedWithoutResolution", "TestArgsRefuseMissingParameter", "TestArgsRewriteAsPgx",
-	"TestClaimStatementShowsThePredicate", "TestDatabaseClock", "TestClockReadAfterTheLock", "TestFreshAdmissionReadsTheClockAfterTheLock", "TestClaimStatementTimeRange", "TestLockedRowIsSkippedNotWaitedFor",
-	"TestClaimRolledBackAfterLocking", "TestTwoPoolsSplitTheQueue", "TestManyClaimersManyJobs", "TestConcurrentAdmission",
-	"TestPurgeWaitsForAnAbortedAdmission", "TestBackendKilledBeforeCommit", "TestCommitAnswerLost", "TestLockWaitCutShort",
-	"TestDeadlockIsUnavailable", "TestCompleteTx", "TestCreateRunTx", "TestCreateRunTxConcurrent", "TestCreateRunTxRaceUndoneToSavepoint", "TestCreateRunTxNotifiesOnCommit", "TestListenDeliversCommittedChanges", "TestAnnouncementsInCommitOrder", "TestChannelNames", "TestDisableNotify",
-	"TestAnnouncerOwnConnection", "TestAnnouncerReconnects", "TestAnnouncerBacksOff", "TestNotifyQueueBound", "TestCloseGivesUpInTime", "TestAnnouncementsSpaced",
-	"TestMigrateConcurrentlyAndAgain", "TestMigrateRefusesAnEditedMigration", "TestSchemasAreIsolated", "TestOpenRejectsBadOptions",
-	"TestMigrationMovesRunStateToJobRows", "TestMigrationDerivesQueuedEvents", "TestMigrationMovesIdempotencyRecords", "TestJobCheckMatchesMigration9", "TestPlansAtDepth", "TestBatchPlansAfterGrowth", "TestBulkAdmissionPlans", "TestSweepStaleSchemas",
-	"TestServerNotReady", "TestOpenWaitsForServer", "TestPurgeRunsWaitsForAReplay", "TestPurgeRunsTakesNoAdmissionLock", "TestPurgeRunsLocksRunRowsFirst",
-	"TestCoalescedRunIDRace", "TestCoalescedCallAbandoned", "TestBulkAdmissionsOutgrowTheLockTable", "TestPurgeRunsOutgrowsNoLockTable", "TestCreateRunRacesAnUnlockedBulkAdmission", "TestBulkRefusalHoldsItsScope", "TestBulkRefusalHoldsItsScopeFromBatches",
-	"TestBulkDecisionsHoldTheirRuns", "TestBulkDecisionsFindTheirRunsPurged", "TestReplayFindsItsRunAdmittedAgain",
-	"TestReadOnlyBatchHasOnePoint", "TestStrongestKeepsEachRunOnce", "TestBulkReplayHoldsItsRun",
-	"TestBulkReplayReadsItsRunLocked", "TestBulkReplayLocksJobBeforeRun", "TestWorkersWaitForAHeldReplay", "TestBulkDuplicateDecisions",
 }
 
 // runtimeFaultTests are the worker runtime's fault tests: a worker killed,
@@ -71,80 +65,66 @@ var runtimeFaultTests = []string{
 	"TestPostgresRestartMidRun", "TestListenerResyncsAfterRestart", "TestShutdownUnderLoad",
 }
 
-// faultfsTests are the fault filesystem's tests: what survives a power
-// loss, by the rule its package documents.
-var faultfsTests = []string{
-	"TestUnflushedWriteIsLost", "TestFlushedWriteSurvives", "TestFdatasyncFlushes", "TestSyncDescriptorWritesAreDurable", "TestTornWrite",
-	"TestTruncateIsUndone", "TestCreateIsDurableOnlyAfterItsDirectoryIsSynced", "TestUnlinkIsUndone", "TestRenameIsUndone", "TestRmdirIsUndone",
-	"TestDirectoryOperationsBecomeDurableInOrder", "TestPowerLossAtAKnownOperation", "TestCleanRestartKeepsEverything", "TestSyncMakesEverythingDurable",
-	"TestMissingFUSE", "TestKillUsers", "TestPowerLossAfter", "TestMountFrom",
-}
-
-// etcdTests are the etcd store's tests: the porting kit's checks and the
-// fault run. TestVerifyCoversStoreTests holds the list to the package's tests.
-var etcdTests = []string{"TestConformance", "TestProperty", "TestLinearizable", "TestScenarios", "TestRuntime", "TestLinearizableUnderFaults", "TestClusterClock", "TestRunClockFailover", "TestCreateRunsGuards", "TestCreateRunsTxnLimit"}
-
 // etcdExploring are the etcd tests that run rounds until their budget is
-// spent: the etcd check. The others of etcdTests do fixed work, and run
-// with the fixed-work checks (etcd-suite), so that their time is not taken
-// from the exploring checks' shares.
+// spent: the etcd check. The rest of the package's tests do fixed work, and
+// run with the fixed-work checks (etcd-suite), so that their time is not
+// taken from the exploring checks' shares.
 var etcdExploring = []string{"TestProperty", "TestLinearizable", "TestRuntime", "TestLinearizableUnderFaults"}
 
-// etcdFixed is etcdTests but etcdExploring.
-func etcdFixed() []string {
-	return slices.DeleteFunc(slices.Clone(etcdTests), func(name string) bool { return slices.Contains(etcdExploring, name) })
-}
-
 var checks = []check{
-	{Name: "conformance", Store: "sqlite", Package: "./impl/sqlite", Tests: []string{"TestConformance", "TestClaimPlanUsesIndex", "TestListRunsPlanNeedsItsIndex", "TestStatementCacheOneConnection",
-		"TestPiecesCoverTheBatch", "TestBulkAdmissionAcrossPieces",
-		"TestCreateRunTx", "TestCreateRunTxTwiceInOneTransaction", "TestCreateRunTxConcurrent", "TestTxEndsWithItsContext",
-		"TestMigrationDerivesQueuedEvents", "TestMigrationRefusesUnderivableQueuedEvents",
-		"TestMigrationMovesIdempotencyRecords", "TestMigrationRefusesUnderivableIdempotencyRecords"}},
-	{Name: "conformance", Store: "postgres", Package: "./impl/postgres", Tests: []string{"TestConformance", "TestConformanceCoalesced"}, NeedsPG: true},
+	// The SQLite store: the conformance suite and every other test of its
+	// package (plans, migrations, admission in the caller's transaction).
+	{Name: "conformance", Store: "sqlite", Package: "./impl/sqlite", Rest: true},
+	{Name: "conformance", Store: "postgres", Package: "./impl/postgres", Tests: []string{"TestConformance"}, NeedsPG: true},
 	// Concurrent CreateRun calls that one store merges into shared bulk
 	// admissions (postgres.Options.CoalesceCreateRun), judged by porcupine;
 	// the mutant proves the check reaches the bulk path.
-	{Name: "coalesced-admissions", Store: "postgres", Package: "./harness", Tests: []string{"TestCoalescedAdmissionsLinearizable"}, NeedsPG: true},
-	{Name: "mutants-coalesced", Store: "postgres", Package: "./harness", Tests: []string{"TestMutantsCoalescedAdmissions"}, Tags: "leasehold_mutants", NeedsPG: true},
-	{Name: "postgres-store", Store: "postgres", Package: "./impl/postgres", Tests: postgresTests, NeedsPG: true},
+	{Name: "coalesced-admissions", Store: "postgres", Package: "./harness", Tests: []string{"TestCoalescedAdmissionsLinearizable"}, NeedsPG: true, Full: true},
+	{Name: "mutants-coalesced", Store: "postgres", Package: "./harness", Tests: []string{"TestMutantsCoalescedAdmissions"}, Tags: "leasehold_mutants", NeedsPG: true, Full: true},
+	// The PostgreSQL store's own tests beside its conformance run:
+	// concurrency (SKIP LOCKED, two pools, many claimers, admission),
+	// faults, in-transaction completion and admission, notifications and
+	// their announcer, migrations and plans, the coalesced conformance run.
+	{Name: "postgres-store", Store: "postgres", Package: "./impl/postgres", Rest: true, NeedsPG: true, Full: true},
 	{Name: "explore", Store: "any", Package: "./model", Tests: []string{"TestExplore", "TestExploreCatchesBrokenVariants"}},
 	{Name: "scenarios", Store: "sqlite", Package: "./scenarios", Tests: []string{"TestScenariosSQLite"}},
 	{Name: "scenarios", Store: "postgres", Package: "./scenarios", Tests: []string{"TestScenariosPostgres"}, NeedsPG: true},
 	{Name: "runtime-faults", Store: "sqlite+postgres", Package: "./worker", Tests: runtimeFaultTests, NeedsPG: true},
-	{Name: "invariant-checker", Store: "any", Package: "./invariant", Tests: []string{"TestHealthySnapshot", "TestEachInvariantCatchesItsBreak", "TestSnapshotOrderTable"}},
-	{Name: "doctor", Store: "sqlite", Package: "./doctor", Tests: []string{"TestDoctorSQLite"}},
-	{Name: "doctor", Store: "postgres", Package: "./doctor", Tests: []string{"TestDoctorPostgres"}, NeedsPG: true},
+	{Name: "invariant-checker", Store: "any", Package: "./invariant", Rest: true},
+	{Name: "doctor", Store: "sqlite", Package: "./doctor", Tests: []string{"TestDoctorSQLite"}, Full: true},
+	{Name: "doctor", Store: "postgres", Package: "./doctor", Tests: []string{"TestDoctorPostgres"}, NeedsPG: true, Full: true},
 	// Power losses (powerloss/, a module of its own): the fault
 	// filesystem's own tests, then each store on it, its durable setting
 	// losing no acknowledged write and its faster one caught losing some.
-	{Name: "faultfs", Store: "any", Module: "powerloss", Package: "./faultfs", Tests: faultfsTests},
+	{Name: "faultfs", Store: "any", Module: "powerloss", Package: "./faultfs", Rest: true},
 	{Name: "power-loss", Store: "sqlite", Module: "powerloss", Package: "./sqlite", Tests: []string{"TestPowerLossSQLite"}},
 	{Name: "power-loss", Store: "postgres", Module: "powerloss", Package: "./postgres", Tests: []string{"TestPowerLossPostgres"}},
 	// The relay (on SQLite) publishing to an embedded nats-server whose
 	// JetStream store loses power: sync_interval: always loses no delivered
 	// message, the default lazy fsync is caught losing some.
 	{Name: "relay-power-loss", Store: "sqlite", Module: "powerloss", Package: "./jetstream", Tests: []string{"TestPowerLossJetStream", "TestReadServerSync"}},
-	{Name: "relay-faults", Store: "sqlite", Package: "./relay",
-		Tests: []string{"TestRelayKilledBetweenPublishAndMark", "TestRelayRidesOutNATSRestart", "TestSeveralRelaysAtOnce", "TestFaultTestCatchesBrokenRelays",
-			"TestPublishFailingForGood", "TestPublishFailingForGoodCatchesBrokenRelay"}},
-	{Name: "mutants", Store: "sqlite", Package: "./harness", Tests: []string{"TestMutants", "TestMutantsLinearizability", "TestMutantsRuntime"}, Tags: "leasehold_mutants"},
+	// The outbox relay's failure paths: killed between publish and mark,
+	// NATS restarted, several relays at once, a publish failing for good.
+	{Name: "relay-faults", Store: "sqlite", Package: "./relay", Rest: true},
+	// The checks' power: each deliberately broken store (impl/mutant)
+	// caught by rapid, linearizability and the runtime run.
+	{Name: "mutants", Store: "sqlite", Package: "./harness", Tests: []string{"TestMutants", "TestMutantsLinearizability", "TestMutantsRuntime"}, Tags: "leasehold_mutants", Full: true},
 	// The mutants of the parts around the stores (mutant.Parts): each
 	// package's check fails on its own broken variant.
-	{Name: "mutants-httpadmit", Store: "sqlite", Package: "./httpadmit", Tests: []string{"TestMutantTenantFromRequest"}, Tags: "leasehold_mutants"},
-	{Name: "mutants-doctor", Store: "sqlite", Package: "./doctor", Tests: []string{"TestMutantScopedRepair"}, Tags: "leasehold_mutants"},
-	{Name: "mutants-storeproto", Store: "any", Package: "./storeproto", Tests: []string{"TestMutantAfterCommitAcceptsUnavailable"}, Tags: "leasehold_mutants"},
-	{Name: "mutants-worker", Store: "sqlite", Package: "./worker", Tests: []string{"TestMutantFirstHousekeepingAfterInterval"}, Tags: "leasehold_mutants"},
+	{Name: "mutants-httpadmit", Store: "sqlite", Package: "./httpadmit", Tests: []string{"TestMutantTenantFromRequest"}, Tags: "leasehold_mutants", Full: true},
+	{Name: "mutants-doctor", Store: "sqlite", Package: "./doctor", Tests: []string{"TestMutantScopedRepair"}, Tags: "leasehold_mutants", Full: true},
+	{Name: "mutants-storeproto", Store: "any", Package: "./storeproto", Tests: []string{"TestMutantAfterCommitAcceptsUnavailable"}, Tags: "leasehold_mutants", Full: true},
+	{Name: "mutants-worker", Store: "sqlite", Package: "./worker", Tests: []string{"TestMutantFirstHousekeepingAfterInterval"}, Tags: "leasehold_mutants", Full: true},
 	// The broken listings: the listing's conformance tests and the rapid
 	// property catch each.
-	{Name: "mutants-listing", Store: "sqlite+postgres", Package: "./harness", Tests: []string{"TestListingMutants"}, Tags: "leasehold_mutants", NeedsPG: true},
+	{Name: "mutants-listing", Store: "sqlite+postgres", Package: "./harness", Tests: []string{"TestListingMutants"}, Tags: "leasehold_mutants", NeedsPG: true, Full: true},
 	{Name: "mutants-scenarios", Store: "sqlite+postgres", Package: "./scenarios",
 		Tests: []string{"TestMutantsScenarios", "TestMutantsScenariosPostgres", "TestModelJudgesBrokenExpectations"},
-		Tags:  "leasehold_mutants", NeedsPG: true},
+		Tags:  "leasehold_mutants", NeedsPG: true, Full: true},
 	// The etcd store's fixed-work tests on a three-member cluster they
 	// start (members as child processes): conformance, scenarios, the
 	// cluster clock.
-	{Name: "etcd-suite", Group: "etcd", Store: "etcd", Package: "./impl/etcd", Tests: etcdFixed()},
+	{Name: "etcd-suite", Group: "etcd", Store: "etcd", Package: "./impl/etcd", Rest: true},
 	// The exploring checks, in the order they run (after every fixed-work
 	// check): those with the longest single round first, so that the last
 	// ones, whose rounds are short (SQLite), take up what an earlier overrun
@@ -184,12 +164,14 @@ func checksFor(stores []string) []check {
 }
 
 // selectChecks returns the checks of the stores (store-independent ones
-// always), those only names when it names any.
-func selectChecks(only []string, stores []string) []check {
+// always), those only names when it names any; a Full check only with full
+// or when only names it.
+func selectChecks(only []string, stores []string, full bool) []check {
 	var out []check
 	for _, c := range checksFor(stores) {
-		if len(only) > 0 && !slices.Contains(only, c.Name) && !slices.Contains(only, c.Name+"/"+c.Store) &&
-			(c.Group == "" || !slices.Contains(only, c.Group) && !slices.Contains(only, c.Group+"/"+c.Store)) {
+		named := slices.Contains(only, c.Name) || slices.Contains(only, c.Name+"/"+c.Store) ||
+			c.Group != "" && (slices.Contains(only, c.Group) || slices.Contains(only, c.Group+"/"+c.Store))
+		if len(only) > 0 && !named || c.Full && !full && !named {
 			continue
 		}
 		if c.Store == "any" || slices.ContainsFunc(stores, func(s string) bool { return strings.Contains(c.Store, s) }) {

@@ -42,12 +42,19 @@ type checkResult struct {
 	// Sequences and Rounds are the rapid checks' depth: the random
 	// operation sequences checked, in how many rounds. Execs is the fuzz
 	// check's: inputs its targets ran, by go test's last count.
-	Sequences  int64  `json:"sequences,omitempty"`
-	Rounds     int64  `json:"rounds,omitempty"`
-	Execs      int64  `json:"execs,omitempty"`
-	Seed       string `json:"seed,omitempty"`
-	Violations int64  `json:"violations"`
-	DurationMs int64  `json:"duration_ms"`
+	Sequences int64 `json:"sequences,omitempty"`
+	Rounds    int64 `json:"rounds,omitempty"`
+	Execs     int64 `json:"execs,omitempty"`
+	// Depth is an exploring check's depth (verify_depth.go): its
+	// shallowest test's rounds over the rounds it runs at any budget, 1
+	// being its minimum; 0 for a fixed-work check.
+	Depth float64 `json:"depth,omitempty"`
+	// Seed and Replay are the last failing test's, else the last test's;
+	// Runs has every exploring test's seed, depth and replay command.
+	Seed       string    `json:"seed,omitempty"`
+	Runs       []testRun `json:"runs,omitempty"`
+	Violations int64     `json:"violations"`
+	DurationMs int64     `json:"duration_ms"`
 	// BudgetMs is an exploring check's budget (its tests' together); 0 for
 	// a fixed-work check. OverrunMs is how much longer than its budget an
 	// exploring check took, when it took longer than overrunTolerance
@@ -71,8 +78,22 @@ type checkResult struct {
 	Note        string   `json:"note,omitempty"`
 	// Faults sums the fault tests' figures; MaxRecoveryMs is the largest.
 	Faults *metrics.Faults `json:"faults,omitempty"`
+	// TestNames are the tests the check ran: those it lists, or those its
+	// package has that no other check lists (check.Rest), read from the
+	// code.
+	TestNames []string `json:"test_names,omitempty"`
 
 	coordinatorRace bool // a fuzz run that failed as coordinatorRaceNote says
+}
+
+// testRun is what one exploring test reported: where it started, how deep
+// it went, and how to run it again.
+type testRun struct {
+	Test      string `json:"test"`
+	Seed      string `json:"seed,omitempty"`
+	Rounds    int64  `json:"rounds,omitempty"`
+	MinRounds int64  `json:"min_rounds,omitempty"`
+	Replay    string `json:"replay,omitempty"`
 }
 
 // addFaults folds a fault test's figures into the check's.
@@ -96,7 +117,8 @@ func (r *checkResult) addFaults(f *metrics.Faults) {
 type verifyReport struct {
 	// Verdict is PASS (every selected check passed), FAIL (one failed or
 	// could not run although required) or INCOMPLETE (nothing failed, but a
-	// check was skipped or skipped tests).
+	// check was skipped or skipped tests, or an exploring check stayed
+	// below --min-depth).
 	Verdict    string   `json:"verdict"`
 	Commit     string   `json:"commit"`
 	Started    string   `json:"started"`
@@ -116,9 +138,28 @@ type verifyReport struct {
 	// to more); 0 when none ran, and in reports from before it.
 	FixedMs int64 `json:"fixed_ms,omitempty"`
 	// Jobs is how many fixed-work checks ran at once (--jobs).
-	Jobs       int           `json:"jobs,omitempty"`
-	Violations int64         `json:"violations"`
-	Checks     []checkResult `json:"checks"`
+	Jobs int `json:"jobs,omitempty"`
+	// Depth is the shallowest exploring check's depth (1: its minimum; 0:
+	// none ran), MinDepth what --min-depth required (0: nothing). Shallow
+	// names the exploring checks that stayed at their minimum (the run is
+	// then marked shallow), BelowMinDepth those below MinDepth (the run is
+	// then INCOMPLETE).
+	Depth         float64  `json:"depth"`
+	MinDepth      float64  `json:"min_depth"`
+	Shallow       []string `json:"shallow,omitempty"`
+	BelowMinDepth []string `json:"below_min_depth,omitempty"`
+	// Full says whether --full also ran the checks that only repeat make
+	// test (check.Full); LeftOut names those it did not run.
+	Full    bool     `json:"full"`
+	LeftOut []string `json:"left_out,omitempty"`
+	// Oversubscribed, when set, is the CPU-burning processes that ran
+	// beside the checks (--oversubscribe).
+	Oversubscribed int           `json:"oversubscribed,omitempty"`
+	Violations     int64         `json:"violations"`
+	Checks         []checkResult `json:"checks"`
+	// Coverage says, per package, where its proof runs: this run's
+	// checks, --full's, or make test alone.
+	Coverage []coverageRow `json:"coverage,omitempty"`
 }
 
 // printResult prints a check's result under its label.
@@ -149,10 +190,10 @@ func printResult(out io.Writer, label string, r checkResult) {
 }
 
 // verdictOf is PASS only when every selected check passed.
-func verdictOf(results []checkResult, selected int) string {
+func verdictOf(results []checkResult, selected int, belowMinDepth []string) string {
 	verdict := "PASS"
-	if len(results) < selected {
-		verdict = "INCOMPLETE" // interrupted
+	if len(results) < selected || len(belowMinDepth) > 0 {
+		verdict = "INCOMPLETE" // interrupted, or not as deep as required
 	}
 	for _, r := range results {
 		switch r.Status {
@@ -226,13 +267,15 @@ func writeVerifyReports(dir string, rep verifyReport) error {
 		return err
 	}
 	var b strings.Builder
-	verdict := map[string]string{
-		"PASS":       "**PASS**: every selected check ran completely and passed",
-		"FAIL":       fmt.Sprintf("**FAIL**: %d violations", rep.Violations),
-		"INCOMPLETE": "**INCOMPLETE**: nothing failed, but not every check ran completely; what did not run proves nothing",
-	}[rep.Verdict]
-	fmt.Fprintf(&b, "# leasehold verify\n\n%s (%s). Commit `%s`, started %s, budget %s, %.1f s. Stores: %s. PostgreSQL: %s.\n\n",
-		verdict, summarize(rep.Checks), rep.Commit, rep.Started, rep.Budget, float64(rep.DurationMs)/1000, strings.Join(rep.Stores, ", "), rep.PostgreSQL)
+	fmt.Fprintf(&b, "# leasehold verify\n\n%s (%s). Commit `%s`, started %s, budget %s, %.1f s. Stores: %s. PostgreSQL: %s.\n\n%s\n\n",
+		verdictText(rep), summarize(rep.Checks), rep.Commit, rep.Started, rep.Budget, float64(rep.DurationMs)/1000, strings.Join(rep.Stores, ", "), rep.PostgreSQL,
+		depthLine(rep))
+	if rep.Oversubscribed > 0 {
+		fmt.Fprintf(&b, "Oversubscribed: %d CPU-burning processes ran beside the checks.\n\n", rep.Oversubscribed)
+	}
+	if len(rep.LeftOut) > 0 {
+		fmt.Fprintf(&b, "Left out (make test runs them; --full adds them): %s.\n\n", strings.Join(rep.LeftOut, ", "))
+	}
 	if rep.StoreCmd != "" {
 		fmt.Fprintf(&b, "Store command: `%s`, through the store protocol (docs/PROTOCOL.md).\n\n", rep.StoreCmd)
 	}
@@ -301,7 +344,18 @@ func writeVerifyReports(dir string, rep verifyReport) error {
 		sort.Strings(notes)
 		b.WriteString("\n## Notes\n\n" + strings.Join(notes, "\n") + "\n")
 	}
-	b.WriteString("\nOperations are store calls compared with the model; histories are concurrent runs checked for linearizability; states are distinct model states explored exhaustively; depth is what an exploring check explored: random sequences and rounds (rapid), histories and operations (linearizability, runtime), inputs executed (fuzz). Fixed-work checks run first, --jobs of them at a time; the exploring checks then run one at a time and share what they leave of the budget. A skipped, incomplete or not-applicable check is not a pass.\n")
+	var seeds []string
+	for _, c := range rep.Checks {
+		for _, r := range c.Runs {
+			seeds = append(seeds, fmt.Sprintf("| %s | %s | %s | %s | %d of %d | `%s` |", c.Name, c.Store, r.Test, r.Seed, r.Rounds, r.MinRounds, r.Replay))
+		}
+	}
+	if len(seeds) > 0 {
+		b.WriteString("\n## Seeds\n\nEach exploring test's first seed, its rounds (and how many of them it runs at any budget), and the command that runs it again from that seed (a failing rapid round keeps its own failfile; see the notes).\n\n| check | store | test | seed | rounds | replay |\n|---|---|---|---|---:|---|\n")
+		b.WriteString(strings.Join(seeds, "\n") + "\n")
+	}
+	b.WriteString(coverageSection(rep))
+	b.WriteString("\nOperations are store calls compared with the model; histories are concurrent runs checked for linearizability; states are distinct model states explored exhaustively; depth is how far an exploring check went beyond its minimum (1.0x: only what a plain go test runs; see verify_depth.go), and what it explored: random sequences and rounds (rapid), histories and operations (linearizability, runtime), inputs executed (fuzz). Fixed-work checks run first, --jobs of them at a time; the exploring checks then run one at a time and share what they leave of the budget, and never less than half of it. A skipped, incomplete or not-applicable check is not a pass; nor is a run below --min-depth.\n")
 	return os.WriteFile(filepath.Join(dir, "verify.md"), []byte(b.String()), 0o644)
 }
 
@@ -309,6 +363,9 @@ func writeVerifyReports(dir string, rep verifyReport) error {
 // fixed-work check.
 func depth(c checkResult) string {
 	var parts []string
+	if c.Depth > 0 {
+		parts = append(parts, depthText(c.Depth))
+	}
 	if c.Sequences > 0 {
 		parts = append(parts, fmt.Sprintf("%d sequences in %d rounds", c.Sequences, c.Rounds))
 	}
@@ -319,4 +376,22 @@ func depth(c checkResult) string {
 		parts = append(parts, fmt.Sprintf("%d execs", c.Execs))
 	}
 	return strings.Join(parts, "; ")
+}
+
+// verdictText is the headline's verdict: what it means, and whether the
+// run was shallow.
+func verdictText(rep verifyReport) string {
+	switch rep.Verdict {
+	case "PASS":
+		if len(rep.Shallow) > 0 {
+			return "**PASS (SHALLOW)**: every selected check ran completely and passed, but some exploring checks stayed at their minimum depth"
+		}
+		return "**PASS**: every selected check ran completely and passed"
+	case "FAIL":
+		return fmt.Sprintf("**FAIL**: %d violations", rep.Violations)
+	}
+	if len(rep.BelowMinDepth) > 0 {
+		return "**INCOMPLETE**: nothing failed, but the run did not explore as deep as --min-depth requires (or not every check ran completely); what it did not explore proves nothing"
+	}
+	return "**INCOMPLETE**: nothing failed, but not every check ran completely; what did not run proves nothing"
 }

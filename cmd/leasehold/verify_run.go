@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"os"
 	"os/exec"
 	"regexp"
@@ -24,6 +25,17 @@ import (
 // overrun.
 func runChecked(ctx context.Context, c check, perTest time.Duration, o verifyOptions, note func(string)) checkResult {
 	var r checkResult
+	if c.Rest {
+		tests, err := restTests(ctx, c.Module, c, checksFor(o.stores))
+		if err != nil || len(tests) == 0 {
+			if err == nil {
+				err = errors.New("it has no test that another check does not list")
+			}
+			return checkResult{Name: c.Name, Store: c.Store, Status: statusFail, Violations: 1,
+				Note: fmt.Sprintf("cannot find the tests of %s to run: %v", c.Package, err)}
+		}
+		c.Tests = tests
+	}
 	if len(c.Fuzz) == 0 {
 		r = runCheck(ctx, c, perTest, o)
 	} else {
@@ -43,7 +55,39 @@ func runChecked(ctx context.Context, c check, perTest time.Duration, o verifyOpt
 	}
 	r.BudgetMs = (perTest * time.Duration(budgetUnits(c))).Milliseconds()
 	r.OverrunMs = overrun(time.Duration(r.BudgetMs)*time.Millisecond, time.Duration(r.DurationMs)*time.Millisecond).Milliseconds()
+	if len(c.Fuzz) > 0 && perTest > 0 {
+		// A fuzz target's depth is the time it fuzzed: go test -fuzz has no
+		// rounds, and takes no seed (its corpus is testdata/fuzz).
+		r.Depth = float64(perTest.Round(time.Second)) / float64(minTestBudget)
+	}
+	r.TestNames = c.Tests
 	return r
+}
+
+// restTests is the tests of c's package and tags (c.Rest) that no other
+// check of all, of the same module, package and tags, lists; go runs in
+// dir (c's module's directory).
+func restTests(ctx context.Context, dir string, c check, all []check) ([]string, error) {
+	have, err := listTests(ctx, dir, c.Package, c.Tags)
+	if err != nil {
+		return nil, err
+	}
+	return restOf(have, c, all), nil
+}
+
+// restOf is the tests (Test...) of have, the tests of c's package and tags,
+// that no other check of all lists.
+func restOf(have []string, c check, all []check) []string {
+	var out []string
+	for _, name := range have {
+		if !strings.HasPrefix(name, "Test") || slices.ContainsFunc(all, func(o check) bool {
+			return o.Module == c.Module && o.Package == c.Package && o.Tags == c.Tags && slices.Contains(o.Tests, name)
+		}) {
+			continue
+		}
+		out = append(out, name)
+	}
+	return out
 }
 
 // runCheck runs one check's tests with go test -json and folds the events
@@ -67,9 +111,9 @@ func runCheck(ctx context.Context, c check, perTest time.Duration, o verifyOptio
 		run = "^(" + strings.Join(c.Tests, "|") + ")$"
 	}
 	// A test that hangs fails its check after this, not the whole run.
-	timeout := fixedTimeout
+	timeout := goTestPatience
 	if perTest > 0 {
-		timeout = 2*perTest*time.Duration(budgetUnits(c)) + 3*time.Minute
+		timeout += 2 * perTest * time.Duration(budgetUnits(c))
 	}
 	args := []string{"test", "-json", "-count=1", "-run", run, "-timeout", timeout.String()}
 	if len(c.Fuzz) == 1 {
@@ -112,6 +156,12 @@ func runCheck(ctx context.Context, c check, perTest time.Duration, o verifyOptio
 	defer func() { res.Execs += execs }()
 	var replay replayPick
 	defer func() { res.Seed, res.Replay = replay.seed, replay.replay }()
+	depth := math.Inf(1) // the shallowest test's, among those that reported it
+	defer func() {
+		if !math.IsInf(depth, 1) {
+			res.Depth = depth
+		}
+	}()
 	pkgFailed := false
 	shownSubtests := 0
 	sc := bufio.NewScanner(stdout)
@@ -137,6 +187,12 @@ func runCheck(ctx context.Context, c check, perTest time.Duration, o verifyOptio
 				res.Violations += m.Violations
 				res.addFaults(m.Faults)
 				replay.see(m)
+				if m.Rounds > 0 && m.MinRounds > 0 {
+					depth = min(depth, float64(m.Rounds)/float64(m.MinRounds))
+				}
+				if m.Seed != "" || m.Rounds > 0 {
+					res.Runs = append(res.Runs, testRun{Test: ev.Test, Seed: m.Seed, Rounds: m.Rounds, MinRounds: m.MinRounds, Replay: m.Replay})
+				}
 			}
 			if n, ok := fuzzExecs(ev.Output); ok {
 				execs = n // go test prints a running count: the last is the total

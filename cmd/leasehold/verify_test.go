@@ -4,6 +4,7 @@ import (
 	"context"
 	"io"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -166,44 +167,40 @@ func TestFuzzExecs(t *testing.T) {
 	}
 }
 
-// TestEtcdSplit: the etcd store's tests are split between the fixed-work
-// etcd-suite and the exploring etcd check, every one in exactly one, and
-// --only etcd selects both.
-func TestEtcdSplit(t *testing.T) {
-	var fixed, exploring []string
-	for _, c := range checks {
-		if c.Package != "./impl/etcd" || c.Tags != "" {
-			continue
-		}
-		if c.Share == 0 {
-			fixed = append(fixed, c.Tests...)
-		} else {
-			exploring = append(exploring, c.Tests...)
-		}
-	}
-	for _, name := range etcdTests {
-		if slices.Contains(fixed, name) == slices.Contains(exploring, name) {
-			t.Errorf("%s: in the fixed-work etcd check %v, in the exploring one %v; want exactly one", name, slices.Contains(fixed, name), slices.Contains(exploring, name))
-		}
-	}
-	if got := append(slices.Clone(fixed), exploring...); len(got) != len(etcdTests) {
-		t.Errorf("the etcd checks run %v; want each of %v once", got, etcdTests)
-	}
+// TestSelectChecks: --only selects by name, name/store and group (etcd
+// selects both etcd checks); the checks that only repeat make test run
+// with --full, or when --only names them.
+func TestSelectChecks(t *testing.T) {
+	all := []string{"sqlite", "postgres", "etcd"}
 	for _, tc := range []struct {
 		only []string
+		full bool
 		want []string
 	}{
-		{[]string{"etcd"}, []string{"etcd-suite/etcd", "etcd/etcd"}},
-		{[]string{"etcd/etcd"}, []string{"etcd-suite/etcd", "etcd/etcd"}},
-		{[]string{"etcd-suite"}, []string{"etcd-suite/etcd"}},
-		{[]string{"mutants"}, []string{"mutants/sqlite"}},
+		{[]string{"etcd"}, false, []string{"etcd-suite/etcd", "etcd/etcd"}},
+		{[]string{"etcd/etcd"}, false, []string{"etcd-suite/etcd", "etcd/etcd"}},
+		{[]string{"etcd-suite"}, false, []string{"etcd-suite/etcd"}},
+		{[]string{"mutants"}, false, []string{"mutants/sqlite"}},
+		{[]string{"postgres-store", "conformance/postgres"}, false, []string{"conformance/postgres", "postgres-store/postgres"}},
 	} {
 		var got []string
-		for _, c := range selectChecks(tc.only, []string{"sqlite", "postgres", "etcd"}) {
+		for _, c := range selectChecks(tc.only, all, tc.full) {
 			got = append(got, c.Name+"/"+c.Store)
 		}
 		if !slices.Equal(got, tc.want) {
-			t.Errorf("--only %v selects %v, want %v", tc.only, got, tc.want)
+			t.Errorf("--only %v (--full %v) selects %v, want %v", tc.only, tc.full, got, tc.want)
+		}
+	}
+	def, full := selectChecks(nil, all, false), selectChecks(nil, all, true)
+	if len(full) != len(checks) {
+		t.Errorf("--full selects %d checks of %d", len(full), len(checks))
+	}
+	for _, c := range checks {
+		if in := slices.ContainsFunc(def, func(d check) bool { return d.Name == c.Name && d.Store == c.Store }); in == c.Full {
+			t.Errorf("%s/%s (Full %v) in a default run: %v", c.Name, c.Store, c.Full, in)
+		}
+		if c.Full && c.Share > 0 {
+			t.Errorf("%s/%s is exploring and left to --full: a default run must explore", c.Name, c.Store)
 		}
 	}
 }
@@ -427,6 +424,128 @@ func TestBuilds(t *testing.T) {
 	for i := range want {
 		if got[i].module != want[i].module || got[i].tags != want[i].tags || got[i].fuzz != want[i].fuzz || !slices.Equal(got[i].packages, want[i].packages) {
 			t.Errorf("build %d = %+v, want %+v", i, got[i], want[i])
+		}
+	}
+}
+
+// TestDepth: the run's depth is its shallowest exploring check's (a check
+// that reported none counts as at its minimum); checks at their minimum
+// make it shallow, checks below --min-depth make it INCOMPLETE, and the
+// headline and verdict say so.
+func TestDepth(t *testing.T) {
+	fixed := checkResult{Name: "conformance", Store: "sqlite", Status: statusPass}
+	deep := checkResult{Name: "rapid", Store: "sqlite", Status: statusPass, BudgetMs: 30_000, Depth: 12, Sequences: 120, Rounds: 12}
+	mid := checkResult{Name: "runtime", Store: "postgres", Status: statusPass, BudgetMs: 30_000, Depth: 3, Histories: 3}
+	minimal := checkResult{Name: "linearizability", Store: "postgres", Status: statusPass, BudgetMs: 5_000, Depth: 1, Histories: 2}
+	unknown := checkResult{Name: "etcd", Store: "etcd", Status: statusPass, BudgetMs: 5_000}
+	skipped := checkResult{Name: "runtime", Store: "sqlite", Status: statusSkipped, BudgetMs: 5_000}
+	for _, tc := range []struct {
+		name        string
+		checks      []checkResult
+		minDepth    float64
+		wantDepth   float64
+		wantShallow []string
+		wantBelow   []string
+		wantVerdict string
+		wantLine    string
+	}{
+		{"deep", []checkResult{fixed, deep, mid}, 2, 3, nil, nil, "PASS",
+			"Depth 3.0x: the shallowest exploring check, runtime/postgres, ran 3.0 times its minimum (3.0x; 3 histories); --min-depth required 2.0x."},
+		{"shallow, nothing required", []checkResult{fixed, deep, minimal}, 0, 1, []string{"linearizability/postgres"}, nil, "PASS",
+			"SHALLOW: linearizability/postgres stayed at their minimum"},
+		{"shallow below the required depth", []checkResult{deep, minimal, unknown}, 2, 1, []string{"linearizability/postgres", "etcd/etcd"},
+			[]string{"linearizability/postgres", "etcd/etcd"}, "INCOMPLETE", "Below the required depth, so the run is INCOMPLETE: linearizability/postgres, etcd/etcd."},
+		{"between the minimum and the required depth", []checkResult{deep, mid}, 4, 3, nil, []string{"runtime/postgres"}, "INCOMPLETE", "--min-depth required 4.0x"},
+		{"a skipped check has no depth", []checkResult{deep, skipped}, 2, 12, nil, nil, "INCOMPLETE", "ran 12.0 times its minimum"},
+		{"no exploring check", []checkResult{fixed}, 2, 0, nil, nil, "PASS", "No exploring check ran."},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			rep := verifyReport{Checks: tc.checks, MinDepth: tc.minDepth}
+			rep.Depth, rep.Shallow, rep.BelowMinDepth = depthOf(rep.Checks, tc.minDepth)
+			rep.Verdict = verdictOf(rep.Checks, len(rep.Checks), rep.BelowMinDepth)
+			if rep.Depth != tc.wantDepth || !slices.Equal(rep.Shallow, tc.wantShallow) || !slices.Equal(rep.BelowMinDepth, tc.wantBelow) || rep.Verdict != tc.wantVerdict {
+				t.Errorf("depth %g, shallow %v, below %v, verdict %s; want %g, %v, %v, %s",
+					rep.Depth, rep.Shallow, rep.BelowMinDepth, rep.Verdict, tc.wantDepth, tc.wantShallow, tc.wantBelow, tc.wantVerdict)
+			}
+			if line := depthLine(rep); !strings.Contains(line, tc.wantLine) {
+				t.Errorf("depthLine = %q, want it to contain %q", line, tc.wantLine)
+			}
+			if got := verdictText(rep); len(tc.wantShallow) > 0 && tc.wantVerdict == "PASS" && !strings.Contains(got, "PASS (SHALLOW)") {
+				t.Errorf("a shallow pass's headline %q does not say SHALLOW", got)
+			}
+		})
+	}
+}
+
+// TestVerdictDiffs: an oversubscribed run must give a quiet run's verdict
+// and every check's status; depth may differ (and --min-depth is not
+// judged), anything else is listed.
+func TestVerdictDiffs(t *testing.T) {
+	quiet := verifyReport{Verdict: "PASS", Checks: []checkResult{
+		{Name: "conformance", Store: "sqlite", Status: statusPass},
+		{Name: "rapid", Store: "sqlite", Status: statusPass, BudgetMs: 30_000, Depth: 12},
+	}}
+	shallower := verifyReport{Verdict: "INCOMPLETE", BelowMinDepth: []string{"rapid/sqlite"}, Checks: []checkResult{
+		{Name: "conformance", Store: "sqlite", Status: statusPass},
+		{Name: "rapid", Store: "sqlite", Status: statusPass, BudgetMs: 30_000, Depth: 1},
+	}}
+	if d := verdictDiffs(quiet, shallower); len(d) != 0 {
+		t.Errorf("a shallower run with the same statuses differs: %v", d)
+	}
+	failed := verifyReport{Verdict: "FAIL", Checks: []checkResult{
+		{Name: "conformance", Store: "sqlite", Status: statusFail, Failures: []string{"TestConformance"}, Note: "hung: waiting for x"},
+		{Name: "scenarios", Store: "sqlite", Status: statusPass},
+	}}
+	want := []string{"verdict FAIL, was PASS", "conformance/sqlite fail, was pass (failed: [TestConformance]): hung: waiting for x",
+		"rapid/sqlite did not run, was pass", "scenarios/sqlite pass, did not run"}
+	if d := verdictDiffs(quiet, failed); !slices.Equal(d, want) {
+		t.Errorf("verdictDiffs =\n%q\nwant\n%q", d, want)
+	}
+}
+
+// TestCoverageListsEveryPackage: every package of the module, and of the
+// modules verify runs checks in, says where its proof runs, once; every
+// check's package is one of them.
+func TestCoverageListsEveryPackage(t *testing.T) {
+	root := filepath.Join("..", "..")
+	modules := []string{""}
+	for _, c := range checks {
+		if c.Module != "" && !slices.Contains(modules, c.Module) {
+			modules = append(modules, c.Module)
+		}
+	}
+	var want []coverageNote
+	for _, m := range modules {
+		cmd := exec.Command("go", "list", "-f", "{{.ImportPath}} {{.Module.Path}}", "./...")
+		cmd.Dir = filepath.Join(root, m)
+		out, err := cmd.Output()
+		if err != nil {
+			t.Fatalf("go list in %q: %v", m, err)
+		}
+		for _, l := range strings.Split(strings.TrimSpace(string(out)), "\n") {
+			path, mod, _ := strings.Cut(l, " ")
+			want = append(want, coverageNote{module: m, pkg: "." + strings.TrimPrefix(path, mod)})
+		}
+	}
+	for _, w := range want {
+		n := 0
+		for _, c := range coverage {
+			if c.module == w.module && c.pkg == w.pkg {
+				n++
+			}
+		}
+		if n != 1 {
+			t.Errorf("package %s (module %q) is in coverage %d times, want once: add it to coverage in verify_coverage.go, saying where its proof runs", w.pkg, w.module, n)
+		}
+	}
+	for _, c := range coverage {
+		if !slices.ContainsFunc(want, func(w coverageNote) bool { return w.module == c.module && w.pkg == c.pkg }) {
+			t.Errorf("coverage lists %s (module %q), which is no package", c.pkg, c.module)
+		}
+	}
+	for _, c := range checks {
+		if !slices.ContainsFunc(coverage, func(n coverageNote) bool { return n.module == c.Module && n.pkg == c.Package }) {
+			t.Errorf("%s/%s runs tests in %s, which coverage does not list", c.Name, c.Store, c.Package)
 		}
 	}
 }
