@@ -24,7 +24,7 @@ import (
 // replay command (go test -run with the calling test's name); a run that
 // exercised no stale write, no refusal or no success fails as vacuous (no
 // failfile: it prints the command that runs the test again). It
-// reports its figures on a metrics line. Any store that passes storetest can
+// reports its figures to verify (package metrics). Any store that passes storetest can
 // be checked this way; store names the store in reports.
 func RunProperty(t *testing.T, store string, f storetest.Factory) {
 	RunPropertyOn(t, Target{Name: store, Factory: f})

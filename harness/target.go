@@ -15,7 +15,7 @@ import (
 // Target is a store the harness checks: its name in reports, the factory
 // that opens it, and what a replay command needs besides the seed.
 type Target struct {
-	// Name names the store in reports and metrics lines ("sqlite").
+	// Name names the store in reports and in the figures it reports ("sqlite").
 	Name    string
 	Factory storetest.Factory
 	// Env is the environment the calling test needs to run again (for a

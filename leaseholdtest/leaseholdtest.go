@@ -86,7 +86,7 @@ const (
 
 // Store is a store under check.
 type Store struct {
-	// Name names the store in reports and metrics lines: letters, digits,
+	// Name names the store in reports and in its figures: letters, digits,
 	// '-' and '_' ("sqlite", "python-sqlite").
 	Name string
 	// Factory opens a fresh store per call. It must honour every field of
@@ -118,7 +118,7 @@ func (s Store) target(t *testing.T) harness.Target {
 
 // Conformance runs the conformance suite (impl/storetest), each contract
 // test as a subtest. Tests that need a capability the store does not offer
-// are not applicable. It logs what the store offers, and a metrics line
+// are not applicable. It logs what the store offers, and reports its figures (package metrics)
 // with the tests failed and a replay command when one failed.
 func Conformance(t *testing.T, s Store) {
 	target := s.target(t)

@@ -1,16 +1,21 @@
-// Package metrics is the one line a check logs to report its figures to
-// `leasehold verify`: a prefix and a JSON object, written by Report and read
-// back by Parse. Every check's test, in any package, reports through it.
+// Package metrics is how a check hands its figures to `leasehold verify`:
+// as data, a test attribute (testing.T.Attr) whose value is a Line in
+// JSON, which go test -json delivers as an "attr" event of the test that
+// reported it. Report writes it and Decode reads it back; every check's
+// test, in any package, reports through them.
 package metrics
 
 import (
+	"bytes"
 	"encoding/json"
-	"strings"
+	"errors"
+	"fmt"
+	"io"
 	"testing"
 )
 
-// Prefix starts the line.
-const Prefix = "LEASEHOLD_METRICS "
+// Key is the attribute's key.
+const Key = "leasehold.metrics"
 
 // Line is what one check reports.
 type Line struct {
@@ -61,26 +66,29 @@ type Faults struct {
 	CaughtLost int64 `json:"caught_lost,omitempty"`
 }
 
-// Report logs l on one line of t's output.
+// Report hands l to verify: one attribute of t, Key and l as JSON (one
+// line: JSON strings escape their newlines, as Attr requires).
 func Report(t testing.TB, l Line) {
 	t.Helper()
 	b, err := json.Marshal(l)
 	if err != nil {
 		panic(err)
 	}
-	t.Log(Prefix + string(b))
+	t.Attr(Key, string(b))
 }
 
-// Parse finds a line in one line of test output (go test prefixes a log
-// line with its file and line).
-func Parse(output string) (Line, bool) {
-	i := strings.Index(output, Prefix)
-	if i < 0 {
-		return Line{}, false
-	}
+// Decode reads the value of a Key attribute back. It is strict: a field it
+// does not know, or anything after the object, is an error (the reporting
+// test and verify disagree about the figures).
+func Decode(value string) (Line, error) {
 	var l Line
-	if err := json.Unmarshal([]byte(strings.TrimSpace(output[i+len(Prefix):])), &l); err != nil {
-		return Line{}, false
+	dec := json.NewDecoder(bytes.NewReader([]byte(value)))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&l); err != nil {
+		return Line{}, fmt.Errorf("metrics: %q is not a Line: %w", value, err)
 	}
-	return l, true
+	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
+		return Line{}, fmt.Errorf("metrics: %q has more after the Line", value)
+	}
+	return l, nil
 }

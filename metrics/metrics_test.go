@@ -2,27 +2,38 @@ package metrics
 
 import "testing"
 
-// TestParse reads back what Report writes, as go test prints it.
-func TestParse(t *testing.T) {
-	want := Line{Check: "rapid", Store: "sqlite", Operations: 7, Seed: "9"}
+// TestDecode reads back what Report writes, as go test -json delivers it
+// (the attribute's value), and refuses what is not exactly a Line.
+func TestDecode(t *testing.T) {
+	want := Line{Check: "rapid", Store: "sqlite", Operations: 7, Rounds: 12, MinRounds: 1, Seed: "9", Replay: "go test -run 'x\ny'"}
 	rec := &recorder{TB: t}
 	Report(rec, want)
-	got, ok := Parse("    property_test.go:56: " + rec.line)
-	if !ok || got != want {
-		t.Fatalf("Parse(%q) = %+v, %v; want %+v", rec.line, got, ok, want)
+	if rec.key != Key {
+		t.Fatalf("Report set attribute %q, want %q", rec.key, Key)
 	}
-	if _, ok := Parse("a line without the prefix"); ok {
-		t.Error("a line without the prefix parsed")
+	got, err := Decode(rec.value)
+	if err != nil || got != want {
+		t.Fatalf("Decode(%q) = %+v, %v; want %+v", rec.value, got, err, want)
 	}
-	if _, ok := Parse(Prefix + "{not json"); ok {
-		t.Error("a malformed line parsed")
+	for _, bad := range []string{"{not json", `{"check":"rapid","colour":1}`, `{"check":"rapid"} {}`, ""} {
+		if _, err := Decode(bad); err == nil {
+			t.Errorf("Decode(%q) succeeded, want an error", bad)
+		}
 	}
 }
 
+// recorder keeps the attribute Report sets.
 type recorder struct {
 	testing.TB
-	line string
+	key, value string
 }
 
-func (r *recorder) Helper()         {}
-func (r *recorder) Log(args ...any) { r.line = args[0].(string) }
+func (r *recorder) Helper()                {}
+func (r *recorder) Attr(key, value string) { r.key, r.value = key, value }
+
+// TestReportsFigures reports known figures on the real t: verify's own test
+// (TestRunCheckReadsFigures in cmd/leasehold) runs it through go test -json
+// and requires them back, whole.
+func TestReportsFigures(t *testing.T) {
+	Report(t, Line{Check: "self", Store: "none", Operations: 42, Rounds: 3, MinRounds: 1, Seed: "7", Replay: "go test ./metrics -run '^TestReportsFigures$'"})
+}

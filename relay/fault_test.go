@@ -323,7 +323,7 @@ func (f *fixture) account(js jetstream.JetStream) (lost, duplicated, unexpected,
 	return lost, duplicated, unexpected, pending, problems
 }
 
-// report checks the accounting and reports it on a metrics line.
+// report checks the accounting and reports it to verify (package metrics).
 func (f *fixture) report(t *testing.T, js jetstream.JetStream, injected int64, published uint64) {
 	t.Helper()
 	lost, dup, unexpected, pending, problems := f.account(js)

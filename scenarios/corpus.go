@@ -48,7 +48,7 @@ func Corpus() ([]*Scenario, error) {
 // fresh database that open returns for it (FromFactory turns a conformance
 // factory into one), and fails each subtest whose scenario does not run as
 // its file says or whose history the model does not accept. It reports the
-// steps played and the scenarios failed on a metrics line; store names the
+// steps played and the scenarios failed as its figures (package metrics); store names the
 // store there. Every scenario is played: the stores open must call their
 // hooks, complete batches and admit in bulk (RunCorpusOn finds out); a
 // scenario that waits for an operation to block (await_blocked) on stores

@@ -9,7 +9,7 @@ import (
 // test functions it lists, or of every test of its package that no other
 // check of that package lists (Rest: the set is read from the code, so a
 // test added to such a package runs under verify without a list to keep).
-// Tests report their figures on a metrics line (package metrics); verify
+// Tests hand their figures to verify as test attributes (package metrics); verify
 // sums them per check. A listed test that does not exist fails the check,
 // and so does a check that finds no test: a check can never silently run
 // nothing.

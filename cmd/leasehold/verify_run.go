@@ -163,12 +163,14 @@ func runCheck(ctx context.Context, c check, perTest time.Duration, o verifyOptio
 		}
 	}()
 	pkgFailed := false
+	var unreadable []string // figures a test reported that verify cannot read
 	shownSubtests := 0
 	sc := bufio.NewScanner(stdout)
 	sc.Buffer(make([]byte, 1<<20), 1<<24)
 	for sc.Scan() {
 		var ev struct {
 			Action, Package, Test, Output string
+			Key, Value                    string // an attr event's
 			Elapsed                       float64
 		}
 		if json.Unmarshal(sc.Bytes(), &ev) != nil {
@@ -177,23 +179,30 @@ func runCheck(ctx context.Context, c check, perTest time.Duration, o verifyOptio
 		switch ev.Action {
 		case "run":
 			started[ev.Test] = true
-		case "output":
-			if m, ok := metrics.Parse(ev.Output); ok {
-				res.Operations += m.Operations
-				res.Histories += m.Histories
-				res.StatesExplored += m.StatesExplored
-				res.Sequences += m.Sequences
-				res.Rounds += m.Rounds
-				res.Violations += m.Violations
-				res.addFaults(m.Faults)
-				replay.see(m)
-				if m.Rounds > 0 && m.MinRounds > 0 {
-					depth = min(depth, float64(m.Rounds)/float64(m.MinRounds))
-				}
-				if m.Seed != "" || m.Rounds > 0 {
-					res.Runs = append(res.Runs, testRun{Test: ev.Test, Seed: m.Seed, Rounds: m.Rounds, MinRounds: m.MinRounds, Replay: m.Replay})
-				}
+		case "attr":
+			if ev.Key != metrics.Key {
+				continue
 			}
+			m, err := metrics.Decode(ev.Value)
+			if err != nil {
+				unreadable = append(unreadable, fmt.Sprintf("%s: %v", ev.Test, err))
+				continue
+			}
+			res.Operations += m.Operations
+			res.Histories += m.Histories
+			res.StatesExplored += m.StatesExplored
+			res.Sequences += m.Sequences
+			res.Rounds += m.Rounds
+			res.Violations += m.Violations
+			res.addFaults(m.Faults)
+			replay.see(m)
+			if m.Rounds > 0 && m.MinRounds > 0 {
+				depth = min(depth, float64(m.Rounds)/float64(m.MinRounds))
+			}
+			if m.Seed != "" || m.Rounds > 0 {
+				res.Runs = append(res.Runs, testRun{Test: ev.Test, Seed: m.Seed, Rounds: m.Rounds, MinRounds: m.MinRounds, Replay: m.Replay})
+			}
+		case "output":
 			if n, ok := fuzzExecs(ev.Output); ok {
 				execs = n // go test prints a running count: the last is the total
 			}
@@ -267,6 +276,13 @@ func runCheck(ctx context.Context, c check, perTest time.Duration, o verifyOptio
 	default:
 		res.Status = statusPass
 	}
+	if len(unreadable) > 0 {
+		// A check whose figures cannot be read is not a pass: its depth,
+		// its seed or a violation it reported would be lost.
+		res.Status = statusFail
+		res.Violations = max(res.Violations, 1)
+		res.Note = strings.TrimSpace(fmt.Sprintf("figures verify cannot read (metrics.Decode): %s\n%s", strings.Join(unreadable, "; "), res.Note))
+	}
 	var missing []string
 	for _, name := range c.Tests {
 		if !started[name] {
@@ -292,7 +308,7 @@ func runCheck(ctx context.Context, c check, perTest time.Duration, o verifyOptio
 const coordinatorRaceNote = "go test -fuzz ended with \"context deadline exceeded\" and wrote no failing input: Go's fuzzing coordinator race at the end of -fuzztime (golang/go#75804), not a finding"
 
 // replayPick keeps the seed and replay command a check reports from its
-// tests' metrics lines: the last failing test's, else the last one's.
+// tests' figures: the last failing test's, else the last one's.
 type replayPick struct {
 	seed, replay string
 	failing      bool // seed and replay are a failing test's

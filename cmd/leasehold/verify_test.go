@@ -111,14 +111,29 @@ func TestRunCheckFailsATestThatDoesNotRun(t *testing.T) {
 		status string
 		note   string
 	}{
-		{[]string{"TestParse"}, statusPass, ""},
-		{[]string{"TestParse", "TestNoSuchTest"}, statusFail, "TestNoSuchTest did not run"},
+		{[]string{"TestDecode"}, statusPass, ""},
+		{[]string{"TestDecode", "TestNoSuchTest"}, statusFail, "TestNoSuchTest did not run"},
 	} {
 		r := runCheck(context.Background(), check{Name: "t", Store: "any", Package: "github.com/leasehold/leasehold/metrics", Tests: tc.tests},
 			0, verifyOptions{reports: t.TempDir(), out: &streams{out: io.Discard, err: io.Discard}})
 		if r.Status != tc.status || !strings.Contains(r.Note, tc.note) || (tc.status == statusFail && r.Violations == 0) {
 			t.Errorf("tests %v: status %s, %d violations, note %q; want %s with a note containing %q", tc.tests, r.Status, r.Violations, r.Note, tc.status, tc.note)
 		}
+	}
+}
+
+// TestRunCheckReadsFigures: the figures a test hands verify as a test
+// attribute (metrics.Report) come back whole: operations, depth, and the
+// test's seed and replay command.
+func TestRunCheckReadsFigures(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs go test")
+	}
+	r := runCheck(context.Background(), check{Name: "t", Store: "any", Package: "github.com/leasehold/leasehold/metrics", Tests: []string{"TestReportsFigures"}},
+		0, verifyOptions{reports: t.TempDir(), out: &streams{out: io.Discard, err: io.Discard}})
+	want := testRun{Test: "TestReportsFigures", Seed: "7", Rounds: 3, MinRounds: 1, Replay: "go test ./metrics -run '^TestReportsFigures$'"}
+	if r.Status != statusPass || r.Operations != 42 || r.Depth != 3 || len(r.Runs) != 1 || r.Runs[0] != want || r.Seed != "7" {
+		t.Errorf("status %s, operations %d, depth %g, runs %+v, seed %q; want pass, 42, 3, [%+v], 7 (note %q)", r.Status, r.Operations, r.Depth, r.Runs, r.Seed, want, r.Note)
 	}
 }
 
