@@ -80,6 +80,7 @@ const (
 	CapCreateRuns        = storetest.CapCreateRuns
 	CapLockWaits         = storetest.CapLockWaits
 	CapListRuns          = storetest.CapListRuns
+	CapCreateRunTx       = storetest.CapCreateRunTx
 	LayoutTablePerRecord = storetest.LayoutTablePerRecord
 	LayoutJobRow         = storetest.LayoutJobRow
 )

@@ -38,7 +38,7 @@ func TestCapabilitiesAreDeclared(t *testing.T) {
 		f    storetest.Factory
 		want []storetest.Capability
 	}{
-		{"sqlite", sqlitetest.Factory, []storetest.Capability{storetest.CapHooks, storetest.CapSQL, storetest.CapCompleteBatch, storetest.CapCreateRuns, storetest.CapLockWaits, storetest.CapListRuns}},
+		{"sqlite", sqlitetest.Factory, []storetest.Capability{storetest.CapHooks, storetest.CapSQL, storetest.CapCompleteBatch, storetest.CapCreateRuns, storetest.CapLockWaits, storetest.CapListRuns, storetest.CapCreateRunTx}},
 		{"bare", bare, nil},
 	} {
 		if got := storetest.Declared(t, c.f); !slices.Equal(got, c.want) {
@@ -58,7 +58,8 @@ func TestConformanceNotApplicable(t *testing.T) {
 		"MigrationRecorded", "DatabaseRejectsOrphans", "DatabaseRejectsInvalidDomain", "OutboxBatchMembers",
 		"CreateRunsMembersAreIndependent", "CreateRunsEqualsCreateRun", "CreateRunsAtomicity", "CreateRunsLimits",
 		"ConcurrentOverlappingBulkAdmissions", "LockWaitsCountsOwnWaiters", "HooksOnEveryAnsweredWrite",
-		"ListRuns", "ListRunsTenantIsolation", "ListRunsUnderConcurrentAdmission"}
+		"ListRuns", "ListRunsTenantIsolation", "ListRunsUnderConcurrentAdmission",
+		"AdmitInTxEqualsCreateRun", "AdmitInTxRollback", "AdmitInTxAtomicity", "ConcurrentAdmitInTx"}
 	slices.Sort(want)
 	got := slices.Sorted(slices.Values(sum.NotApplicable))
 	if !slices.Equal(got, want) {
@@ -133,6 +134,10 @@ func (everything) LockWaits(context.Context) (int, error) { return 0, nil }
 
 func (everything) ListRuns(context.Context, spec.ListRunsRequest) (spec.RunPage, error) {
 	return spec.RunPage{}, nil
+}
+
+func (everything) AdmitInTx(context.Context, spec.CreateRunTxRequest) (spec.CreateRunResult, error) {
+	return spec.CreateRunResult{}, nil
 }
 
 // TestEveryCapabilityIsFound: a handle that declares and implements

@@ -62,6 +62,17 @@ func (m Model) createRun(s State, now int64, req spec.CreateRunRequest) (State, 
 	return next, ok(spec.CreateRunResult{Run: r.run})
 }
 
+// createRunTx is TxAdmitter.AdmitInTx: CreateRun inside the application's
+// transaction, which then commits (CreateRun's change) or rolls back (no
+// change). Either way the caller was told exactly what CreateRun says.
+func (m Model) createRunTx(s State, now int64, req spec.CreateRunTxRequest) (State, Result) {
+	next, res := m.createRun(s, now, req.Request)
+	if req.Rollback {
+		return s, res
+	}
+	return next, res
+}
+
 // replay is Replay: a failed run runs again under a new identity, with a fresh
 // attempt budget and the original job's generation (never lowered), audited by
 // its run_queued event. No idempotency record: the new run is reached by id.

@@ -151,7 +151,7 @@ func checkNewRun(v *Violations, op Op, tenant string, scoped bool, prev State, n
 		v.add("13", "%s for tenant %s created run %s", op.Kind(), tenant, name)
 	}
 	switch op.Kind() {
-	case spec.OpCreateRun, spec.OpCreateRuns:
+	case spec.OpCreateRun, spec.OpCreateRuns, spec.OpCreateRunTx:
 		if n.job.Generation != 0 {
 			v.add("5", "created run %s starts at generation %d (want 0)", name, n.job.Generation)
 		}
@@ -300,5 +300,8 @@ func sameState(a, b State) bool {
 	return true
 }
 
-// admits reports an admission: CreateRun, or CreateRuns (its members).
-func admits(op Op) bool { return op.Kind() == spec.OpCreateRun || op.Kind() == spec.OpCreateRuns }
+// admits reports an admission: CreateRun, CreateRuns (its members), or
+// AdmitInTx.
+func admits(op Op) bool {
+	return op.Kind() == spec.OpCreateRun || op.Kind() == spec.OpCreateRuns || op.Kind() == spec.OpCreateRunTx
+}

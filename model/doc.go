@@ -51,9 +51,11 @@
 //   - Notifications (spec.Notifier): hints that may be lost, late or never
 //     sent; nothing may depend on them, so the model has none.
 //   - The caller's own writes in an in-transaction completion
-//     (postgres.Store.CompleteTx): the model sees a Complete; that the
-//     application's rows commit with it or not at all is the PostgreSQL
-//     store's test.
+//     (postgres.Store.CompleteTx) or admission (create_run_tx, the stores'
+//     CreateRunTx): the model sees a Complete, and a CreateRun kept or
+//     dropped with its transaction; that the application's rows commit with
+//     them or not at all is the harness's tests with an application's table
+//     (completetx_test.go, admittx_test.go) and the stores' own.
 //   - External systems. The model has the effect ledger; what a provider
 //     does with a call (deduplicate, fence, neither) is the harness's
 //     simulated provider and the worker's documentation.

@@ -40,7 +40,7 @@ func (o Op) Kind() spec.Op { return o.Req.Op() }
 // Result is what a Store method returned.
 type Result struct {
 	// Value is exactly what the method returns on success:
-	// spec.CreateRunResult (CreateRun), []spec.CreateOutcome (CreateRuns),
+	// spec.CreateRunResult (CreateRun, AdmitInTx), []spec.CreateOutcome (CreateRuns),
 	// []spec.BatchOutcome (CompleteBatch), []spec.Lease (Claim), spec.Lease
 	// (Renew), spec.Run (Complete, Fail, Cancel, Replay), spec.Job (Retry,
 	// Release), []string (Reap, PurgeRuns), int (PurgeIdempotency,
@@ -135,6 +135,7 @@ var steps = map[spec.Op]stepFunc{
 	spec.OpMarkDelivered:   typed(Model.markDelivered),
 	spec.OpCompleteBatch:   typed(Model.completeBatch),
 	spec.OpCreateRuns:      typed(Model.createRuns),
+	spec.OpCreateRunTx:     typed(Model.createRunTx),
 	spec.OpGetRun:          read(Model.getRun),
 	spec.OpGetJob:          read(Model.getJob),
 	spec.OpEvents:          read(Model.events),

@@ -139,3 +139,30 @@ func TestCreateRuns(t *testing.T) {
 	w.fails(big, spec.CodeInvalidArgument, "")
 	w.at(-1).fails(spec.CreateRunsRequest{Requests: []spec.CreateRunRequest{createReq("t1", "k9", "r9", `{}`)}}, spec.CodeInvalidArgument, "")
 }
+
+// TestCreateRunTx: an admission in a transaction that commits is exactly
+// CreateRun; one that rolls back answers exactly what CreateRun would and
+// changes nothing, so the key stays free (or bound to what it was) for the
+// next admission.
+func TestCreateRunTx(t *testing.T) {
+	w := newWorld(t)
+	in := func(req spec.CreateRunRequest, rollback bool) spec.CreateRunTxRequest {
+		return spec.CreateRunTxRequest{Request: req, Rollback: rollback}
+	}
+	before := w.s.Key()
+	_, want := w.m.Step(w.s, model.Op{Now: 10, Req: createReq("t1", "k1", "r1", `{"n":1}`)})
+	got := w.at(10).must(in(createReq("t1", "k1", "r1", `{"n":1}`), true)).(spec.CreateRunResult)
+	equal(t, "rolled-back admission: the run CreateRun would create", got, want.Value.(spec.CreateRunResult))
+	equal(t, "rolled-back admission changes nothing", w.s.Key(), before)
+	got = w.at(20).must(in(createReq("t1", "k1", "r2", `{"n":2}`), false)).(spec.CreateRunResult)
+	equal(t, "committed admission after the rollback: created under its own id", got.Run.ID, "r2")
+	equal(t, "created at the commit's time", w.run("t1", "r2").CreatedAt, int64(20))
+	after := w.s.Key()
+	got = w.at(30).must(in(createReq("t1", "k1", "rx", `{ "n" : 2 }`), true)).(spec.CreateRunResult)
+	equal(t, "replay in a rolled-back transaction", got.Replayed && got.Run.ID == "r2", true)
+	w.fails(in(createReq("t1", "k1", "ry", `{"n":1}`), false), spec.CodeIdempotencyConflict, "")
+	w.fails(in(createReq("t1", "k1", "ry", `{"n":1}`), true), spec.CodeIdempotencyConflict, "")
+	w.fails(in(createReq("t1", "k2", "r2", `{}`), false), spec.CodeAlreadyExists, "")
+	w.fails(in(createReq("t1", "k3", "r3", `{"x":1,"x":2}`), false), spec.CodeInvalidArgument, "")
+	equal(t, "replays and refusals change nothing", w.s.Key(), after)
+}

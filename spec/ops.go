@@ -168,6 +168,13 @@ var operations = []Operation{
 		}
 		return l.ListRuns(ctx, r)
 	}, "RunLister.ListRuns", false, GuardNone), "RunLister"),
+	capability(row(func(s Store, ctx context.Context, r CreateRunTxRequest) (CreateRunResult, error) {
+		a, ok := s.(TxAdmitter)
+		if !ok {
+			return CreateRunResult{}, fmt.Errorf("spec: %T does not implement TxAdmitter", s)
+		}
+		return a.AdmitInTx(ctx, r)
+	}, "TxAdmitter.AdmitInTx", true, GuardAdmission), "TxAdmitter"),
 }
 
 // capability marks a row as an optional capability's.
@@ -190,6 +197,9 @@ func (o Operation) Supports(s Store) bool {
 		return ok
 	case "RunLister":
 		_, ok := s.(RunLister)
+		return ok
+	case "TxAdmitter":
+		_, ok := s.(TxAdmitter)
 		return ok
 	}
 	return false

@@ -88,6 +88,7 @@ func tableProblems(rows []Operation) []string {
 		t      reflect.Type
 	}{{"", reflect.TypeFor[Store]()}, {"BatchCompleter.", reflect.TypeFor[BatchCompleter]()},
 		{"BatchCreator.", reflect.TypeFor[BatchCreator]()}, {"RunLister.", reflect.TypeFor[RunLister]()},
+		{"TxAdmitter.", reflect.TypeFor[TxAdmitter]()},
 		{"Notifier.", reflect.TypeFor[Notifier]()}} {
 		for i := 0; i < iface.t.NumMethod(); i++ {
 			name := iface.prefix + iface.t.Method(i).Name

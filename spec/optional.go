@@ -194,6 +194,55 @@ func (r CreateRunsRequest) TenantScope() (string, bool) {
 // Leases implements Request: an admission presents no lease.
 func (CreateRunsRequest) Leases() []LeaseRef { return nil }
 
+// OpCreateRunTx names TxAdmitter.AdmitInTx for hooks and reports.
+const OpCreateRunTx Op = "create_run_tx"
+
+// TxAdmitter is a store that admits runs inside the application's own
+// transaction: postgres.Store.CreateRunTx in the caller's pgx.Tx,
+// sqlite.Store.CreateRunTx in the sqlite.Tx the store gives out. Those take
+// each store's own transaction type, which this package cannot name;
+// AdmitInTx is their form in the operation table (create_run_tx), so that
+// the model, the harness, the conformance suite and scenario files run them
+// as an application does.
+type TxAdmitter interface {
+	// AdmitInTx begins a transaction as an application does, admits
+	// req.Request inside it with the store's in-transaction admission,
+	// then commits the transaction, or rolls it back when req.Rollback,
+	// and returns the admission's answer: exactly CreateRun's (the created
+	// run, a replay, or idempotency_conflict, already_exists,
+	// invalid_argument), decided from the key's record read after the
+	// key's ordering lock, at one reading of the clock after it. A refusal
+	// rolls the transaction back.
+	//
+	// Committed, the admission is CreateRun's: the run, its run_queued
+	// event, its job, its idempotency record and its outbox messages,
+	// written together. Rolled back, nothing of it remains and the key is
+	// free for the next admission; a concurrent admission of the key waits
+	// for the transaction to end. The Hook is called at BeforeCommit after
+	// the admission, before the commit or the rollback (an error there
+	// rolls the transaction back: unavailable), and at AfterCommit once the
+	// transaction has ended (an error there is unknown_outcome).
+	AdmitInTx(ctx context.Context, req CreateRunTxRequest) (CreateRunResult, error)
+}
+
+// CreateRunTxRequest is the request of TxAdmitter.AdmitInTx: an admission,
+// and what the application does with its transaction after it.
+type CreateRunTxRequest struct {
+	Request CreateRunRequest `json:"request"`
+	// Rollback: the application rolls its transaction back after the
+	// admission instead of committing it.
+	Rollback bool `json:"rollback,omitempty"`
+}
+
+// Op implements Request.
+func (CreateRunTxRequest) Op() Op { return OpCreateRunTx }
+
+// TenantScope implements Request: the admission's tenant.
+func (r CreateRunTxRequest) TenantScope() (string, bool) { return r.Request.Tenant, true }
+
+// Leases implements Request: an admission presents no lease.
+func (CreateRunTxRequest) Leases() []LeaseRef { return nil }
+
 // NotificationKind says what a Notification announces.
 type NotificationKind string
 

@@ -232,3 +232,38 @@ func poison(ctx context.Context, tx pgx.Tx) {
 	defer cancel()
 	_, _ = tx.Exec(ctx, poisonTx)
 }
+
+var _ spec.TxAdmitter = (*Store)(nil)
+
+// AdmitInTx implements spec.TxAdmitter: CreateRunTx in a READ COMMITTED
+// transaction of the store's pool, as an application's, then the hooks
+// around its end. A commit is the store's own (its commit marker, and a
+// lost answer resolved by asking the server); a rollback after a
+// successful admission returns the admission's answer, nothing written.
+func (s *Store) AdmitInTx(ctx context.Context, req spec.CreateRunTxRequest) (spec.CreateRunResult, error) {
+	tx, err := s.pool.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.ReadCommitted})
+	if err != nil {
+		return spec.CreateRunResult{}, typed(ctx, err)
+	}
+	defer rollback(tx)
+	res, err := s.CreateRunTx(ctx, tx, req.Request)
+	if err != nil {
+		return spec.CreateRunResult{}, err
+	}
+	if !req.Rollback {
+		if err := s.commit(ctx, spec.OpCreateRunTx, &txn{Tx: tx, ctx: ctx, s: s}); err != nil {
+			return spec.CreateRunResult{}, err
+		}
+		return res, nil
+	}
+	if err := s.runHook(ctx, spec.OpCreateRunTx, spec.BeforeCommit); err != nil {
+		return spec.CreateRunResult{}, typed(ctx, err)
+	}
+	// A rollback that fails leaves the connection broken, and the server
+	// rolls the transaction back with it: nothing was written either way.
+	rollback(tx)
+	if err := s.runHook(ctx, spec.OpCreateRunTx, spec.AfterCommit); err != nil {
+		return spec.CreateRunResult{}, &spec.Error{Code: spec.CodeUnknownOutcome, Message: "create_run_tx rolled back but its result was lost", Err: err}
+	}
+	return res, nil
+}

@@ -18,7 +18,7 @@ func TestConformance(t *testing.T) {
 	// Every capability a check uses is declared, so nothing is left out as
 	// not applicable.
 	all := []storetest.Capability{storetest.CapHooks, storetest.CapSQL, storetest.CapDatabaseClock,
-		storetest.CapCompleteBatch, storetest.CapNotifications, storetest.CapCreateRuns, storetest.CapLockWaits, storetest.CapListRuns}
+		storetest.CapCompleteBatch, storetest.CapNotifications, storetest.CapCreateRuns, storetest.CapLockWaits, storetest.CapListRuns, storetest.CapCreateRunTx}
 	if missing := storetest.Missing(storetest.Declared(t, pgtest.Factory), all...); len(missing) > 0 {
 		t.Errorf("pgtest.Factory does not declare %v", missing)
 	}

@@ -209,3 +209,35 @@ func (t *Tx) sqlTx() (*sql.Tx, error) {
 	}
 	return t.txn.tx, nil
 }
+
+var _ spec.TxAdmitter = (*Store)(nil)
+
+// AdmitInTx implements spec.TxAdmitter: CreateRunTx in a transaction from
+// BeginTx, as an application's, then its commit or rollback with the hooks
+// around it.
+func (s *Store) AdmitInTx(ctx context.Context, req spec.CreateRunTxRequest) (spec.CreateRunResult, error) {
+	tx, err := s.BeginTx(ctx)
+	if err != nil {
+		return spec.CreateRunResult{}, err
+	}
+	defer tx.Rollback()
+	res, err := s.CreateRunTx(ctx, tx, req.Request)
+	if err != nil {
+		return spec.CreateRunResult{}, err
+	}
+	if err := s.runHook(ctx, spec.OpCreateRunTx, spec.BeforeCommit); err != nil {
+		return spec.CreateRunResult{}, typed(ctx, err)
+	}
+	if req.Rollback {
+		err = tx.Rollback()
+	} else {
+		err = tx.Commit()
+	}
+	if err != nil {
+		return spec.CreateRunResult{}, typed(ctx, err)
+	}
+	if err := s.runHook(ctx, spec.OpCreateRunTx, spec.AfterCommit); err != nil {
+		return spec.CreateRunResult{}, &spec.Error{Code: spec.CodeUnknownOutcome, Message: "create_run_tx ended but its result was lost; read back before acting", Err: err}
+	}
+	return res, nil
+}

@@ -43,11 +43,15 @@ const (
 	// CapListRuns: the store implements spec.RunLister (the operation
 	// table's list_runs). Found by a type assertion.
 	CapListRuns Capability = "list_runs"
+	// CapCreateRunTx: the store implements spec.TxAdmitter (the operation
+	// table's create_run_tx, admission inside the application's
+	// transaction). Found by a type assertion.
+	CapCreateRunTx Capability = "create_run_tx"
 )
 
 // Capabilities lists every capability, in report order.
 func Capabilities() []Capability {
-	return []Capability{CapHooks, CapSQL, CapDatabaseClock, CapCompleteBatch, CapNotifications, CapCreateRuns, CapLockWaits, CapListRuns}
+	return []Capability{CapHooks, CapSQL, CapDatabaseClock, CapCompleteBatch, CapNotifications, CapCreateRuns, CapLockWaits, CapListRuns, CapCreateRunTx}
 }
 
 // Caps is what a store declares it offers, for the capabilities that a type
@@ -90,6 +94,9 @@ func (h Handle) Has(c Capability) bool {
 		return ok
 	case CapListRuns:
 		_, ok := h.Store.(spec.RunLister)
+		return ok
+	case CapCreateRunTx:
+		_, ok := h.Store.(spec.TxAdmitter)
 		return ok
 	}
 	return false
