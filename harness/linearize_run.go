@@ -61,6 +61,8 @@ func RunLinearizableOn(t *testing.T, target Target) {
 	start := time.Now()
 	total := Races{}
 	bulkCap := len(storetest.Missing(offered, storetest.CapCreateRuns)) == 0
+	txCap := len(storetest.Missing(offered, storetest.CapCreateRunTx)) == 0
+	var tx txCounts
 	var ops, histories, violations, scheduled, purged, delivered, refusedMsgs, bulk int64
 	for i := 0; ; i++ {
 		// Every odd seed adds purges and so must be checked whole, which costs
@@ -83,6 +85,7 @@ func RunLinearizableOn(t *testing.T, target Target) {
 		s, p := retention(h)
 		scheduled, purged = scheduled+s, purged+p
 		bulk += bulkAdmissions(h)
+		tx.add(txAdmissions(h))
 		d, r := outboxCounts(h)
 		delivered, refusedMsgs = delivered+d, refusedMsgs+r
 		violations += int64(v.Violations())
@@ -95,7 +98,7 @@ func RunLinearizableOn(t *testing.T, target Target) {
 		// more, up to linMaxHistories (unless its seed is pinned): whether a
 		// fault lands on an operation whose outcome it hides is the
 		// machine's timing as much as the seed's.
-		shown := len(linVacuity(total, histories, seed, bulk, bulkCap, delivered, refusedMsgs, scheduled, purged)) == 0
+		shown := len(linVacuity(total, histories, seed, bulk, bulkCap, delivered, refusedMsgs, scheduled, purged, tx, txCap)) == 0
 		if !rounds.next(i < 1 || !pinned && !shown && histories < linMaxHistories) {
 			break
 		}
@@ -103,9 +106,9 @@ func RunLinearizableOn(t *testing.T, target Target) {
 	t.Logf("%d histories, %d operations, first seed %d, races %s, %s", histories, ops, seed, total, time.Since(start).Round(time.Millisecond))
 	metrics.Report(t, metrics.Line{Check: "linearizability", Store: store, Operations: ops, Histories: histories, Violations: violations,
 		Rounds: histories, MinRounds: rounds.min(), Seed: strconv.FormatUint(seed, 10), Replay: replayLin(t, target, seed)})
-	t.Logf("%d scheduled runs admitted, %d runs purged, %d outbox messages delivered, %d writes with messages refused, %d bulk admissions",
-		scheduled, purged, delivered, refusedMsgs, bulk)
-	for _, problem := range linVacuity(total, histories, seed, bulk, bulkCap, delivered, refusedMsgs, scheduled, purged) {
+	t.Logf("%d scheduled runs admitted, %d runs purged, %d outbox messages delivered, %d writes with messages refused, %d bulk admissions, %s",
+		scheduled, purged, delivered, refusedMsgs, bulk, tx)
+	for _, problem := range linVacuity(total, histories, seed, bulk, bulkCap, delivered, refusedMsgs, scheduled, purged, tx, txCap) {
 		t.Error(problem)
 	}
 }
@@ -123,8 +126,11 @@ func leftOut(t *testing.T, offered []storetest.Capability, where string, caps ..
 // linVacuity returns why a linearizability run proved nothing, if it did
 // not: a race of linRaces that never happened, no bulk admission though the
 // store admits in bulk (bulkCap), no outbox message delivered or refused, no
-// scheduled run admitted or run purged.
-func linVacuity(total Races, histories int64, seed uint64, bulk int64, bulkCap bool, delivered, refusedMsgs, scheduled, purged int64) []string {
+// scheduled run admitted or run purged, and, from a store that admits in
+// the application's transaction (txCap), no such admission committed, rolled
+// back, or overlapped by another admission of its key.
+func linVacuity(total Races, histories int64, seed uint64, bulk int64, bulkCap bool, delivered, refusedMsgs, scheduled, purged int64,
+	tx txCounts, txCap bool) []string {
 	var problems []string
 	for _, race := range linRaces {
 		if total[race] == 0 {
@@ -137,6 +143,10 @@ func linVacuity(total Races, histories int64, seed uint64, bulk int64, bulkCap b
 	if delivered == 0 || refusedMsgs == 0 {
 		problems = append(problems, fmt.Sprintf("vacuous run: %d outbox messages delivered and %d writes with messages refused in %d histories (seed %d); want some of each",
 			delivered, refusedMsgs, histories, seed))
+	}
+	if txCap && (tx.committed == 0 || tx.rolledBack == 0 || tx.contended == 0) {
+		problems = append(problems, fmt.Sprintf("vacuous run: %s in %d histories (seed %d), though the store admits in the application's transaction; want some of each",
+			tx, histories, seed))
 	}
 	if scheduled == 0 || purged == 0 {
 		problems = append(problems, fmt.Sprintf("vacuous run: %d scheduled runs admitted and %d runs purged in %d histories (seed %d); want some of each",
@@ -155,6 +165,69 @@ func bulkAdmissions(h *History) (n int64) {
 	return n
 }
 
+// txCounts counts a history's admissions in the application's transaction
+// (create_run_tx): those that returned a run and committed, those that
+// returned a run and rolled back, and those that returned CreateRun's
+// answer (a run, or its refusal but invalid_argument) while another
+// admission of the key, by another client, overlapped them in time
+// (contended).
+type txCounts struct{ committed, rolledBack, contended int64 }
+
+func (c *txCounts) add(o txCounts) {
+	c.committed, c.rolledBack, c.contended = c.committed+o.committed, c.rolledBack+o.rolledBack, c.contended+o.contended
+}
+
+func (c txCounts) String() string {
+	return fmt.Sprintf("%d admissions in transactions committed, %d rolled back, %d contended", c.committed, c.rolledBack, c.contended)
+}
+
+// txAdmissions counts h's admissions in transactions (txCounts).
+func txAdmissions(h *History) txCounts {
+	type scope struct{ tenant, operation, key string }
+	var c txCounts
+	byScope := map[scope][]Entry{}
+	for _, e := range h.Entries {
+		for _, r := range admissionRequests(e.Op.Req) {
+			sc := scope{r.Tenant, r.Operation, r.IdempotencyKey}
+			byScope[sc] = append(byScope[sc], e)
+		}
+	}
+	for _, e := range h.Entries {
+		tx, inTx := e.Op.Req.(spec.CreateRunTxRequest)
+		if !inTx || e.Out.Unknown || codeOf(e) == spec.CodeUnavailable || codeOf(e) == spec.CodeInvalidArgument {
+			continue
+		}
+		switch {
+		case e.Out.Result.Err != nil:
+		case tx.Rollback:
+			c.rolledBack++
+		default:
+			c.committed++
+		}
+		for _, o := range byScope[scope{tx.Request.Tenant, tx.Request.Operation, tx.Request.IdempotencyKey}] {
+			if o.Client != e.Client && o.Call < e.Return && e.Call < o.Return {
+				c.contended++
+				break
+			}
+		}
+	}
+	return c
+}
+
+// admissionRequests returns the admissions req makes: a CreateRun's, the
+// members of CreateRuns, the admission of create_run_tx.
+func admissionRequests(req spec.Request) []spec.CreateRunRequest {
+	switch r := req.(type) {
+	case spec.CreateRunRequest:
+		return []spec.CreateRunRequest{r}
+	case spec.CreateRunsRequest:
+		return r.Requests
+	case spec.CreateRunTxRequest:
+		return []spec.CreateRunRequest{r.Request}
+	}
+	return nil
+}
+
 // retention counts the scheduled runs a history admitted and the runs its
 // purges of runs deleted.
 func retention(h *History) (scheduled, purged int64) {
@@ -162,7 +235,7 @@ func retention(h *History) (scheduled, purged int64) {
 		if e.Out.Unknown || e.Out.Result.Err != nil {
 			continue
 		}
-		switch req := e.Op.Req.(type) {
+		switch req := committed(e.Op.Req).(type) {
 		case spec.CreateRunRequest:
 			if req.DelayMs != 0 && !e.Out.Result.Value.(spec.CreateRunResult).Replayed {
 				scheduled++

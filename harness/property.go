@@ -306,7 +306,45 @@ func (m *machine) actions() map[string]func(*rapid.T) {
 		a[name] = action
 	}
 	a["zzzzzzzzzzz_retry"] = a["retry"] // "zzzzzzzzz_retry" was the last name
+	for name, action := range m.txActions() {
+		a[name] = action
+	}
+	a["zzzzzzzzzzzzz_retry"] = a["retry"] // "zzzzzzzzzzz_retry" was the last name
 	return a
+}
+
+// txActions are admission's in the application's transaction
+// (spec.TxAdmitter), added after zzzzzzzzzzz_retry:
+// zzzzzzzzzzzz_create_run_tx admits a request (now and then with a message,
+// now and then invalid) in a transaction that commits or rolls back, and
+// half the time admits its key again at once with CreateRun under another
+// run id: after a rollback that one creates its run, after a commit it
+// replays or conflicts.
+func (m *machine) txActions() map[string]func(*rapid.T) {
+	return map[string]func(*rapid.T){
+		"zzzzzzzzzzzz_create_run_tx": func(t *rapid.T) {
+			if !spec.OperationOf(spec.CreateRunTxRequest{}).Supports(m.store) {
+				t.Skip("the store does not implement spec.TxAdmitter")
+			}
+			tenant := m.tenant(t)
+			req := spec.CreateRunRequest{Tenant: tenant, Operation: "work",
+				IdempotencyKey: invalid(t, "key", keys, ""),
+				RunID:          m.newRunID(t, tenant),
+				Payload:        []byte(invalid(t, "payload", payloads, `{"a":1,"a":2}`)),
+				DelayMs:        rapid.SampledFrom([]int64{0, 0, 20}).Draw(t, "delay_ms"),
+			}
+			if rapid.IntRange(0, 3).Draw(t, "with_message?") == 0 {
+				req.Outbox = messages(t)
+			}
+			m.do(t, model.Op{Req: spec.CreateRunTxRequest{Request: req, Rollback: rapid.Bool().Draw(t, "rollback")}})
+			if rapid.Bool().Draw(t, "admit_again?") {
+				again := req
+				again.RunID = m.newRunID(t, tenant)
+				again.Payload = []byte(rapid.SampledFrom(payloads).Draw(t, "payload_again"))
+				m.do(t, model.Op{Req: again})
+			}
+		},
+	}
 }
 
 // listActions are the listing's, added after zzzzzzzzz_retry. A round of
@@ -743,6 +781,9 @@ func (m *machine) do(t *rapid.T, op model.Op) model.Result {
 		}
 		m.property.Counters.Outcomes["outbox "+outcome]++
 	}
+	if tx, inTx := op.Req.(spec.CreateRunTxRequest); inTx && got.Err == nil {
+		m.property.Counters.Outcomes[fmt.Sprintf("create_run_tx rollback=%v ok", tx.Rollback)]++
+	}
 	m.state = next
 	if got.Err != nil {
 		m.property.Counters.Refused++
@@ -754,7 +795,9 @@ func (m *machine) do(t *rapid.T, op model.Op) model.Result {
 	case spec.Lease:
 		m.leases = append(m.leases, v)
 	case spec.CreateRunResult:
-		m.remember(v.Run)
+		if tx, inTx := op.Req.(spec.CreateRunTxRequest); !inTx || !tx.Rollback {
+			m.remember(v.Run)
+		}
 	case spec.Run:
 		m.remember(v)
 	case []spec.CreateOutcome:

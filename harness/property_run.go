@@ -122,6 +122,10 @@ func propertyVacuity(c Counters, pinned bool) []string {
 		o["create_runs member replayed"] == 0 || o["create_runs member idempotency_conflict"] == 0) {
 		out = append(out, fmt.Sprintf("%d bulk admissions, but none created, replayed and conflicted members: %v", o["create_runs ok"], o))
 	}
+	if o["create_run_tx ok"] > 0 && !pinned && (o["create_run_tx rollback=false ok"] == 0 || o["create_run_tx rollback=true ok"] == 0 ||
+		o["create_run_tx idempotency_conflict"] == 0) {
+		out = append(out, fmt.Sprintf("%d admissions in transactions, but none committed, rolled back and conflicted: %v", o["create_run_tx ok"], o))
+	}
 	if !pinned && (o["outbox written"] == 0 || o["outbox none written"] == 0 || o["claim_outbox ok"] == 0 || o["mark_delivered ok"] == 0) {
 		out = append(out, fmt.Sprintf("the outbox needs requests with messages written and refused, claims that took messages and marks that marked some: %v", o))
 	}

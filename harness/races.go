@@ -355,7 +355,7 @@ func admissionVsPurge(h *History) int {
 	for i, e := range h.Entries {
 		var reqs []spec.CreateRunRequest
 		var outs []spec.CreateOutcome
-		switch r := e.Op.Req.(type) {
+		switch r := committed(e.Op.Req).(type) {
 		case spec.CreateRunRequest:
 			reqs = []spec.CreateRunRequest{r}
 			res, _ := e.Out.Result.Value.(spec.CreateRunResult)

@@ -24,8 +24,11 @@ func TestLinVacuity(t *testing.T) {
 			noUnknown[race] = 1
 		}
 	}
-	type counts struct{ bulk, delivered, refused, scheduled, purged int64 }
-	full := counts{1, 1, 1, 1, 1}
+	type counts struct {
+		bulk, delivered, refused, scheduled, purged int64
+		tx                                          txCounts
+	}
+	full := counts{1, 1, 1, 1, 1, txCounts{1, 1, 1}}
 	for _, tc := range []struct {
 		name    string
 		races   Races
@@ -34,16 +37,17 @@ func TestLinVacuity(t *testing.T) {
 		want    []string // one substring per problem
 	}{
 		{"everything happened", all, true, full, nil},
+		{"no admission in a transaction rolled back", all, true, counts{1, 1, 1, 1, 1, txCounts{1, 0, 1}}, []string{"0 rolled back"}},
 		{"no unknown outcome (a purge history)", noUnknown, true, full, []string{"no unknown_outcome"}},
-		{"no purge (a split history)", all, true, counts{1, 1, 1, 1, 0}, []string{"0 runs purged"}},
-		{"no bulk admission, store admits in bulk", all, true, counts{0, 1, 1, 1, 1}, []string{"no bulk admission"}},
-		{"no bulk admission, store does not", all, false, counts{0, 1, 1, 1, 1}, nil},
-		{"no outbox refusal", all, true, counts{1, 1, 0, 1, 1}, []string{"0 writes with messages refused"}},
+		{"no purge (a split history)", all, true, counts{1, 1, 1, 1, 0, full.tx}, []string{"0 runs purged"}},
+		{"no bulk admission, store admits in bulk", all, true, counts{0, 1, 1, 1, 1, full.tx}, []string{"no bulk admission"}},
+		{"no bulk admission, store does not", all, false, counts{0, 1, 1, 1, 1, full.tx}, nil},
+		{"no outbox refusal", all, true, counts{1, 1, 0, 1, 1, full.tx}, []string{"0 writes with messages refused"}},
 		{"nothing", Races{}, true, counts{}, []string{"no stale_write_refused", "no lease_reclaimed", "no cancel_vs_finish",
-			"no unknown_outcome", "no admission_vs_purge", "no bulk admission", "outbox", "scheduled"}},
+			"no unknown_outcome", "no admission_vs_purge", "no bulk admission", "outbox", "admissions in transactions", "scheduled"}},
 		{"no admission raced a purge", func() Races { r := Races{}; r.Add(all); r[RaceAdmissionVsPurge] = 0; return r }(), true, full, []string{"no admission_vs_purge"}},
 	} {
-		got := linVacuity(tc.races, 1, 7, tc.c.bulk, tc.bulkCap, tc.c.delivered, tc.c.refused, tc.c.scheduled, tc.c.purged)
+		got := linVacuity(tc.races, 1, 7, tc.c.bulk, tc.bulkCap, tc.c.delivered, tc.c.refused, tc.c.scheduled, tc.c.purged, tc.c.tx, tc.bulkCap)
 		wantProblems(t, tc.name, got, tc.want)
 	}
 }
@@ -106,6 +110,7 @@ func TestPropertyVacuity(t *testing.T) {
 			"complete_batch ok": 1, "complete_batch member ok": 1, "complete_batch member lost_lease": 1,
 			"create_runs ok": 1, "create_runs member created": 1, "create_runs member replayed": 1, "create_runs member idempotency_conflict": 1,
 			"outbox written": 1, "outbox none written": 1, "claim_outbox ok": 1, "mark_delivered ok": 1,
+			"create_run_tx ok": 2, "create_run_tx rollback=false ok": 1, "create_run_tx rollback=true ok": 1, "create_run_tx idempotency_conflict": 1,
 		}}
 	}
 	for _, tc := range []struct {
@@ -124,6 +129,7 @@ func TestPropertyVacuity(t *testing.T) {
 			delete(c.Outcomes, "complete_batch member lost_lease")
 		}, ""},
 		{"bulk admissions without a replayed member", func(c *Counters) { delete(c.Outcomes, "create_runs member replayed") }, "bulk admissions"},
+		{"admissions in transactions that never roll back", func(c *Counters) { delete(c.Outcomes, "create_run_tx rollback=true ok") }, "admissions in transactions"},
 		{"no outbox delivery", func(c *Counters) { delete(c.Outcomes, "mark_delivered ok") }, "the outbox needs"},
 	} {
 		c := healthy()

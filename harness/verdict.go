@@ -65,6 +65,18 @@ func Judge(m model.Model, h *History, j Judgement) Verdict {
 	return v
 }
 
+// committed is the request an entry's request stands for in the accounting:
+// the admission of a create_run_tx whose transaction committed (a
+// CreateRun's), the request itself otherwise; one whose transaction rolled
+// back stands for nothing the store keeps, and no case of the accounting's
+// matches it.
+func committed(req spec.Request) spec.Request {
+	if tx, inTx := req.(spec.CreateRunTxRequest); inTx && !tx.Rollback {
+		return tx.Request
+	}
+	return req
+}
+
 // account runs the checks that need no model: nothing lost, nothing
 // duplicated, no stale write accepted, no row the history cannot explain.
 func account(h *History, drained bool) (violations []string) {
@@ -93,7 +105,7 @@ func account(h *History, drained bool) (violations []string) {
 	maybePurgedTenants := map[string]bool{}
 	for _, e := range h.Entries {
 		ok := !e.Out.Unknown && e.Out.Result.Err == nil
-		switch req := e.Op.Req.(type) {
+		switch req := committed(e.Op.Req).(type) {
 		case spec.PurgeRunsRequest:
 			if e.Out.Unknown {
 				maybePurgedTenants[req.Tenant] = true
@@ -237,7 +249,7 @@ func accountOutbox(h *History, final spec.Snapshot, drained bool, purged map[run
 		}
 	}
 	for _, e := range h.Entries {
-		switch req := e.Op.Req.(type) {
+		switch req := committed(e.Op.Req).(type) {
 		case spec.CreateRunRequest:
 			if e.Out.Unknown || e.Out.Result.Err == nil && !e.Out.Result.Value.(spec.CreateRunResult).Replayed {
 				note(e, outboxWrite{runKey{req.Tenant, req.RunID}, 0, render(req.Outbox)})

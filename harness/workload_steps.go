@@ -13,7 +13,8 @@ var linPayloads = []string{`{"n":1,"tags":["a","b"]}`, `{ "tags" : ["a","b"], "n
 // apiStep is one operation of an API client: mostly admissions (with keys
 // reused so that replays and conflicts happen; one in five scheduled, with
 // a delay from a short list, so that a retry repeats its schedule or
-// conflicts with another), and cancels, replays, reaps, purges of
+// conflicts with another; some in bulk, and, on a store that admits in the
+// application's transaction, one in four in such a transaction), and cancels, replays, reaps, purges of
 // idempotency records and of retired runs, and clock moves.
 func (c *client) apiStep(ctx context.Context) error {
 	r := c.r
@@ -22,18 +23,12 @@ func (c *client) apiStep(ctx context.Context) error {
 	switch p := r.IntN(100); {
 	case p < 45 && r.IntN(6) == 0 && spec.OperationOf(spec.CreateRunsRequest{}).Supports(c.Store):
 		return c.createRuns(ctx, tenant)
+	case p < 45 && spec.OperationOf(spec.CreateRunTxRequest{}).Supports(c.Store) && r.IntN(4) == 0:
+		// In the application's transaction, which rolls back one time in
+		// three.
+		op = model.Op{Req: spec.CreateRunTxRequest{Request: c.newCreate(tenant), Rollback: r.IntN(3) == 0}}
 	case p < 45:
-		id := fmt.Sprintf("%s-%d", c.Name, c.created)
-		c.created++
-		create := spec.CreateRunRequest{Tenant: tenant, Operation: "work",
-			IdempotencyKey: fmt.Sprintf("k%d", r.IntN(12)), RunID: id, Payload: []byte(linPayloads[r.IntN(len(linPayloads))])}
-		if r.IntN(5) == 0 {
-			create.DelayMs = []int64{5, 20, 60}[r.IntN(3)]
-		}
-		if r.IntN(4) == 0 {
-			create.Outbox = []spec.Message{{Subject: "orders.created", Payload: []byte(fmt.Sprintf(`{"key":%q}`, create.IdempotencyKey))}}
-		}
-		op = model.Op{Req: create}
+		op = model.Op{Req: c.newCreate(tenant)}
 	case p < 60:
 		book := c.runs
 		if r.IntN(2) == 0 {
@@ -69,7 +64,7 @@ func (c *client) apiStep(ctx context.Context) error {
 	}
 	switch v := res.Value.(type) {
 	case spec.CreateRunResult:
-		if !v.Replayed {
+		if tx, inTx := op.Req.(spec.CreateRunTxRequest); !v.Replayed && (!inTx || !tx.Rollback) {
 			c.runs.add(v.Run.Tenant, v.Run.ID)
 		}
 	case spec.Run:
@@ -78,6 +73,24 @@ func (c *client) apiStep(ctx context.Context) error {
 		}
 	}
 	return nil
+}
+
+// newCreate is an admission of tenant under one of twelve keys (so that
+// replays and conflicts happen), with a run id of its own; one in five
+// scheduled, one in four with an outbox message.
+func (c *client) newCreate(tenant string) spec.CreateRunRequest {
+	r := c.r
+	id := fmt.Sprintf("%s-%d", c.Name, c.created)
+	c.created++
+	create := spec.CreateRunRequest{Tenant: tenant, Operation: "work",
+		IdempotencyKey: fmt.Sprintf("k%d", r.IntN(12)), RunID: id, Payload: []byte(linPayloads[r.IntN(len(linPayloads))])}
+	if r.IntN(5) == 0 {
+		create.DelayMs = []int64{5, 20, 60}[r.IntN(3)]
+	}
+	if r.IntN(4) == 0 {
+		create.Outbox = []spec.Message{{Subject: "orders.created", Payload: []byte(fmt.Sprintf(`{"key":%q}`, create.IdempotencyKey))}}
+	}
+	return create
 }
 
 // createRuns is a bulk admission of 1–4 members of one tenant (so that the

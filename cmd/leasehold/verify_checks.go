@@ -136,11 +136,11 @@ var checks = []check{
 	{Name: "etcd", Group: "etcd", Store: "etcd", Package: "./impl/etcd", Tests: etcdExploring, Share: 0.04},
 	{Name: "fuzz", Store: "any", Package: "./spec", Fuzz: []string{"FuzzCanonicalize", "FuzzNormalizeCreate", "FuzzLeaseChecks"}, Share: 0.06},
 	{Name: "rapid", Store: "postgres", Package: "./harness", Tests: []string{"TestPropertyPostgres", "TestPropertyCompleteTxPostgres"}, NeedsPG: true, Share: 0.14},
-	{Name: "linearizability", Store: "postgres", Package: "./harness", Tests: []string{"TestLinearizablePostgres", "TestLinearizableCompleteTxPostgres"}, NeedsPG: true, Share: 0.08},
+	{Name: "linearizability", Store: "postgres", Package: "./harness", Tests: []string{"TestLinearizablePostgres", "TestLinearizableCompleteTxPostgres", "TestLinearizableCreateRunTxPostgres"}, NeedsPG: true, Share: 0.08},
 	{Name: "runtime", Store: "postgres", Package: "./harness", Tests: []string{"TestRuntimePostgres"}, NeedsPG: true, Share: 0.04},
 	{Name: "runtime", Store: "sqlite", Package: "./harness", Tests: []string{"TestRuntimeSQLite"}, Share: 0.04},
 	{Name: "rapid", Store: "sqlite", Package: "./harness", Tests: []string{"TestPropertySQLite"}, Share: 0.14},
-	{Name: "linearizability", Store: "sqlite", Package: "./harness", Tests: []string{"TestLinearizableSQLite"}, Share: 0.08},
+	{Name: "linearizability", Store: "sqlite", Package: "./harness", Tests: []string{"TestLinearizableSQLite", "TestLinearizableCreateRunTxSQLite"}, Share: 0.08},
 }
 
 // storeCmdChecks are the checks of `verify --store-cmd CMD`: the store
