@@ -54,7 +54,7 @@ func Corpus() ([]*Scenario, error) {
 // scenario that waits for an operation to block (await_blocked) on stores
 // that cannot report lock waits is not applicable (Run finds out).
 func RunCorpus(t *testing.T, store string, open func(testing.TB) Opener) {
-	runCorpus(t, harness.Target{Name: store}, open, []storetest.Capability{storetest.CapHooks, storetest.CapCompleteBatch, storetest.CapCreateRuns, storetest.CapLockWaits})
+	runCorpus(t, harness.Target{Name: store}, open, []storetest.Capability{storetest.CapHooks, storetest.CapCompleteBatch, storetest.CapCreateRuns, storetest.CapLockWaits, storetest.CapCreateRunTx})
 }
 
 // RunCorpusOn plays the corpus on a Target, as RunCorpus does on
@@ -72,14 +72,16 @@ func RunCorpusOn(t *testing.T, target harness.Target) storetest.Summary {
 // hooks when it holds an operation at a hook point (pause_at), batch
 // completion when it sends complete_batch, bulk admission when it sends
 // create_runs, lock-wait reports when it waits for an operation to block
-// (await_blocked).
+// (await_blocked), admission in the application's transaction when it
+// sends create_run_tx.
 func (sc *Scenario) Needs() []storetest.Capability {
-	var hooks, batch, bulk, waits bool
+	var hooks, batch, bulk, waits, inTx bool
 	for _, st := range sc.Steps {
 		hooks = hooks || st.PauseAt != ""
 		batch = batch || st.Op == string(spec.OpCompleteBatch)
 		bulk = bulk || st.Op == string(spec.OpCreateRuns)
 		waits = waits || st.Op == opAwaitBlocked
+		inTx = inTx || st.Op == string(spec.OpCreateRunTx)
 	}
 	var out []storetest.Capability
 	if hooks {
@@ -93,6 +95,9 @@ func (sc *Scenario) Needs() []storetest.Capability {
 	}
 	if waits {
 		out = append(out, storetest.CapLockWaits)
+	}
+	if inTx {
+		out = append(out, storetest.CapCreateRunTx)
 	}
 	return out
 }
