@@ -7,7 +7,9 @@
 //	curl -i localhost:8080/orders/<run_id> -H 'Authorization: Bearer sk_test_shop_0123456789'
 //
 // The HTTP edge is package httpadmit. POST /orders admits the order as a run
-// (Store.CreateRun) for the tenant of the caller's API key: 201 with
+// for the tenant of the caller's API key, and writes the order's row in the
+// same transaction (Orders: the order and its charge commit together or not
+// at all, so no crash between them can leave one without the other): 201 with
 // Location; the same Idempotency-Key with the same order returns the
 // original 201 and body again, marked "Idempotent-Replayed: true", however
 // often the client retries; the same key with another order is 422; a retry
@@ -25,8 +27,9 @@
 // retry never charges twice. SIGINT or SIGTERM shuts the server and the
 // worker down gracefully.
 //
-// The store is SQLite (a file; -db); the same code runs on PostgreSQL with
-// postgres.Open, where the worker also wakes on LISTEN/NOTIFY.
+// The store is SQLite (a file; -db). On PostgreSQL, Orders would begin a
+// pgx.Tx and admit with postgres.Store.CreateRunTx; the rest is the same
+// (and the worker also wakes on LISTEN/NOTIFY).
 package main
 
 import (
@@ -64,6 +67,56 @@ func Config() spec.Config {
 		operation: {SchemaVersion: 1, DefaultMaxAttempts: 5, MaxMaxAttempts: 10, DefaultTimeoutMs: 3_600_000, MaxTimeoutMs: 86_400_000},
 	}
 	return cfg
+}
+
+// Orders is the store the HTTP edge admits through: its CreateRun writes
+// the order's row and admits the order's charge in one transaction of the
+// store's (sqlite.Store.BeginTx, CreateRunTx). The order and its run commit
+// together or not at all: a crash, or a failed write of the row, between
+// the two is impossible by construction. A replay of the Idempotency-Key
+// returns the original run and writes no second row.
+type Orders struct {
+	*sqlite.Store
+}
+
+// createOrders is the application's own table: one row per admitted order.
+const createOrders = `CREATE TABLE IF NOT EXISTS orders (
+	tenant TEXT NOT NULL, run_id TEXT NOT NULL, amount INTEGER NOT NULL, currency TEXT NOT NULL,
+	PRIMARY KEY (tenant, run_id))`
+
+// OpenOrders creates the orders table beside the store's.
+func OpenOrders(ctx context.Context, s *sqlite.Store) (Orders, error) {
+	if _, err := s.DB().ExecContext(ctx, createOrders); err != nil {
+		return Orders{}, fmt.Errorf("create the orders table: %w", err)
+	}
+	return Orders{s}, nil
+}
+
+// CreateRun implements spec.Store: the order's run and its row, in one
+// transaction. A refused admission (a reused key, say) writes neither.
+func (o Orders) CreateRun(ctx context.Context, req spec.CreateRunRequest) (spec.CreateRunResult, error) {
+	tx, err := o.BeginTx(ctx)
+	if err != nil {
+		return spec.CreateRunResult{}, err
+	}
+	defer tx.Rollback()
+	res, err := o.CreateRunTx(ctx, tx, req)
+	if err != nil || res.Replayed {
+		return res, err // a replay wrote nothing: its order row is there
+	}
+	var ord order
+	if err := json.Unmarshal(req.Payload, &ord); err != nil {
+		return spec.CreateRunResult{}, spec.Errorf(spec.CodeInvalidArgument, "order: %v", err)
+	}
+	if _, err := tx.ExecContext(ctx, `INSERT INTO orders (tenant, run_id, amount, currency) VALUES (?, ?, ?, ?)`,
+		req.Tenant, res.Run.ID, ord.Amount, ord.Currency); err != nil {
+		return spec.CreateRunResult{}, &spec.Error{Code: spec.CodeUnavailable,
+			Message: "the order's row could not be written, so neither it nor its run was committed; retry", Err: err}
+	}
+	if err := tx.Commit(); err != nil {
+		return spec.CreateRunResult{}, &spec.Error{Code: spec.CodeUnavailable, Message: "the order's transaction did not commit; retry", Err: err}
+	}
+	return res, nil
 }
 
 // Service is the HTTP edge: httpadmit's handlers for charge_order.
@@ -193,7 +246,11 @@ func run(addr, db, apiKeys string, log *slog.Logger) error {
 	if err != nil {
 		return err
 	}
-	routes, err := (&Service{Store: store, Auth: auth, Logger: log}).Routes()
+	orders, err := OpenOrders(ctx, store)
+	if err != nil {
+		return err
+	}
+	routes, err := (&Service{Store: orders, Auth: auth, Logger: log}).Routes()
 	if err != nil {
 		return err
 	}

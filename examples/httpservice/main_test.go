@@ -54,7 +54,11 @@ func Example() {
 	stopped := make(chan error, 1)
 	go func() { stopped <- w.Run(ctx) }()
 
-	routes, err := (&Service{Store: store, Auth: auth}).Routes()
+	orders, err := OpenOrders(ctx, store)
+	if err != nil {
+		panic(err)
+	}
+	routes, err := (&Service{Store: orders, Auth: auth}).Routes()
 	if err != nil {
 		panic(err)
 	}
