@@ -10,7 +10,6 @@ import (
 	"strings"
 	"sync/atomic"
 	"testing"
-	"time"
 
 	"github.com/anishathalye/porcupine"
 	"github.com/jackc/pgx/v5"
@@ -20,6 +19,7 @@ import (
 	"github.com/leasehold/leasehold/impl/sqlite"
 	"github.com/leasehold/leasehold/impl/sqlite/sqlitetest"
 	"github.com/leasehold/leasehold/impl/storetest"
+	"github.com/leasehold/leasehold/internal/hang"
 	"github.com/leasehold/leasehold/model"
 	"github.com/leasehold/leasehold/spec"
 )
@@ -332,7 +332,7 @@ func recordCreateRunTx(t *testing.T, f storetest.Factory, m appMode, seed uint64
 		t.Fatalf("seed %d: %v", seed, err)
 	}
 	rows := orders()
-	v := Judge(model.Model{Config: w.Config}, h, Judgement{Partition: true, Timeout: 2 * time.Minute, Drained: true})
+	v := Judge(model.Model{Config: w.Config}, h, Judgement{Partition: true, Timeout: hang.PhasePatience(), Drained: true})
 	problems := append(v.Accounting, checkAppOrders(h, rows)...)
 	if v.Linearizable != porcupine.Ok {
 		problems = append(problems, "linearizability: "+string(v.Linearizable))

@@ -6,10 +6,10 @@ import (
 	"errors"
 	"path/filepath"
 	"testing"
-	"time"
 
 	"github.com/leasehold/leasehold/clock"
 	"github.com/leasehold/leasehold/impl/sqlite"
+	"github.com/leasehold/leasehold/internal/hang"
 	"github.com/leasehold/leasehold/spec"
 )
 
@@ -27,7 +27,7 @@ type txEnv struct {
 // app_orders.
 func newTxEnv(t *testing.T) *txEnv {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	ctx, cancel := hang.Context(context.Background())
 	t.Cleanup(cancel)
 	s, err := sqlite.Open(ctx, filepath.Join(t.TempDir(), "leasehold.db"), sqlite.Options{Config: spec.DefaultConfig(), Clock: clock.NewManual(1_000_000)})
 	if err != nil {
@@ -283,12 +283,7 @@ func TestCreateRunTxConcurrent(t *testing.T) {
 			} else if err := a.Commit(); err != nil {
 				t.Fatal(err)
 			}
-			var o outcome
-			select {
-			case o = <-done:
-			case <-e.ctx.Done():
-				t.Fatal("the second admission never returned after A ended")
-			}
+			o := hang.Wait(t, done, "the second admission, after A ended")
 			if spec.CodeOf(o.err) != c.wantCode || c.wantCode == "" && (o.res.Run.ID != c.wantRun || o.res.Replayed != c.replay) {
 				t.Fatalf("second admission: %+v, %v; want code %q, run %s, replayed %v", o.res, o.err, c.wantCode, c.wantRun, c.replay)
 			}
@@ -310,18 +305,13 @@ func TestCreateRunTxConcurrent(t *testing.T) {
 // transaction holding the write lock.
 func awaitQueued(t *testing.T, e *txEnv) {
 	t.Helper()
-	for {
-		if n, err := e.s.LockWaits(e.ctx); err != nil || n > 0 {
-			if err != nil {
-				t.Fatalf("waiting for a writer to queue: %v", err)
-			}
-			return
+	hang.Until(t, "a writer queued behind the open transaction", func() bool {
+		n, err := e.s.LockWaits(e.ctx)
+		if err != nil {
+			t.Fatalf("waiting for a writer to queue: %v", err)
 		}
-		if e.ctx.Err() != nil {
-			t.Fatal("no writer ever queued behind the open transaction")
-		}
-		time.Sleep(time.Millisecond)
-	}
+		return n > 0
+	})
 }
 
 // TestTxEndsWithItsContext: a transaction whose context ends is rolled back

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/leasehold/leasehold/internal/hang"
 	"github.com/leasehold/leasehold/spec"
 )
 
@@ -218,8 +219,8 @@ func testConcurrentAdmitInTx(t *testing.T, f Factory) {
 			case <-arrived:
 			case err := <-admitted:
 				t.Fatalf("AdmitInTx returned (%v) without reaching before_commit", err)
-			case <-time.After(lockWaitPatience):
-				t.Fatal("AdmitInTx never reached before_commit")
+			case <-time.After(hang.Patience()):
+				t.Fatal(hang.Message("AdmitInTx to reach before_commit", hang.Patience()))
 			}
 			second := withKey(req("acme", "b"), "one-key")
 			second.Payload = []byte(c.payload)
@@ -232,23 +233,16 @@ func testConcurrentAdmitInTx(t *testing.T, f Factory) {
 				res, err := waiter.CreateRun(e.ctx, second)
 				created <- outcome{res, err}
 			}()
-			giveUp := time.Now().Add(lockWaitPatience)
-			for {
+			hang.Until(t, "the second admission to wait for the open transaction", func() bool {
 				n, err := waiter.(spec.LockWaitReporter).LockWaits(e.ctx)
 				mustOK(t, "LockWaits of the second admission's store", err)
-				if n == 1 {
-					break
-				}
 				select {
 				case o := <-created:
 					t.Fatalf("CreateRun of the key returned (%+v, %v) while its admission in a transaction was open", o.res, o.err)
 				default:
 				}
-				if time.Now().After(giveUp) {
-					t.Fatalf("the second admission never waited for the open transaction within %s", lockWaitPatience)
-				}
-				time.Sleep(time.Millisecond)
-			}
+				return n == 1
+			})
 			letGo()
 			mustOK(t, "the held admission", <-admitted)
 			o := <-created
