@@ -363,7 +363,7 @@ func keyDedupe(r *Run) {
 		r.adapterError(fmt.Errorf("the first enqueue under a fresh key was refused: %v", qe))
 	}
 	if _, qe := c.Enqueue(queueproto.EnqueueParams{Key: key, Payload: []byte(p)}); qe != nil {
-		r.Note("the same key and payload again: %s (%s)", qe.Code, firstLine(qe.Message))
+		r.Note("the same key and payload again: answered with an error (%s)", qe.Code)
 	}
 	if jobs := c.Jobs(); len(jobs) != 1 {
 		r.Violated("the same key with the same payload, enqueued twice, left %d jobs", len(jobs))
@@ -375,7 +375,7 @@ func keyDedupe(r *Run) {
 	}
 	switch got := string(jobs[0].Payload); {
 	case qe != nil:
-		r.Note("another payload under the key: rejected (%s: %s)", qe.Code, firstLine(qe.Message))
+		r.Note("another payload under the key: rejected (the queue answered %s; its message is in the steps)", qe.Code)
 	case jsonEqual(got, p):
 		r.Note("another payload under the key: silently accepted, the first payload kept")
 	case jsonEqual(got, q):

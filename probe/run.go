@@ -456,8 +456,20 @@ func (p *Proc) CompleteInTx(s queueproto.Started, commit bool) bool {
 }
 
 // Stop stops the process's worker gracefully: the barrier after which its
-// outcomes are written.
+// outcomes are written. A start the script did not wait for would hold the
+// stop forever: an unexplained one ends the run as a violation, an
+// explained one (a re-claim after an expiry that came late) is completed
+// first.
 func (p *Proc) Stop() {
+	for _, s := range p.p.Pending() {
+		if u := p.r.unexplained(); u != "" {
+			p.r.Violated("%s", u)
+		}
+		if got, ok := p.AwaitStart(s.Job, QuickBound); ok {
+			p.r.logf(p.name, "a start the probe did not wait for, completed before the stop")
+			p.Finish(got, queueproto.DoComplete)
+		}
+	}
 	if len(p.held) > 0 {
 		p.r.adapterError(fmt.Errorf("probe bug: stop of %s with %d handlers held", p.name, len(p.held)))
 	}

@@ -457,6 +457,19 @@ func (p *Process) Await(ctx context.Context, match func(Started) bool) (Started,
 	}
 }
 
+// Pending returns the started events no Await has returned yet.
+func (p *Process) Pending() []Started {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	var out []Started
+	for i, e := range p.events {
+		if !p.consumed[i] {
+			out = append(out, e)
+		}
+	}
+	return out
+}
+
 // Started returns every started event so far.
 func (p *Process) Started() []Started {
 	p.mu.Lock()
