@@ -49,7 +49,7 @@ func hookCases(e *env) []hookCase {
 	conflicting := req("acme", "r3")
 	conflicting.IdempotencyKey = req("acme", "r1").IdempotencyKey
 	conflicting.Payload = []byte(`{"other":true}`)
-	return []hookCase{
+	cases := []hookCase{
 		{"CreateRun replayed", spec.OpCreateRun, func() error { _, err := e.s.CreateRun(e.ctx, replayed); return err }, ""},
 		{"Claim of nothing", spec.OpClaim, func() error {
 			_, err := e.s.Claim(e.ctx, spec.ClaimRequest{Tenant: "acme", Worker: "w2", LeaseMs: 1000, Limit: 1})
@@ -92,6 +92,19 @@ func hookCases(e *env) []hookCase {
 			return err
 		}, spec.CodeNotFound},
 	}
+	if a, ok := e.s.(spec.TxAdmitter); ok {
+		admit := func(r spec.CreateRunRequest, rollback bool) func() error {
+			return func() error {
+				_, err := a.AdmitInTx(e.ctx, spec.CreateRunTxRequest{Request: r, Rollback: rollback})
+				return err
+			}
+		}
+		cases = append(cases,
+			hookCase{"AdmitInTx replayed", spec.OpCreateRunTx, admit(replayed, false), ""},
+			hookCase{"AdmitInTx rolled back", spec.OpCreateRunTx, admit(req("acme", "r4"), true), ""},
+			hookCase{"AdmitInTx refused as a conflict", spec.OpCreateRunTx, admit(conflicting, false), spec.CodeIdempotencyConflict})
+	}
+	return cases
 }
 
 func testHooksOnEveryAnsweredWrite(t *testing.T, f Factory) {
