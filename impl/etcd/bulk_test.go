@@ -131,8 +131,10 @@ func mustCreate(t *testing.T, s *etcd.Store, req spec.CreateRunRequest) {
 // TestCreateRunsTxnLimit: on a member whose --max-txn-ops is etcd's default
 // (128), a bulk admission whose one Txn fits commits, and one past it is
 // refused before it is proposed: unavailable, naming the limit, nothing
-// written. A created member without outbox messages is six writes, and a
-// Txn carries one commit marker, so 21 members fit and 22 do not.
+// written. A created member without outbox messages is seven writes (its
+// run and its listing entry, its first event, its idempotency record and
+// that record's expiry entry, its job and the job's claim-index entry), and a Txn carries one commit marker: 18 members are 127 writes
+// and fit, 19 are 134 and do not.
 func TestCreateRunsTxnLimit(t *testing.T) {
 	cl, err := etcdtest.StartWith(t.TempDir(), 1, "-max-txn-ops", "128")
 	if err != nil {
@@ -162,8 +164,8 @@ func TestCreateRunsTxnLimit(t *testing.T) {
 		members int
 		fits    bool
 	}{
-		{"22 members, past the limit", 22, false},
-		{"21 members, within it", 21, true},
+		{"19 members, past the limit", 19, false},
+		{"18 members, within it", 18, true},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			reqs := make([]spec.CreateRunRequest, c.members)

@@ -132,10 +132,10 @@
 // etcd bounds what one Txn may carry: --max-txn-ops (128 by default; the
 // test members run with 16384) bounds a batch claim (about six operations
 // per job), a CompleteBatch (about seven per member plus two per outbox
-// message) and a CreateRuns (six writes and two compares per created
+// message) and a CreateRuns (seven writes and two compares per created
 // member, three writes per outbox message, two more writes for an expired
 // record it replaces, and one commit marker per Txn; etcd counts compares
-// and writes apart, so 21 members without messages fit the default), and
+// and writes apart, so 18 members without messages fit the default), and
 // --max-request-bytes (1.5 MiB by default; the test members run with 8 MiB)
 // bounds the payloads a first claim rewrites with their runs, the results a
 // batch completes and the payloads a batch admits. A Txn past either is
