@@ -11,6 +11,9 @@ FUZZTIME  ?= 10s
 # committed reports/verify.{json,md}.
 REPORTS   ?= reports/latest
 TESTFLAGS ?=
+# A guard against a hang, never a judgement of a slow machine: go test's own
+# default (10m a package) failed harness and impl/postgres under load.
+TESTTIMEOUT ?= 60m
 # verify: MIN_DEPTH is the depth below which a run is INCOMPLETE (0: none; see
 # docs/VERIFY.md), FULL=1 adds the fixed work make test also runs.
 MIN_DEPTH ?= 0
@@ -24,11 +27,11 @@ all: test
 ## test: every unit, conformance, model and property test (short budgets);
 ## ends with passed / failed / skipped per store (leasehold testsum)
 test:
-	set -o pipefail; $(GO) test -json -count=1 $(TESTFLAGS) $(PKGS) | $(GO) run ./cmd/leasehold testsum
+	set -o pipefail; $(GO) test -json -count=1 -timeout $(TESTTIMEOUT) $(TESTFLAGS) $(PKGS) | $(GO) run ./cmd/leasehold testsum
 
 ## test-race: the same under the race detector
 test-race:
-	$(GO) test -race -count=1 $(PKGS)
+	$(GO) test -race -count=1 -timeout $(TESTTIMEOUT) $(PKGS)
 
 ## verify: the main job for CI; writes $(REPORTS)/verify.json and verify.md
 ## (MIN_DEPTH=x, FULL=1: see above)
@@ -117,7 +120,7 @@ verify-port-broken:
 
 ## test-outside: a module of its own runs the whole proof through leaseholdtest alone
 test-outside:
-	cd ports/go-outside && $(GO) test -count=1 $(TESTFLAGS) ./...
+	cd ports/go-outside && $(GO) test -count=1 -timeout $(TESTTIMEOUT) $(TESTFLAGS) ./...
 
 ## test-python: the Python port's own tests (RFC 8785 vectors, fingerprint, payloads)
 test-python:
