@@ -63,6 +63,7 @@ var themes = []struct {
 	{"Corrupt", testCorrupt},
 	{"HorizonAndDeadTuples", testHorizonAndDeadTuples},
 	{"OpenRefusesWhatItWouldWrite", testOpenRefuses},
+	{"OperatorActionsAudited", testOperatorActions},
 }
 
 // TestDoctorSQLite runs every theme on a SQLite store.

@@ -107,6 +107,11 @@ const (
 
 var outboxColumns = []string{"created_at", "state"}
 
+// runOutbox reads one run's outbox messages in seq order (RunOutbox).
+const runOutbox = `SELECT tenant, run_id, seq, message_id, subject, payload, generation, created_at, state,
+		coalesce(relay, ''), coalesce(claim_expires_at, 0), claims, coalesce(delivered_at, 0)
+	FROM outbox WHERE tenant = @tenant AND run_id = @run_id ORDER BY seq`
+
 const (
 	sqliteColumns   = `SELECT name FROM pragma_table_info(@table)`
 	postgresColumns = `SELECT column_name::text FROM information_schema.columns WHERE table_schema = @schema AND table_name = @table`

@@ -46,8 +46,8 @@ const reapBatch = 100
 // operation's guard. A run makes at most the reaps its diagnosis listed
 // (1000); run it again for more.
 func Repair(ctx context.Context, t *Target, o Options, actor string) (*Report, error) {
-	if err := spec.CheckWorker(actor); err != nil {
-		return nil, spec.Errorf(spec.CodeInvalidArgument, "doctor: actor %q: want who is repairing, 1-128 printable ASCII bytes, for the audit trail", actor)
+	if err := checkActor(actor, "repairing"); err != nil {
+		return nil, err
 	}
 	before, err := Diagnose(ctx, t, o)
 	if err != nil {
@@ -96,12 +96,8 @@ func (a *auditor) apply(ctx context.Context, planned []Action) ([]Action, error)
 	if len(planned) == 0 {
 		return done, nil
 	}
-	create := createAuditSQLite
-	if a.t.pg != nil {
-		create = createAuditPG
-	}
-	if err := a.t.db.exec(ctx, create, nil); err != nil {
-		return done, fmt.Errorf("doctor: cannot create the audit table %s, so nothing was repaired: %w", auditTable, err)
+	if err := a.ensureAudit(ctx); err != nil {
+		return done, err
 	}
 	// The reapable jobs as planned, by tenant: a reap's result names run
 	// ids, and the plan knows their owners and generations.

@@ -292,7 +292,7 @@ type Before struct {
 // Action is one repair: a reap or a release of one run's job, through the
 // store's own guarded operation.
 type Action struct {
-	Action     string `json:"action"` // "reap" or "release"
+	Action     string `json:"action"` // "reap" or "release"; an operator's "cancel" or "replay" (Cancel, Replay)
 	Tenant     string `json:"tenant"`
 	RunID      string `json:"run_id,omitempty"`
 	Owner      string `json:"owner,omitempty"`
