@@ -14,8 +14,8 @@ import (
 // OpCompleteBatch names BatchCompleter.CompleteBatch for hooks and reports.
 const OpCompleteBatch Op = "complete_batch"
 
-// BatchCompleter completes many runs in one transaction (ADR-013, batched
-// completion).
+// BatchCompleter completes many runs in one transaction (batched
+// completion, ADR-013: docs/adr/ADR-013-generation-fenced-writes.md).
 type BatchCompleter interface {
 	// CompleteBatch applies each request as its own guarded completion — the
 	// exact writes, checks and error codes of Store.Complete — inside ONE

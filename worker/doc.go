@@ -116,7 +116,7 @@
 // # Batched and in-transaction completion
 //
 // With Config.Batch.Size > 1, completions are flushed in batches through
-// spec.BatchCompleter (ADR-013); an attempt's slot is freed only when its
+// spec.BatchCompleter (ADR-013, docs/adr/); an attempt's slot is freed only when its
 // batch acknowledged the completion or the member's stale rejection. On
 // PostgreSQL a handler may instead complete the run inside its own
 // transaction, together with its own writes (postgres.Store.CompleteTx with

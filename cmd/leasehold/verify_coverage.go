@@ -60,7 +60,7 @@ var coverage = []coverageNote{
 	{"", "./internal/coalesce", "group commit for the PostgreSQL store's coalesced admissions: make test, and postgres-store with --full"},
 	{"", "./internal/hang", "the checks' one guard against a hang: make test"},
 	{"", "./internal/logwatch", "a test helper: make test"},
-	{"", "./internal/doclinks", "the relative links of README.md and docs/, held to the files and headings they name: make test"},
+	{"", "./internal/doclinks", "the relative links of the repository's Markdown, held to the files and headings they name: make test"},
 	{"", "./internal/protoschema", "the store protocol's published schema, held to the code: make test"},
 	{"", "./internal/server", "make test"},
 	{"", "./cmd/leasehold", "the command line and verify itself: make test"},

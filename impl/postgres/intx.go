@@ -10,7 +10,8 @@ import (
 	"github.com/leasehold/leasehold/spec"
 )
 
-// Operations inside the caller's transaction (ADR-042): the application's
+// Operations inside the caller's transaction (ADR-042,
+// docs/adr/ADR-042-completion-in-the-callers-transaction.md): the application's
 // own writes and the store's commit together, when the caller commits, or
 // not at all. They share three rules. The store's statements run with the
 // store's schema on the search_path, whatever the caller's connection has,

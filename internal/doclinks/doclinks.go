@@ -4,8 +4,8 @@
 // file it points into. Links with a scheme (https:, mailto:) are not
 // followed; links inside code spans and fenced code blocks are not links.
 //
-// The repository's own test (TestRepositoryLinksResolve) runs it on
-// README.md and everything under docs/, so a section moved out of the README
+// The repository's own test (TestRepositoryLinksResolve) runs it on every
+// Markdown file of the repository, so a section moved out of the README
 // cannot leave a dangling link behind.
 package doclinks
 
