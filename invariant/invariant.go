@@ -45,10 +45,10 @@ var Titles = map[string]string{
 	"7":        "no orphans: every row belongs to an existing run; every run has one job",
 	"8":        "a leased job has an owner and an expiry; any other job has neither",
 	"9":        "one run per idempotency (tenant, operation, key), of the record's operation",
-	"11":       "a job is leased iff exactly one attempt, at its generation, is running; attempts <= the job's generation",
+	"11":       "a job is leased iff exactly one attempt, at its generation, is running; attempt generations in [1, the job's]",
 	"12":       "an effect's generation <= its job's generation",
 	"14":       "an outbox message's seq and id are its run's; delivered iff it has a delivery time, and then unclaimed; claimed iff it has a claim expiry",
-	"15":       "an outbox message is the admission's (at its time) or the completing generation's",
+	"15":       "an outbox message is the admission's (at its time, first) or the completing generation's",
 	"Snapshot": "rows in Snapshot's canonical order, no duplicates",
 }
 
@@ -217,6 +217,8 @@ func Check(s spec.Snapshot) []Violation {
 		for _, a := range attempts[k] {
 			if a.Generation > j.Generation {
 				bad("11", k, "run %s attempt generation %d > job generation %d", k, a.Generation, j.Generation)
+			} else if a.Generation < 1 {
+				bad("11", k, "run %s attempt generation %d < 1 (a claim's generation is at least 1)", k, a.Generation)
 			}
 			if a.Outcome == spec.AttemptRunning {
 				running++
@@ -228,6 +230,7 @@ func Check(s spec.Snapshot) []Violation {
 		if (j.State == spec.JobLeased) != (running == 1) || running > 1 {
 			bad("11", k, "run %s job is %s with %d running attempts", k, j.State, running)
 		}
+		completion := int64(0) // the generation of the last completion's message so far
 		for i, m := range outbox[k] {
 			if m.Seq != int64(i+1) || m.ID != spec.OutboxID(r.Tenant, r.ID, r.CreatedAt, m.Seq) {
 				bad("14", k, "run %s outbox message %d has seq %d and id %q", k, i+1, m.Seq, m.ID)
@@ -236,7 +239,10 @@ func Check(s spec.Snapshot) []Violation {
 			done := r.State == spec.RunCompleted && len(ev) > 0 && ev[len(ev)-1].Payload == spec.CompletedPayload(m.Generation) && ev[len(ev)-1].At == m.CreatedAt
 			if m.Generation == 0 && m.CreatedAt != r.CreatedAt || m.Generation > 0 && !done {
 				bad("15", k, "run %s (%s) has outbox message %d of generation %d written at %d, neither its admission's nor its completion's", k, r.State, m.Seq, m.Generation, m.CreatedAt)
+			} else if m.Generation < completion {
+				bad("15", k, "run %s outbox message %d of generation %d follows one of generation %d (the admission's come first)", k, m.Seq, m.Generation, completion)
 			}
+			completion = max(completion, m.Generation)
 		}
 	}
 	return out

@@ -57,18 +57,20 @@ func TestHealthySnapshot(t *testing.T) {
 	}
 }
 
-// TestEachInvariantCatchesItsBreak breaks a healthy snapshot in one way per
-// case and expects exactly the violations that break shows, so every check
-// of Check is shown to fire.
-func TestEachInvariantCatchesItsBreak(t *testing.T) {
+// aBreak is one way to break healthy(): the violations Check must report,
+// in order.
+type aBreak struct {
+	name   string
+	break_ func(s *spec.Snapshot)
+	want   []string
+}
+
+// breaks are the broken snapshots: one per check of Check.
+func breaks() []aBreak {
 	idx := func(list []spec.Job, run string) int {
 		return slices.IndexFunc(list, func(j spec.Job) bool { return j.Tenant == "ta" && j.RunID == run })
 	}
-	for _, tc := range []struct {
-		name   string
-		break_ func(s *spec.Snapshot)
-		want   []string
-	}{
+	return []aBreak{
 		{"runs out of order", func(s *spec.Snapshot) { s.Runs[0], s.Runs[1] = s.Runs[1], s.Runs[0] },
 			[]string{"Snapshot"}},
 		{"duplicated job", func(s *spec.Snapshot) { s.Jobs = slices.Insert(s.Jobs, 1, s.Jobs[1]) },
@@ -95,7 +97,7 @@ func TestEachInvariantCatchesItsBreak(t *testing.T) {
 			[]string{"4"}},
 		{"queued run with an attempt", func(s *spec.Snapshot) {
 			s.Attempts = slices.Insert(s.Attempts, 3, spec.Attempt{Tenant: "ta", RunID: "queued", Outcome: spec.AttemptReleased})
-		}, []string{"4"}},
+		}, []string{"4", "11"}},
 		{"attempts over the budget", func(s *spec.Snapshot) { s.Jobs[idx(s.Jobs, "done")].Attempts = 4 }, []string{"6"}},
 		{"job without a run", func(s *spec.Snapshot) {
 			s.Jobs = slices.Insert(s.Jobs, 3, spec.Job{Tenant: "ta", RunID: "r", State: spec.JobQueued, MaxAttempts: 1})
@@ -122,9 +124,14 @@ func TestEachInvariantCatchesItsBreak(t *testing.T) {
 		{"leased job, no running attempt", func(s *spec.Snapshot) { s.Attempts[2].Outcome = spec.AttemptExpired }, []string{"11"}},
 		{"running attempt of an older generation", func(s *spec.Snapshot) { s.Attempts[1].Outcome = spec.AttemptRunning },
 			[]string{"11", "11"}},
+		{"attempt of generation 0", func(s *spec.Snapshot) { s.Attempts[0].Generation = 0 }, []string{"11"}},
+		{"admission message after the completion's", func(s *spec.Snapshot) {
+			s.Outbox = slices.Insert(s.Outbox, 2, spec.OutboxMessage{Tenant: "ta", RunID: "done", Seq: 3, ID: spec.OutboxID("ta", "done", 0, 3),
+				Subject: "d", Payload: "{}", State: spec.OutboxPending})
+		}, []string{"15"}},
 		{"effect ahead of its job", func(s *spec.Snapshot) { s.Effects[0].Generation = 2 }, []string{"12"}},
 		{"outbox out of order", func(s *spec.Snapshot) { s.Outbox[0], s.Outbox[1] = s.Outbox[1], s.Outbox[0] },
-			[]string{"Snapshot", "14", "14"}},
+			[]string{"Snapshot", "14", "14", "15"}},
 		{"outbox message without a run", func(s *spec.Snapshot) { s.Outbox[len(s.Outbox)-1].RunID = "zz" }, []string{"7"}},
 		{"delivered message still claimed", func(s *spec.Snapshot) { s.Outbox[0].Relay, s.Outbox[0].ClaimExpiresAt = "r", 30 },
 			[]string{"14"}},
@@ -132,7 +139,14 @@ func TestEachInvariantCatchesItsBreak(t *testing.T) {
 		{"message id not its run's", func(s *spec.Snapshot) { s.Outbox[2].ID = "ta/queued/0/2" }, []string{"14"}},
 		{"message of a generation that did not complete", func(s *spec.Snapshot) { s.Outbox[1].Generation = 2 }, []string{"15"}},
 		{"admission message written after the admission", func(s *spec.Snapshot) { s.Outbox[2].CreatedAt = 5 }, []string{"15"}},
-	} {
+	}
+}
+
+// TestEachInvariantCatchesItsBreak breaks a healthy snapshot in one way per
+// case and expects exactly the violations that break shows, so every check
+// of Check is shown to fire.
+func TestEachInvariantCatchesItsBreak(t *testing.T) {
+	for _, tc := range breaks() {
 		t.Run(tc.name, func(t *testing.T) {
 			s := healthy()
 			tc.break_(&s)
