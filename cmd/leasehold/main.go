@@ -66,7 +66,7 @@ var pgEnv = []string{
 var commands []*command
 
 func init() {
-	commands = []*command{verifyCommand, doctorCommand, demoCommand, relayCommand, replayCommand, lincheckCommand, scenarioCommand, benchCommand, testsumCommand}
+	commands = []*command{verifyCommand, doctorCommand, uiCommand, demoCommand, relayCommand, replayCommand, lincheckCommand, scenarioCommand, benchCommand, testsumCommand}
 }
 
 func main() {

@@ -72,6 +72,10 @@ func TestCommandLines(t *testing.T) {
 		{[]string{"doctor", "--sqlite", "a.db", "--older-than", "5m,lease=1m"}, 2, `unknown kind "lease"`},
 		{[]string{"doctor", "--sqlite", "a.db", "--max-runs", "0"}, 2, "--max-runs 0"},
 		{[]string{"doctor", "--sqlite", filepath.Join(dir, "missing.db")}, 1, "never creates one"},
+		{[]string{"ui", "-h"}, 0, "LEASEHOLD_UI_TOKEN"},
+		{[]string{"ui"}, 2, "give exactly one of --sqlite FILE and --dsn DSN"},
+		{[]string{"ui", "--sqlite", filepath.Join(dir, "missing.db")}, 1, "never creates one"},
+		{[]string{"ui", "--sqlite", filepath.Join(dir, "missing.db"), "--listen", "0.0.0.0:0"}, 1, "token_required: refusing to listen on 0.0.0.0:0 without an access token"},
 	} {
 		var out bytes.Buffer
 		status := run(context.Background(), tc.args, &out, &out)

@@ -88,6 +88,24 @@ const (
 // Listing lists the broken listings.
 var Listing = []string{ListIgnoresTenant, ListCursorSkipsTies, ListByOffset}
 
+// The broken operator UIs (package ui). The UI's browser test
+// (ui/browsertest, make test-ui) shows each of its checks failing on one.
+const (
+	// UIIgnoresActor lets a UI started without --actor act (as "anonymous").
+	UIIgnoresActor = "ui_ignores_actor"
+	// UITimelineLastGeneration draws only a run's current attempt, hiding
+	// the generations a re-claim superseded.
+	UITimelineLastGeneration = "ui_timeline_last_generation"
+	// UIRunPageCached serves a run's page from what it read the first time
+	// the page was shown, so an action's outcome never shows.
+	UIRunPageCached = "ui_run_page_cached"
+	// UICountsCached answers the live counts with the first counts it read.
+	UICountsCached = "ui_counts_cached"
+)
+
+// UI lists the broken operator UIs.
+var UI = []string{UIIgnoresActor, UITimelineLastGeneration, UIRunPageCached, UICountsCached}
+
 // Derive returns a store's own statement with one part replaced, the way
 // every mutant statement is made, so that a mutant cannot drift from what it
 // breaks. It panics when old is not in stmt: the mutant would silently be

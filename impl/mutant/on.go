@@ -23,7 +23,7 @@ func On(name string) bool {
 // returns a function that restores the previous one. It exists only in
 // leasehold_mutants builds. It panics on an unknown name.
 func Set(name string) (restore func()) {
-	if name != "" && !slices.Contains(Names, name) && !slices.Contains(Parts, name) && !slices.Contains(Listing, name) {
+	if name != "" && !slices.Contains(Names, name) && !slices.Contains(Parts, name) && !slices.Contains(Listing, name) && !slices.Contains(UI, name) {
 		panic("mutant: unknown mutant " + name)
 	}
 	prev, _ := active.Load().(string)
