@@ -47,7 +47,10 @@ import (
 
 // partial names what a run left out, for the report's mode.
 func partial(o Options) string {
-	if len(o.Variants) > 0 || o.SkipDepth || o.SkipPin || o.SkipSQLite || o.Peer == nil || o.SQLitePeer == nil || o.DSN == "" {
+	if o.SoakOnly {
+		return ""
+	}
+	if len(o.Variants) > 0 || (!o.Quick && o.Soak == 0) || o.SkipDepth || o.SkipPin || o.SkipSQLite || o.Peer == nil || o.SQLitePeer == nil || o.DSN == "" {
 		return ", partial"
 	}
 	return ""
@@ -131,6 +134,17 @@ type Options struct {
 	// SkipPin leaves out the drains under a pinned MVCC horizon (pinMode);
 	// a report made without them is incomplete and says so.
 	SkipPin bool
+	// Soak is how long each system's soak admits for (soak.go); 0: no
+	// soak. SoakPin is how long its horizon is pinned, in the middle of it
+	// (default DefaultSoakPin); SoakInterval how often it is sampled
+	// (default DefaultSoakInterval); SoakRate the arrival rate of both
+	// systems, jobs/s (default DefaultSoakRate). SoakOnly measures the soak
+	// and nothing else.
+	Soak         time.Duration
+	SoakPin      time.Duration
+	SoakInterval time.Duration
+	SoakRate     float64
+	SoakOnly     bool
 	// SQLiteDir holds the SQLite benchmark's file ("" = a temporary
 	// directory, removed afterwards). SkipSQLite leaves SQLite out.
 	SQLiteDir  string
@@ -213,6 +227,17 @@ func (o Options) Defaults() Options {
 		o.Depths = []int{1_000, 100_000, 1_000_000}
 		if o.Quick {
 			o.Depths = []int{1_000, 50_000}
+		}
+	}
+	if o.Soak > 0 {
+		if o.SoakPin == 0 {
+			o.SoakPin = DefaultSoakPin
+		}
+		if o.SoakInterval == 0 {
+			o.SoakInterval = DefaultSoakInterval
+		}
+		if o.SoakRate == 0 {
+			o.SoakRate = DefaultSoakRate
 		}
 	}
 	if o.Log == nil {
@@ -343,9 +368,19 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 	if !(o.LatencyLoad > 0 && o.LatencyLoad <= 1) {
 		return nil, fmt.Errorf("bench: latency load %v is not a fraction in (0, 1]", o.LatencyLoad)
 	}
+	if o.Soak > 0 && !(o.SoakPin > 0 && o.SoakPin < o.Soak && o.SoakInterval > 0 && o.SoakRate > 0) {
+		return nil, fmt.Errorf("bench: soak of %v pinned for %v, sampled every %v at %v jobs/s: want a pin shorter than the soak and a positive interval and rate", o.Soak, o.SoakPin, o.SoakInterval, o.SoakRate)
+	}
+	if o.SoakOnly && (o.Soak <= 0 || o.DSN == "") {
+		return nil, fmt.Errorf("bench: a soak-only run needs a soak duration and a PostgreSQL server")
+	}
 	start := time.Now()
+	mode := map[bool]string{true: "quick", false: "full"}[o.Quick] + partial(o)
+	if o.SoakOnly {
+		mode = "soak"
+	}
 	r := &Report{
-		Mode:      map[bool]string{true: "quick", false: "full"}[o.Quick] + partial(o),
+		Mode:      mode,
 		StartedAt: start.UTC().Format(time.RFC3339),
 		Settings: Settings{N: o.N, InsertN: o.InsertN, BulkN: o.BulkN, SQLiteN: o.SQLiteN, BulkBatch: o.BulkBatch, Rounds: o.Rounds,
 			LatencySeconds: o.LatencySeconds, LatencyLoad: o.LatencyLoad, Workers: o.Workers, Conns: o.Conns, Coalesce: o.Coalesce, ClaimBatch: o.ClaimBatch,
@@ -367,12 +402,12 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 			return nil, err
 		}
 	}
-	if !o.SkipSQLite {
+	if !o.SkipSQLite && !o.SoakOnly {
 		if err := runSQLite(ctx, o, r, logf); err != nil {
 			return nil, fmt.Errorf("sqlite: %w", err)
 		}
 	}
-	if o.Etcd {
+	if o.Etcd && !o.SoakOnly {
 		ins, ds, err := runEtcd(ctx, o, logf)
 		if err != nil {
 			return nil, fmt.Errorf("etcd: %w", err)
@@ -404,6 +439,17 @@ func runPostgres(ctx context.Context, o Options, r *Report, logf func(string, ..
 	lhDSN, err := withDatabase(o.DSN, DBLeasehold)
 	if err != nil {
 		return err
+	}
+	if o.SoakOnly {
+		var peer *peerPG
+		if o.Peer != nil {
+			if peer, err = openPeerPG(ctx, pg, o); err != nil {
+				return fmt.Errorf("%s: %w", o.Peer.Name(), err)
+			}
+			defer pg.drop(context.WithoutCancel(ctx), DBPeer)
+			r.PeerName, r.PeerSettings = o.Peer.Name(), o.Peer.Settings()
+		}
+		return runSoak(ctx, pg, lhDSN, peer, o, r, logf)
 	}
 
 	// The ceiling first and last: the database's own commit rate,
@@ -529,6 +575,11 @@ func runPostgres(ctx context.Context, o Options, r *Report, logf func(string, ..
 			return fmt.Errorf("depth %d: %w", depth, err)
 		}
 		r.Depth = append(r.Depth, d)
+	}
+	if o.Soak > 0 {
+		if err := runSoak(ctx, pg, lhDSN, peer, o, r, logf); err != nil {
+			return fmt.Errorf("soak: %w", err)
+		}
 	}
 	return nil
 }

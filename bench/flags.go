@@ -6,6 +6,7 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/leasehold/leasehold/impl/sqlite"
 	"github.com/leasehold/leasehold/spec"
@@ -26,6 +27,7 @@ type CommandLine struct {
 	// bench.html in that directory from its bench.json (after the findings
 	// changed, say).
 	Render   string
+	smoke    bool
 	depths   string
 	variants string
 }
@@ -79,6 +81,12 @@ func NewCommandLine(defaultReports string) *CommandLine {
 	fs.StringVar(&c.variants, "variants", "", "only these PostgreSQL drains (comma-separated keys: single,single_batchcomplete,batch,batch_batchcomplete)")
 	fs.BoolVar(&o.SkipDepth, "no-depth", false, "leave the depth measurement out")
 	fs.BoolVar(&o.SkipPin, "no-pin", false, "leave out the drains under a pinned MVCC horizon")
+	fs.DurationVar(&o.Soak, "soak", 0, "each system's soak: steady arrivals for this long, the horizon pinned in the middle (default: full "+DefaultSoak.String()+", quick off; 0: off)")
+	fs.DurationVar(&o.SoakPin, "soak-pin", 0, "how long the soak's horizon is pinned, in its middle (default "+DefaultSoakPin.String()+")")
+	fs.DurationVar(&o.SoakInterval, "soak-interval", 0, "how often the soak is sampled (default "+DefaultSoakInterval.String()+")")
+	fs.Float64Var(&o.SoakRate, "soak-rate", 0, fmt.Sprintf("the soak's arrival rate, jobs/s, the same for both systems (default %g)", DefaultSoakRate))
+	fs.BoolVar(&o.SoakOnly, "soak-only", false, "measure the soak and nothing else")
+	fs.BoolVar(&c.smoke, "soak-smoke", false, "a short soak and nothing else, to see it work: --soak-only with --soak "+SmokeSoak.String()+", --soak-pin "+SmokeSoakPin.String()+", --soak-interval "+SmokeSoakInterval.String()+" unless given")
 	fs.BoolVar(&c.NoPeer, "no-peer", false, "leave River out, on both stores (its ratios stay empty)")
 	fs.StringVar(&o.RepoDir, "repo", "../..", "the leasehold repository, for the commit in the report")
 	fs.StringVar(&c.Render, "render", "", "measure nothing: re-render bench.md and bench.html of this directory from its bench.json (with the current findings)")
@@ -94,10 +102,35 @@ func (c *CommandLine) Parse(args []string) error {
 	if c.Flags.NArg() > 0 {
 		return fmt.Errorf("unexpected arguments %q (the benchmark takes flags only)", c.Flags.Args())
 	}
-	etcdSet := false
-	c.Flags.Visit(func(f *flag.Flag) { etcdSet = etcdSet || f.Name == "etcd" })
-	if !etcdSet {
+	set := map[string]bool{}
+	c.Flags.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	if !set["etcd"] {
 		c.Options.Etcd = !c.Options.Quick
+	}
+	o := &c.Options
+	if c.smoke {
+		o.SoakOnly = true
+		for _, d := range []struct {
+			name string
+			p    *time.Duration
+			v    time.Duration
+		}{{"soak", &o.Soak, SmokeSoak}, {"soak-pin", &o.SoakPin, SmokeSoakPin}, {"soak-interval", &o.SoakInterval, SmokeSoakInterval}} {
+			if !set[d.name] {
+				*d.p = d.v
+			}
+		}
+	}
+	if !set["soak"] && !c.smoke && (!o.Quick || o.SoakOnly) {
+		o.Soak = DefaultSoak
+	}
+	if o.Soak < 0 || o.SoakPin < 0 || o.SoakInterval < 0 || o.SoakRate < 0 {
+		return fmt.Errorf("--soak, --soak-pin, --soak-interval and --soak-rate want positive values")
+	}
+	if o.Soak > 0 && o.SoakPin >= o.Soak {
+		return fmt.Errorf("--soak-pin %v: the pin must be shorter than the soak (%v)", o.SoakPin, o.Soak)
+	}
+	if o.SoakOnly && o.Soak == 0 {
+		return fmt.Errorf("--soak-only with --soak 0: nothing to measure")
 	}
 	if c.Options.Rounds != 0 && c.Options.Rounds < 3 {
 		return fmt.Errorf("--rounds %d: a ratio needs at least 3 rounds to show its spread", c.Options.Rounds)

@@ -33,6 +33,14 @@ func (r *Report) HTML(w io.Writer) {
 		p("<tr><td>%s</td><td class=\"%s\">%s</td><td>%s</td></tr>\n", html.EscapeString(g.Goal), cls, html.EscapeString(g.Status), html.EscapeString(g.Detail))
 	}
 	p("</table>\n")
+	if r.Soak != nil {
+		p("<h2 id=\"soak\">Soak: steady arrivals, horizon pinned in the middle</h2>\n")
+		r.Soak.html(w)
+	}
+	if r.Mode == "soak" {
+		p("<p class=\"muted\">The numbers behind every picture are in bench.md and bench.json.</p>\n</body></html>\n")
+		return
+	}
 
 	p("<h2 id=\"throughput\">Throughput per variant beside the peers (jobs/s, median and min–max of the rounds)</h2>\n")
 	r.throughputSVG(w)

@@ -175,12 +175,11 @@ func summarizeTimeline(tl *Timeline) (LatencyResult, error) {
 
 // steadyLeasehold runs a leasehold worker (package worker: W slots, batch
 // claims, batched completion, notifications on since the store is a
-// spec.Notifier) against store, admits warmup + n runs with CreateRun at
-// rate per second and returns when every one has completed; the timeline's
-// first warmup jobs are its warm-up.
-func steadyLeasehold(ctx context.Context, store spec.Store, warmup, n int, rate float64, o Options) (*Timeline, error) {
-	tl := NewTimeline(warmup, n)
-	n += warmup
+// spec.Notifier) against store, admits the timeline's runs with CreateRun
+// at rate per second, marking them in tl, and returns when every one has
+// completed.
+func steadyLeasehold(ctx context.Context, store spec.Store, tl *Timeline, rate float64, o Options) error {
+	n := len(tl.Admit)
 	var completed atomic.Int64
 	allDone := make(chan struct{})
 	index := func(runID string) int {
@@ -210,7 +209,7 @@ func steadyLeasehold(ctx context.Context, store spec.Store, warmup, n int, rate 
 		},
 	})
 	if err != nil {
-		return nil, err
+		return err
 	}
 	wctx, stop := context.WithCancel(ctx)
 	defer stop()
@@ -244,7 +243,7 @@ func steadyLeasehold(ctx context.Context, store spec.Store, warmup, n int, rate 
 	if f, _ := failed.Load().(error); f != nil && err == nil {
 		err = f
 	}
-	return tl, err
+	return err
 }
 
 // latencyCapacity is what one system sustained in this run's throughput
@@ -310,7 +309,8 @@ func runLatency(ctx context.Context, pg *server, dsn string, peer *peerPG, o Opt
 			if err != nil {
 				return err
 			}
-			tl, err := steadyLeasehold(ctx, s, warmup(lhRate), jobs(lhRate), lhRate, o)
+			tl := NewTimeline(warmup(lhRate), jobs(lhRate))
+			err = steadyLeasehold(ctx, s, tl, lhRate, o)
 			closePG(ctx, dsn, s)
 			if err != nil {
 				return fmt.Errorf("leasehold: %w", err)
