@@ -122,3 +122,49 @@ func TestModelJudgesBrokenExpectations(t *testing.T) {
 		})
 	}
 }
+
+// keptCatches maps each scenario kept from a failing rapid seed of a
+// mutant (reports/failfiles, before the action map went back to plain
+// verbs) to that mutant: the scenario must still catch it.
+var keptCatches = map[string]string{
+	"kept_claim_takes_expired_lease":         mutant.ClaimIgnoresExpired,
+	"kept_complete_expired_generation":       mutant.CompleteIgnoresGeneration,
+	"kept_fingerprint_conflict_while_leased": mutant.IdempotencyIgnoresFingerprint,
+	"kept_retry_keeps_generation":            mutant.RetryResetsGeneration,
+	"kept_budget_spent_by_retry":             mutant.BudgetNotAtomic,
+	"kept_batch_stale_member":                mutant.BatchIgnoresGeneration,
+	"kept_bulk_member_conflict":              mutant.BulkIgnoresFingerprint,
+}
+
+// keptCatchTheirMutants plays each kept scenario under its mutant: it must
+// report a mismatch.
+func keptCatchTheirMutants(t *testing.T, opener func(testing.TB) Opener) {
+	byName := map[string]*Scenario{}
+	for _, sc := range loadAll(t) {
+		byName[sc.Name] = sc
+	}
+	for name, m := range keptCatches {
+		t.Run(name, func(t *testing.T) {
+			sc, ok := byName[name]
+			if !ok {
+				t.Fatalf("no scenario %s in testdata", name)
+			}
+			restore := mutant.Set(m)
+			defer restore()
+			if res := Run(context.Background(), sc, opener(t)); res.OK() {
+				t.Fatalf("scenario %s passes under mutant %s: it no longer reproduces the failure it was kept for", name, m)
+			} else {
+				t.Logf("%s under %s: %s", name, m, res.Mismatches[0])
+			}
+		})
+	}
+}
+
+// TestKeptScenariosCatchTheirMutants: on SQLite.
+func TestKeptScenariosCatchTheirMutants(t *testing.T) { keptCatchTheirMutants(t, sqliteOpener) }
+
+// TestKeptScenariosCatchTheirMutantsPostgres: on PostgreSQL.
+func TestKeptScenariosCatchTheirMutantsPostgres(t *testing.T) {
+	pgtest.DSN(t)
+	keptCatchTheirMutants(t, postgresOpener)
+}

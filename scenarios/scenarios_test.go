@@ -66,7 +66,9 @@ func TestScenarioCoverage(t *testing.T) {
 			t.Errorf("%s: the file should be named after the scenario, %s.json", sc.File, sc.Name)
 		}
 		byName[sc.Name] = sc
-		if len(sc.Races) == 0 && sc.Name != "companion_example" {
+		// A kept failure (kept_*, a failing rapid seed made a scenario) is
+		// the sequence rapid found, with no race of its own to name.
+		if len(sc.Races) == 0 && sc.Name != "companion_example" && !strings.HasPrefix(sc.Name, "kept_") {
 			t.Errorf("scenario %s names no race: every race scenario must say which races it exercises", sc.Name)
 		}
 		for _, r := range sc.Races {
