@@ -53,6 +53,10 @@ const (
 	// soakNoisyLoadPerCPU: a drain-back judged while the host's mean
 	// 1-minute load average exceeded this many per CPU is not readable.
 	soakNoisyLoadPerCPU = 2.5
+	// soakBehind: a system whose backlog grew by more than this share of
+	// the jobs admitted in the pre-pin window was not keeping up before
+	// the pin: it has no pre-pin level to drain back to.
+	soakBehind = 0.05
 	// soakMinWindow: the fewest seconds of samples a window the goals read
 	// must span.
 	soakMinWindow = 20.0
@@ -186,7 +190,7 @@ func span(ss []SoakSample) float64 {
 // the largest backlog sampled in the pre-pin window; met when a sample
 // taken at most soakRecoverWithin after the pin's end shows a backlog at or
 // below it. Not readable: a pin that did not hold, a window with too few
-// samples, or a host whose mean 1-minute load over the pin and the minute
+// samples, a system not keeping up before the pin (soakBehind), or a host whose mean 1-minute load over the pin and the minute
 // after it exceeded soakNoisyLoadPerCPU per CPU (whatever the backlog did).
 func evaluateDrainBack(r SoakRun) SoakVerdict {
 	if p := r.pinProblem(); p != "" {
@@ -199,6 +203,10 @@ func evaluateDrainBack(r SoakRun) SoakVerdict {
 	level := 0
 	for _, s := range pre {
 		level = max(level, s.Backlog)
+	}
+	first, last := pre[0], pre[len(pre)-1]
+	if grew, admitted := last.Backlog-first.Backlog, last.Admitted-first.Admitted; float64(grew) > soakBehind*float64(admitted) {
+		return SoakVerdict{"not readable", fmt.Sprintf("no pre-pin level to drain back to: the system did not keep up with the arrivals before the pin (its backlog grew by %d of the %d jobs admitted in the pre-pin window)", grew, admitted)}
 	}
 	peak := 0
 	for _, s := range r.window(r.PinStartSec, r.PinEndSec) {

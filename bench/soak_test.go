@@ -23,6 +23,7 @@ type synthetic struct {
 	lastSamp float64 // no samples after this time (default: none missing)
 	from     float64 // no samples before this time
 	cold     bool    // a backlog of 5000 in the first 30 s (the warm-up, not the level)
+	behind   int     // the backlog grows by this many jobs per second before the pin
 }
 
 func synthSoak(s synthetic) SoakRun {
@@ -89,6 +90,9 @@ func synthSoak(s synthetic) SoakRun {
 		default:
 			x.DeadTuples = vacuumTo
 		}
+		if t < pinStart {
+			x.Backlog += int(float64(s.behind) * t)
+		}
 		if s.cold && t < 30 {
 			x.Backlog = 5000
 		}
@@ -111,6 +115,8 @@ func TestSoakEvaluation(t *testing.T) {
 		{"drained at the minute", synthetic{recover: 60, growth: 1, vacuum: 30, load: 1}, "met", "met", "back to it 60 s after", ""},
 		{"drained after the minute", synthetic{recover: 65, growth: 1, vacuum: 30, load: 1}, "not met", "met", "back to it 65 s after", ""},
 		{"never drained", synthetic{recover: -1, growth: 1, vacuum: 30, load: 1}, "not met", "met", "never back to it", ""},
+		{"not keeping up before the pin", synthetic{recover: 10, growth: 1, vacuum: 30, load: 1, behind: 21}, "not readable", "met", "did not keep up with the arrivals before the pin (its backlog grew by", ""},
+		{"keeping up before the pin", synthetic{recover: 10, growth: 1, vacuum: 30, load: 1, behind: 19}, "met", "met", "", ""},
 		{"the warm-up is not the level", synthetic{recover: -1, growth: 1, vacuum: 30, load: 1, cold: true}, "not met", "met", "pre-pin level 8 jobs", ""},
 		{"too little before the pin", synthetic{recover: 10, growth: 1, vacuum: 30, load: 1, from: 80}, "not readable", "not readable", "the pre-pin window has 5 s", "the pre-pin window has 5 s"},
 		{"growth within tolerance", synthetic{recover: 10, growth: 1.2, vacuum: 30, load: 1}, "met", "met", "", "(1.20×"},
