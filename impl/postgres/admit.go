@@ -76,7 +76,6 @@ func (s *Store) createRun(ctx context.Context, req spec.CreateRunRequest) (spec.
 // absolute AvailableAt), one with outbox messages, or one NormalizeCreate
 // refuses at time 0. A raced err asks the caller to run it again.
 func (s *Store) createFresh(ctx context.Context, req spec.CreateRunRequest) (res spec.CreateRunResult, tried bool, err error) {
-	reqs := []spec.CreateRunRequest{req}
 	if s.lockedOnly || req.AvailableAt != 0 || len(req.Outbox) > 0 || !sqlText(req.Tenant, req.Operation, req.IdempotencyKey, req.RunID) {
 		return res, false, nil
 	}
@@ -86,50 +85,22 @@ func (s *Store) createFresh(ctx context.Context, req spec.CreateRunRequest) (res
 		return res, false, nil
 	}
 	fresh := false
-	queue := func(b *pgx.Batch) {
-		var now *int64
-		if s.clock != nil {
-			v := s.clock.Now()
-			now = &v
-		}
-		b.Queue(insertFresh, args{"scope": s.admissionScope(in.Tenant, in.Operation, in.Key), "now": now,
-			"latest": math.MaxInt64 - max(in.DeadlineAt, in.ExpiresAt, in.AvailableAt),
-			"tenant": in.Tenant, "run_id": in.RunID, "operation": in.Operation, "key": in.Key, "payload": in.Payload,
-			"fingerprint": in.Fingerprint, "max_attempts": in.MaxAttempts, "deadline_in": in.DeadlineAt,
-			"expires_in": in.ExpiresAt, "available_in": in.AvailableAt})
-	}
+	queue := func(b *pgx.Batch) { b.Queue(insertFresh, s.freshArgs(in)) }
 	err = s.writePipelined(ctx, spec.OpCreateRun, queue, func(t *txn, br pgx.BatchResults) error {
 		var now int64
 		var locked bool
 		switch err := br.QueryRow().Scan(&now, &t.xid, &locked); {
 		case errors.Is(err, pgx.ErrNoRows):
-			if err := br.Close(); err != nil {
-				return err
-			}
 			// Nothing written, the lock held: decide under it.
-			p := s.planAdmission(reqs, false, false)
-			var b pgx.Batch
-			p.queueReads(&b)
-			outs, err := s.admit(t, t.SendBatch(ctx, &b), p, reqs)
-			if err != nil {
-				return err
-			}
-			res = outs[0].Result
-			return outs[0].Err
+			res, err = s.decideLocked(t, br, req)
+			return err
 		case err != nil:
 			return err
 		}
-		if err := br.Close(); err != nil {
-			return err
-		}
 		fresh = true
-		t.now, t.timed, t.marked = now, true, true
-		n, err := s.cfg.NormalizeCreate(req, now)
-		if err != nil || n.DeadlineAt != now+in.DeadlineAt || n.ExpiresAt != now+in.ExpiresAt || n.AvailableAt != now+in.AvailableAt {
-			return fmt.Errorf("postgres: a fresh admission at %d wrote times its request does not have (NormalizeCreate: %v)", now, err)
-		}
-		res.Run = n.QueuedRun(now)
-		return s.notify(t, spec.NotifyRunCreated, n.Tenant, n.RunID, 0)
+		out, err := s.admittedFresh(t, br, req, in, now)
+		res = out
+		return err
 	})
 	if err != nil {
 		return spec.CreateRunResult{}, true, err
@@ -138,6 +109,53 @@ func (s *Store) createFresh(ctx context.Context, req spec.CreateRunRequest) (res
 		s.fresh.Add(1)
 	}
 	return res, true, nil
+}
+
+// freshArgs is insertFresh's arguments for in, normalized at time 0: an
+// injected clock is read here, before the statement.
+func (s *Store) freshArgs(in spec.NormalizedCreate) args {
+	var now *int64
+	if s.clock != nil {
+		v := s.clock.Now()
+		now = &v
+	}
+	return args{"scope": s.admissionScope(in.Tenant, in.Operation, in.Key), "now": now,
+		"latest": math.MaxInt64 - max(in.DeadlineAt, in.ExpiresAt, in.AvailableAt),
+		"tenant": in.Tenant, "run_id": in.RunID, "operation": in.Operation, "key": in.Key, "payload": in.Payload,
+		"fingerprint": in.Fingerprint, "max_attempts": in.MaxAttempts, "deadline_in": in.DeadlineAt,
+		"expires_in": in.ExpiresAt, "available_in": in.AvailableAt}
+}
+
+// decideLocked decides req after a fresh statement that wrote nothing, in
+// its transaction t and under the admission lock it took, as admitAll
+// decides it: the record read again, then the clock.
+func (s *Store) decideLocked(t *txn, br pgx.BatchResults, req spec.CreateRunRequest) (spec.CreateRunResult, error) {
+	if err := br.Close(); err != nil {
+		return spec.CreateRunResult{}, err
+	}
+	reqs := []spec.CreateRunRequest{req}
+	p := s.planAdmission(reqs, false, false)
+	var b pgx.Batch
+	p.queueReads(&b)
+	outs, err := s.admit(t, t.SendBatch(t.ctx, &b), p, reqs)
+	if err != nil {
+		return spec.CreateRunResult{}, err
+	}
+	return outs[0].Result, outs[0].Err
+}
+
+// admittedFresh ends a fresh statement that wrote req's run at now (in,
+// req normalized at time 0): the times it wrote must be req's at now.
+func (s *Store) admittedFresh(t *txn, br pgx.BatchResults, req spec.CreateRunRequest, in spec.NormalizedCreate, now int64) (spec.CreateRunResult, error) {
+	if err := br.Close(); err != nil {
+		return spec.CreateRunResult{}, err
+	}
+	t.now, t.timed, t.marked = now, true, true
+	n, err := s.cfg.NormalizeCreate(req, now)
+	if err != nil || n.DeadlineAt != now+in.DeadlineAt || n.ExpiresAt != now+in.ExpiresAt || n.AvailableAt != now+in.AvailableAt {
+		return spec.CreateRunResult{}, fmt.Errorf("postgres: a fresh admission at %d wrote times its request does not have (NormalizeCreate: %v)", now, err)
+	}
+	return spec.CreateRunResult{Run: n.QueuedRun(now)}, s.notify(t, spec.NotifyRunCreated, n.Tenant, n.RunID, 0)
 }
 
 // admitGroup admits a group of concurrent CreateRun calls
@@ -279,27 +297,51 @@ type admitted struct {
 // is already_exists. A bulk admission checks the run ids it read instead;
 // one taken meanwhile aborts the whole batch (unavailable).
 func (s *Store) admit(t *txn, br pgx.BatchResults, p *admissionPlan, reqs []spec.CreateRunRequest) ([]spec.CreateOutcome, error) {
-	bulk, reach := p.bulk, p.reach
-	outcomes := make([]spec.CreateOutcome, len(reqs))
 	records := map[scopeKey]admitted{}
 	taken := map[jobKey]bool{}
 	now, err := t.readAdmissions(br, p, records, taken)
 	if err != nil {
 		return nil, err
 	}
-	if bulk {
+	if p.bulk {
 		// A broken clock must not write, for any member.
 		if err := spec.CheckNow(now); err != nil {
 			return nil, err
 		}
 	}
+	outcomes := make([]spec.CreateOutcome, len(reqs))
+	w, err := s.decide(p, reqs, now, records, taken, outcomes)
+	if err != nil {
+		return nil, err
+	}
+	if len(w.members) == 0 {
+		if err := t.placeUnwritten(w, outcomes); err != nil {
+			return nil, err
+		}
+		return outcomes, nil
+	}
+	if err := s.writeAdmissions(t, w, p.bulk, now, outcomes); err != nil {
+		return nil, err
+	}
+	for _, r := range w.replays {
+		outcomes[r[0]].Result.Run = outcomes[r[1]].Result.Run
+	}
+	return outcomes, nil
+}
 
-	var w admissionWrite
+// decide decides the members of reqs in order at now, each exactly as
+// CreateRun decides it, from what the lookups found (records, taken) and
+// from the members before it: a refusal or a replay into outcomes, a
+// member created into the write it returns. A member that reaches no SQL
+// must be refused whatever the time (planAdmission); an error that is not
+// a refusal ends the admission.
+func (s *Store) decide(p *admissionPlan, reqs []spec.CreateRunRequest, now int64, records map[scopeKey]admitted, taken map[jobKey]bool, outcomes []spec.CreateOutcome) (*admissionWrite, error) {
+	w := &admissionWrite{}
 	var refused []scopeKey        // the scopes of members refused already_exists
 	creating := map[jobKey]bool{} // the run ids of the members created
 	for i, req := range reqs {
 		n, err := s.cfg.NormalizeCreate(req, now)
-		if err == nil && !reach[i] {
+		if err == nil && !p.reach[i] {
 			err = fmt.Errorf("postgres: admission of a request with names PostgreSQL cannot store passed validation")
 		}
 		if err != nil {
@@ -312,21 +354,7 @@ func (s *Store) admit(t *txn, br pgx.BatchResults, p *admissionPlan, reqs []spec
 		scope := scopeKey{n.Tenant, n.Operation, n.Key}
 		rec, found := records[scope]
 		if found && rec.expiresAt > now {
-			ignore := mutant.On(mutant.IdempotencyIgnoresFingerprint) || bulk && mutant.On(mutant.BulkIgnoresFingerprint)
-			if rec.fingerprint != n.Fingerprint && !ignore {
-				outcomes[i].Err = spec.IdempotencyConflict(n.Key, n.Operation, rec.fingerprint)
-				if rec.member < 0 {
-					w.decidedFrom = append(w.decidedFrom, decidedRun{jobKey{n.Tenant, rec.runID}, lockRecord, scope, rec.expiresAt})
-				}
-				continue
-			}
-			outcomes[i].Result.Replayed = true
-			if rec.member >= 0 {
-				w.replays = append(w.replays, [2]int{i, rec.member})
-			} else {
-				w.stored = append(w.stored, i)
-				w.storedRuns = append(w.storedRuns, decidedRun{jobKey{n.Tenant, rec.runID}, lockRecord, scope, rec.expiresAt})
-			}
+			outcomes[i] = w.fromRecord(i, n, scope, rec, p.bulk)
 			continue
 		}
 		k := jobKey{n.Tenant, n.RunID}
@@ -342,39 +370,59 @@ func (s *Store) admit(t *txn, br pgx.BatchResults, p *admissionPlan, reqs []spec
 		records[scope] = admitted{fingerprint: n.Fingerprint, expiresAt: n.ExpiresAt, member: i}
 		w.add(i, n, now, found, rec.runID)
 	}
-	if bulk {
+	if p.bulk {
 		w.holdRefused(refused, records)
 	}
-	if len(w.members) == 0 {
-		var ctids []pgtype.TID
-		if len(w.hold) > 0 {
-			if ctids, err = t.holdScopes(w.hold); err != nil {
-				return nil, err
-			}
+	return w, nil
+}
+
+// fromRecord decides member i, n, whose scope has the live record rec: an
+// idempotency conflict when the fingerprints differ, a replay of the
+// record's run when they agree (a run created earlier in the batch, or a
+// stored one, read later: readDecided, writeAdmissions). A stored run
+// decided from is added to what w checks or locks.
+func (w *admissionWrite) fromRecord(i int, n spec.NormalizedCreate, scope scopeKey, rec admitted, bulk bool) spec.CreateOutcome {
+	ignore := mutant.On(mutant.IdempotencyIgnoresFingerprint) || bulk && mutant.On(mutant.BulkIgnoresFingerprint)
+	stored := decidedRun{jobKey{n.Tenant, rec.runID}, lockRecord, scope, rec.expiresAt}
+	if rec.fingerprint != n.Fingerprint && !ignore {
+		if rec.member < 0 {
+			w.decidedFrom = append(w.decidedFrom, stored)
 		}
-		if err := t.readDecided(w.stored, w.storedRuns, w.decidedFrom, outcomes); err != nil {
-			return nil, err
-		}
-		if len(w.hold) == 0 {
-			// Nothing written (an advisory lock assigns no transaction
-			// id; a fresh statement's insertion that met a conflict may
-			// have had one, and wrote nothing), so the commit needs no
-			// marker.
-			t.marked = true
-			return outcomes, nil
-		}
-		if err := t.releaseScopes(ctids); err != nil {
-			return nil, err
-		}
-		return outcomes, nil
+		return spec.CreateOutcome{Err: spec.IdempotencyConflict(n.Key, n.Operation, rec.fingerprint)}
 	}
-	if err := s.writeAdmissions(t, &w, bulk, now, outcomes); err != nil {
-		return nil, err
+	if rec.member >= 0 {
+		w.replays = append(w.replays, [2]int{i, rec.member})
+	} else {
+		w.stored = append(w.stored, i)
+		w.storedRuns = append(w.storedRuns, stored)
 	}
-	for _, r := range w.replays {
-		outcomes[r[0]].Result.Run = outcomes[r[1]].Result.Run
+	return spec.CreateOutcome{Result: spec.CreateRunResult{Replayed: true}}
+}
+
+// placeUnwritten ends an admission that creates no member at its single
+// point: the scopes of its members refused already_exists held
+// (holdScopes), one statement that checks every stored run it decided
+// from and reads those it replays (readDecided), the scopes released.
+func (t *txn) placeUnwritten(w *admissionWrite, outcomes []spec.CreateOutcome) error {
+	var ctids []pgtype.TID
+	if len(w.hold) > 0 {
+		var err error
+		if ctids, err = t.holdScopes(w.hold); err != nil {
+			return err
+		}
 	}
-	return outcomes, nil
+	if err := t.readDecided(w.stored, w.storedRuns, w.decidedFrom, outcomes); err != nil {
+		return err
+	}
+	if len(w.hold) == 0 {
+		// Nothing written (an advisory lock assigns no transaction
+		// id; a fresh statement's insertion that met a conflict may
+		// have had one, and wrote nothing), so the commit needs no
+		// marker.
+		t.marked = true
+		return nil
+	}
+	return t.releaseScopes(ctids)
 }
 
 // scopeArgs is scopes as the bulk statements' parallel arrays (tenants,
@@ -513,49 +561,47 @@ func (p *admissionPlan) queueReads(b *pgx.Batch) {
 // operation's time.
 func (t *txn) readAdmissions(br pgx.BatchResults, p *admissionPlan, records map[scopeKey]admitted, taken map[jobKey]bool) (int64, error) {
 	defer br.Close()
-	bulk, scopes := p.bulk, p.scopes
-	tenants, operations, keys := p.tenants, p.operations, p.keys
-	if p.locked && (bulk || len(scopes) == 1) {
+	if p.locked && (p.bulk || len(p.scopes) == 1) {
 		if _, err := br.Exec(); err != nil {
 			return 0, err
 		}
 	}
-	var now int64
-	readClock := func() error {
-		if err := br.QueryRow().Scan(&now); err != nil {
-			return err
-		}
-		t.now, t.timed = now, true
-		return nil
-	}
-	if !bulk && len(scopes) == 0 {
+	if !p.bulk && len(p.scopes) == 0 {
 		// A CreateRun whose names SQL cannot hold: refused at any time.
-		if p.dbClock {
-			if err := readClock(); err != nil {
+		// Nothing was queued but the database clock, if any.
+		if !p.dbClock {
+			if err := br.Close(); err != nil {
 				return 0, err
 			}
-			return now, br.Close()
 		}
-		if err := br.Close(); err != nil {
-			return 0, err
-		}
-		return t.clock()
+		return t.readNow(br, p)
 	}
-	rows, err := br.Query()
-	if err != nil {
+	if err := p.scanLookups(br, records, taken); err != nil {
 		return 0, err
 	}
+	// After the reads the admission decides from (and after the locks).
+	return t.readNow(br, p)
+}
+
+// scanLookups reads the lookups' rows (a bulk admission's
+// selectAdmissionLookups: records and taken run ids; CreateRun's
+// selectIdempotency: its one scope's record) into records and taken.
+func (p *admissionPlan) scanLookups(br pgx.BatchResults, records map[scopeKey]admitted, taken map[jobKey]bool) error {
+	rows, err := br.Query()
+	if err != nil {
+		return err
+	}
 	for rows.Next() {
-		sk := scopeKey{tenants[0], operations[0], keys[0]} // selectIdempotency's one scope
+		sk := scopeKey{p.tenants[0], p.operations[0], p.keys[0]} // selectIdempotency's one scope
 		rec := admitted{member: -1}
 		dest := []any{&rec.fingerprint, &rec.runID, &rec.expiresAt}
 		isRecord := true
-		if bulk {
+		if p.bulk {
 			dest = append([]any{&isRecord, &sk.tenant, &sk.operation, &sk.key}, dest...)
 		}
 		if err := rows.Scan(dest...); err != nil {
 			rows.Close()
-			return 0, err
+			return err
 		}
 		if isRecord {
 			records[sk] = rec
@@ -563,15 +609,21 @@ func (t *txn) readAdmissions(br pgx.BatchResults, p *admissionPlan, records map[
 			taken[jobKey{sk.tenant, rec.runID}] = true
 		}
 	}
-	if err := rows.Err(); err != nil {
-		return 0, err
-	}
-	// After the reads the admission decides from (and after the locks).
+	return rows.Err()
+}
+
+// readNow reads the admission's time, queued last (clockQuery) with the
+// database clock, else from the injected clock, and closes br.
+func (t *txn) readNow(br pgx.BatchResults, p *admissionPlan) (int64, error) {
 	if p.dbClock {
-		err = readClock()
-	} else {
-		now, err = t.clock()
+		var now int64
+		if err := br.QueryRow().Scan(&now); err != nil {
+			return 0, err
+		}
+		t.now, t.timed = now, true
+		return now, br.Close()
 	}
+	now, err := t.clock()
 	if err != nil {
 		return 0, err
 	}
@@ -767,59 +819,15 @@ type expiredRecord struct {
 // from no run but the one whose expired record it deletes, which locks
 // that row.)
 func (s *Store) writeAdmissions(t *txn, w *admissionWrite, bulk bool, now int64, outcomes []spec.CreateOutcome) (err error) {
-	ctx := t.ctx
-	var held []pgtype.TID
+	r := &writeRound{w: w, bulk: bulk, now: now}
 	var b pgx.Batch
-	var decided, replayed []decidedRun
-	if len(w.hold) > 0 {
-		b.Queue(holdScopes, holdArgs(w.hold))
-	}
-	if bulk {
-		if decided = w.decided(); len(decided) > 0 {
-			b.Queue(lockDecidedRuns, decidedArgs(decided).with(args{"now": now}))
-		}
-		// The runs replayed, read once locked.
-		if replayed = strongest(slices.Clone(w.storedRuns)); len(replayed) > 0 {
-			b.Queue(selectDecidedRuns, decidedArgs(replayed))
-		}
-	}
-	if len(w.expired) > 0 {
-		if bulk {
-			slices.SortFunc(w.expired, func(a, b expiredRecord) int {
-				return cmp.Or(strings.Compare(a.tenant, b.tenant), strings.Compare(a.runID, b.runID))
-			})
-			scopes := make([]scopeKey, len(w.expired))
-			for i, e := range w.expired {
-				scopes[i] = e.scopeKey
-			}
-			b.Queue(deleteExpiredRecords, scopeArgs(scopes).with(args{"now": now}))
-		} else {
-			e := w.expired[0]
-			b.Queue(deleteIdempotency, args{"tenant": e.tenant, "operation": e.operation, "key": e.key, "now": now})
-		}
-	}
-	if bulk {
-		b.Queue(insertAdmissions, args{"tenants": w.tenants, "run_ids": w.runIDs, "operations": w.operations,
-			"payloads": w.payloads, "fingerprints": w.fingerprints, "max_attempts": w.maxAttempts, "deadlines": w.deadlines,
-			"available": w.available, "keys": w.keys, "expires": w.expires, "now": now})
-	} else {
-		n := w.norm[0]
-		b.Queue(insertAdmission, args{"tenant": n.Tenant, "run_id": n.RunID, "operation": n.Operation, "payload": n.Payload,
-			"fingerprint": n.Fingerprint, "max_attempts": n.MaxAttempts, "now": now, "deadline_at": n.DeadlineAt,
-			"available_at": n.AvailableAt, "key": n.Key, "expires_at": n.ExpiresAt})
-	}
-	var ow outboxWrite
-	for _, n := range w.norm {
-		ow.add(n.QueuedRun(now), 0, n.Outbox)
-	}
-	if len(ow.tenants) > 0 {
-		b.Queue(insertOutbox, ow.args(now))
-	}
+	r.queue(&b)
 	for _, n := range w.norm {
 		if err := s.notify(t, spec.NotifyRunCreated, n.Tenant, n.RunID, 0); err != nil {
 			return err
 		}
 	}
+	var held []pgtype.TID
 	if len(w.hold) > 0 {
 		// The placeholders are inserted first in the batch; their ctids are
 		// known only once read, so the release goes after this batch.
@@ -829,99 +837,226 @@ func (s *Store) writeAdmissions(t *txn, w *admissionWrite, bulk bool, now int64,
 			}
 		}()
 	}
-	b.Queue(markCommitQuery)
-
-	br := t.SendBatch(ctx, &b)
+	br := t.SendBatch(t.ctx, &b)
 	defer br.Close()
-	if len(w.hold) > 0 {
-		rows, err := br.Query()
-		if err != nil {
-			return err
-		}
-		if held, err = readHeld(rows, len(w.hold)); err != nil {
-			return err
-		}
+	if held, err = r.readLocks(br, outcomes); err != nil {
+		return err
 	}
-	if len(decided) > 0 {
-		var locked int
-		if err := br.QueryRow().Scan(&locked); err != nil {
-			return err
-		}
-		if locked != len(decided) {
-			return fmt.Errorf("%w: locked %d of the %d runs its members were decided from", errRaced, locked, len(decided))
-		}
-	}
-	if len(replayed) > 0 {
-		rows, err := br.Query()
-		if err != nil {
-			return err
-		}
-		if err := collectDecided(rows, len(replayed), w.stored, w.storedRuns, outcomes); err != nil {
-			return err
-		}
-	}
-	if len(w.expired) > 0 {
-		tag, err := br.Exec()
-		if err != nil {
-			return err
-		}
-		if tag.RowsAffected() != int64(len(w.expired)) {
-			// A concurrent admission or purge that did not wait for this
-			// one's locks (an unlocked bulk admission's, see admitAll)
-			// deleted one first.
-			return fmt.Errorf("%w: deleted %d expired idempotency records of %d", errRaced, tag.RowsAffected(), len(w.expired))
-		}
+	if err := r.readExpired(br); err != nil {
+		return err
 	}
 	if bulk {
-		var counts [2]int64
-		if err := br.QueryRow().Scan(&counts[0], &counts[1]); err != nil {
-			return err
-		}
-		for _, c := range counts {
-			if c != int64(len(w.members)) {
-				return fmt.Errorf("postgres: a bulk admission of %d runs wrote %v rows (runs with their records, jobs)", len(w.members), counts)
-			}
-		}
-		for k, i := range w.members {
-			outcomes[i].Result = spec.CreateRunResult{Run: w.norm[k].QueuedRun(now)}
-		}
+		err = r.readBulkInsert(br, outcomes)
 	} else {
-		run, err := scanRun(br.QueryRow())
-		if errors.Is(err, pgx.ErrNoRows) {
-			n := w.norm[0]
-			// The run id is taken. By an unlocked bulk admission of this
-			// very scope (admitAll) that committed after the record was
-			// read? Then this is a replay or a conflict: run again.
-			if err := br.Close(); err != nil {
-				return err
-			}
-			switch err := t.QueryRow(t.ctx, selectIdempotency, args{"tenant": n.Tenant, "operation": n.Operation, "key": n.Key}).Scan(new(string), new(string), new(int64)); {
-			case err == nil:
-				return fmt.Errorf("%w: the record of run %s's scope appeared with its run id", errRaced, n.RunID)
-			case !errors.Is(err, pgx.ErrNoRows):
-				return err
-			}
-			return spec.RunExists(n.Tenant, n.RunID)
-		}
-		if err != nil {
-			return err
-		}
-		outcomes[w.members[0]].Result = spec.CreateRunResult{Run: run}
+		err = r.readInsert(t, br, outcomes)
 	}
-	if len(ow.tenants) > 0 {
-		tag, err := br.Exec()
-		if err != nil {
-			return err
-		}
-		if tag.RowsAffected() != int64(len(ow.tenants)) {
-			return fmt.Errorf("postgres: wrote %d outbox messages of %d", tag.RowsAffected(), len(ow.tenants))
-		}
+	if err != nil {
+		return err
+	}
+	if err := r.readOutbox(br); err != nil {
+		return err
 	}
 	if err := t.readMark(br); err != nil {
 		return err
 	}
 	if t.xid == "" {
 		return errors.New("postgres: an admission that wrote rows has no transaction id")
+	}
+	return nil
+}
+
+// writeRound is writeAdmissions' batch: what it queued, so that its
+// answers are read in the order queue queued them.
+type writeRound struct {
+	w    *admissionWrite
+	bulk bool
+	now  int64
+	// decided is what lockDecidedRuns locks, replayed what
+	// selectDecidedRuns reads (a bulk admission's only).
+	decided, replayed []decidedRun
+	ow                outboxWrite
+}
+
+// queue queues the round's statements: the placeholders of held scopes,
+// a bulk admission's locks of the runs it decided from and its read of
+// the runs it replays, the deletions of expired records, the insertion,
+// the outbox messages, the commit marker.
+func (r *writeRound) queue(b *pgx.Batch) {
+	w := r.w
+	if len(w.hold) > 0 {
+		b.Queue(holdScopes, holdArgs(w.hold))
+	}
+	if r.bulk {
+		if r.decided = w.decided(); len(r.decided) > 0 {
+			b.Queue(lockDecidedRuns, decidedArgs(r.decided).with(args{"now": r.now}))
+		}
+		// The runs replayed, read once locked.
+		if r.replayed = strongest(slices.Clone(w.storedRuns)); len(r.replayed) > 0 {
+			b.Queue(selectDecidedRuns, decidedArgs(r.replayed))
+		}
+	}
+	r.queueExpired(b)
+	r.queueInsert(b)
+	for _, n := range w.norm {
+		r.ow.add(n.QueuedRun(r.now), 0, n.Outbox)
+	}
+	if len(r.ow.tenants) > 0 {
+		b.Queue(insertOutbox, r.ow.args(r.now))
+	}
+	b.Queue(markCommitQuery)
+}
+
+// queueExpired queues the deletion of the expired records the round's
+// members replace: a bulk admission's in (tenant, run id) order, the
+// order of its run locks.
+func (r *writeRound) queueExpired(b *pgx.Batch) {
+	w := r.w
+	switch {
+	case len(w.expired) == 0:
+	case r.bulk:
+		slices.SortFunc(w.expired, func(a, b expiredRecord) int {
+			return cmp.Or(strings.Compare(a.tenant, b.tenant), strings.Compare(a.runID, b.runID))
+		})
+		scopes := make([]scopeKey, len(w.expired))
+		for i, e := range w.expired {
+			scopes[i] = e.scopeKey
+		}
+		b.Queue(deleteExpiredRecords, scopeArgs(scopes).with(args{"now": r.now}))
+	default:
+		e := w.expired[0]
+		b.Queue(deleteIdempotency, args{"tenant": e.tenant, "operation": e.operation, "key": e.key, "now": r.now})
+	}
+}
+
+// queueInsert queues the insertion of the created members: a bulk
+// admission's every member in one statement (insertAdmissions),
+// CreateRun's one (insertAdmission).
+func (r *writeRound) queueInsert(b *pgx.Batch) {
+	w := r.w
+	if r.bulk {
+		b.Queue(insertAdmissions, args{"tenants": w.tenants, "run_ids": w.runIDs, "operations": w.operations,
+			"payloads": w.payloads, "fingerprints": w.fingerprints, "max_attempts": w.maxAttempts, "deadlines": w.deadlines,
+			"available": w.available, "keys": w.keys, "expires": w.expires, "now": r.now})
+		return
+	}
+	n := w.norm[0]
+	b.Queue(insertAdmission, args{"tenant": n.Tenant, "run_id": n.RunID, "operation": n.Operation, "payload": n.Payload,
+		"fingerprint": n.Fingerprint, "max_attempts": n.MaxAttempts, "now": r.now, "deadline_at": n.DeadlineAt,
+		"available_at": n.AvailableAt, "key": n.Key, "expires_at": n.ExpiresAt})
+}
+
+// readLocks reads the answers of the placeholders (their ctids, for
+// releaseScopes), of the runs locked (each one decided from, or errRaced)
+// and of the runs replayed (into outcomes).
+func (r *writeRound) readLocks(br pgx.BatchResults, outcomes []spec.CreateOutcome) (held []pgtype.TID, err error) {
+	if len(r.w.hold) > 0 {
+		rows, err := br.Query()
+		if err != nil {
+			return nil, err
+		}
+		if held, err = readHeld(rows, len(r.w.hold)); err != nil {
+			return nil, err
+		}
+	}
+	if len(r.decided) > 0 {
+		var locked int
+		if err := br.QueryRow().Scan(&locked); err != nil {
+			return nil, err
+		}
+		if locked != len(r.decided) {
+			return nil, fmt.Errorf("%w: locked %d of the %d runs its members were decided from", errRaced, locked, len(r.decided))
+		}
+	}
+	if len(r.replayed) > 0 {
+		rows, err := br.Query()
+		if err != nil {
+			return nil, err
+		}
+		if err := collectDecided(rows, len(r.replayed), r.w.stored, r.w.storedRuns, outcomes); err != nil {
+			return nil, err
+		}
+	}
+	return held, nil
+}
+
+// readExpired reads the answer of the deletion of expired records: each
+// one deleted, or errRaced.
+func (r *writeRound) readExpired(br pgx.BatchResults) error {
+	if len(r.w.expired) == 0 {
+		return nil
+	}
+	tag, err := br.Exec()
+	if err != nil {
+		return err
+	}
+	if tag.RowsAffected() != int64(len(r.w.expired)) {
+		// A concurrent admission or purge that did not wait for this
+		// one's locks (an unlocked bulk admission's, see admitAll)
+		// deleted one first.
+		return fmt.Errorf("%w: deleted %d expired idempotency records of %d", errRaced, tag.RowsAffected(), len(r.w.expired))
+	}
+	return nil
+}
+
+// readBulkInsert reads insertAdmissions' counts, each every member, and
+// fills in the created members' outcomes.
+func (r *writeRound) readBulkInsert(br pgx.BatchResults, outcomes []spec.CreateOutcome) error {
+	w := r.w
+	var counts [2]int64
+	if err := br.QueryRow().Scan(&counts[0], &counts[1]); err != nil {
+		return err
+	}
+	for _, c := range counts {
+		if c != int64(len(w.members)) {
+			return fmt.Errorf("postgres: a bulk admission of %d runs wrote %v rows (runs with their records, jobs)", len(w.members), counts)
+		}
+	}
+	for k, i := range w.members {
+		outcomes[i].Result = spec.CreateRunResult{Run: w.norm[k].QueuedRun(r.now)}
+	}
+	return nil
+}
+
+// readInsert reads insertAdmission's run into CreateRun's outcome. No run
+// is a run id taken (ON CONFLICT DO NOTHING): already_exists, or errRaced
+// when the scope's record appeared with it.
+func (r *writeRound) readInsert(t *txn, br pgx.BatchResults, outcomes []spec.CreateOutcome) error {
+	run, err := scanRun(br.QueryRow())
+	if errors.Is(err, pgx.ErrNoRows) {
+		n := r.w.norm[0]
+		// The run id is taken. By an unlocked bulk admission of this
+		// very scope (admitAll) that committed after the record was
+		// read? Then this is a replay or a conflict: run again.
+		if err := br.Close(); err != nil {
+			return err
+		}
+		switch err := t.QueryRow(t.ctx, selectIdempotency, args{"tenant": n.Tenant, "operation": n.Operation, "key": n.Key}).Scan(new(string), new(string), new(int64)); {
+		case err == nil:
+			return fmt.Errorf("%w: the record of run %s's scope appeared with its run id", errRaced, n.RunID)
+		case !errors.Is(err, pgx.ErrNoRows):
+			return err
+		}
+		return spec.RunExists(n.Tenant, n.RunID)
+	}
+	if err != nil {
+		return err
+	}
+	outcomes[r.w.members[0]].Result = spec.CreateRunResult{Run: run}
+	return nil
+}
+
+// readOutbox reads the answer of the outbox messages' insertion: every
+// one written.
+func (r *writeRound) readOutbox(br pgx.BatchResults) error {
+	if len(r.ow.tenants) == 0 {
+		return nil
+	}
+	tag, err := br.Exec()
+	if err != nil {
+		return err
+	}
+	if tag.RowsAffected() != int64(len(r.ow.tenants)) {
+		return fmt.Errorf("postgres: wrote %d outbox messages of %d", tag.RowsAffected(), len(r.ow.tenants))
 	}
 	return nil
 }
