@@ -4,7 +4,13 @@
 
 SHELL     := /bin/bash
 GO        ?= go
-PKGS      ?= ./...
+# The packages of the library and its tooling, in the modules of go.work that
+# have no target of their own (docs/MODULES.md): make test, test-race, lint and
+# fuzz cover them. powerloss runs under verify, bench/river under bench,
+# peers/river under probe, ports/go-outside under test-outside.
+PKGS      ?= ./... ./bench/... ./cmd/leasehold/... ./impl/etcd/... ./relay/...
+# Every module of go.work (absolute directories), each tidy and vet clean on its own.
+MODULES    = $(shell $(GO) list -m -f '{{.Dir}}')
 BUDGET    ?= 5m
 FUZZTIME  ?= 10s
 # Runs write to reports/latest (not committed); `make evidence` rewrites the
@@ -65,7 +71,7 @@ demo:
 
 ## fuzz: a short run of every fuzz target (FUZZTIME each)
 fuzz:
-	@set -e; for pkg in $$($(GO) list ./...); do \
+	@set -e; for pkg in $$($(GO) list $(PKGS)); do \
 	  for f in $$($(GO) test -list '^Fuzz' $$pkg | grep '^Fuzz' || true); do \
 	    echo "fuzz $$pkg $$f"; $(GO) test $$pkg -run '^$$' -fuzz "^$$f\$$" -fuzztime $(FUZZTIME); \
 	  done; \
@@ -75,17 +81,17 @@ fuzz:
 fmt:
 	gofmt -w $$(git ls-files '*.go')
 
-## lint: gofmt and go vet (also with the mutant build tag, and in bench/river, ports/go-outside, powerloss and peers/river)
+## lint: gofmt, go vet (also with the mutant build tag), and every module of go.work on its
+## own, as a user builds it (GOWORK=off: through its go.mod's replace lines): tidy and vet clean
 lint:
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
-	$(GO) vet ./...
-	$(GO) vet -tags leasehold_mutants ./...
-	@# The modules that depend on this one through a replace: their go.mod
-	@# must follow this one's requirements (go vet refuses an untidy one).
-	cd bench/river && $(GO) vet ./...
-	cd ports/go-outside && $(GO) vet ./...
-	cd powerloss && $(GO) vet ./...
-	cd peers/river && $(GO) vet ./...
+	$(GO) vet $(PKGS)
+	$(GO) vet -tags leasehold_mutants $(PKGS)
+	@set -e; for m in $(MODULES); do \
+	  echo "lint: $${m#$(CURDIR)/}: go mod tidy -diff, go vet (GOWORK=off)"; \
+	  (cd $$m && GOWORK=off $(GO) mod tidy -diff && GOWORK=off $(GO) vet ./...) || \
+	    { echo "lint: module $$m is untidy or fails vet on its own: run go mod tidy there (GOWORK=off)"; exit 1; }; \
+	done
 
 ## bench: leasehold against River (PostgreSQL, SQLite) and the database's ceiling ($(REPORTS)/bench.{json,md,html};
 ## REPORTS=reports for the committed evidence); BENCHFLAGS=--quick for the
@@ -119,8 +125,9 @@ verify-port-broken:
 	ports/python-sqlite/check_broken.sh $(PORT_BROKEN_BUDGET) $(REPORTS)/port-broken
 
 ## test-outside: a module of its own runs the whole proof through leaseholdtest alone
+## (GOWORK=off: as an outside user builds it, from its own go.mod)
 test-outside:
-	cd ports/go-outside && $(GO) test -count=1 -timeout $(TESTTIMEOUT) $(TESTFLAGS) ./...
+	cd ports/go-outside && GOWORK=off $(GO) test -count=1 -timeout $(TESTTIMEOUT) $(TESTFLAGS) ./...
 
 ## test-python: the Python port's own tests (RFC 8785 vectors, fingerprint, payloads)
 test-python:

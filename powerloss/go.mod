@@ -39,6 +39,7 @@ require (
 	github.com/jackc/pgx/v5 v5.12.0 // indirect
 	github.com/jackc/puddle/v2 v2.2.3 // indirect
 	github.com/klauspost/compress v1.20.4 // indirect
+	github.com/leasehold/leasehold/relay v0.0.0
 	github.com/lufia/plan9stats v0.0.0-20260330125221-c963978e514e // indirect
 	github.com/magiconair/properties v1.18.12 // indirect
 	github.com/mattn/go-isatty v0.0.24 // indirect
@@ -85,3 +86,5 @@ require (
 )
 
 replace github.com/leasehold/leasehold => ../
+
+replace github.com/leasehold/leasehold/relay => ../relay

@@ -4,13 +4,14 @@ go 1.26.0
 
 require (
 	github.com/jackc/pgx/v5 v5.12.0
-	github.com/leasehold/leasehold v0.0.0
 	github.com/riverqueue/river v0.51.2
 	github.com/riverqueue/river/riverdriver v0.51.2
 	github.com/riverqueue/river/riverdriver/riverpgxv5 v0.51.2
 	github.com/riverqueue/river/riverdriver/riversqlite v0.51.2
 	modernc.org/sqlite v1.62.0
 )
+
+require github.com/leasehold/leasehold v0.0.0 // indirect
 
 require (
 	github.com/cespare/xxhash/v2 v2.3.0 // indirect
@@ -26,6 +27,8 @@ require (
 	github.com/jackc/pgpassfile v1.0.0 // indirect
 	github.com/jackc/pgservicefile v0.0.0-20240606120523-5a60cdf6a761 // indirect
 	github.com/jackc/puddle/v2 v2.2.3 // indirect
+	github.com/leasehold/leasehold/bench v0.0.0
+	github.com/leasehold/leasehold/impl/etcd v0.0.0 // indirect
 	github.com/mattn/go-isatty v0.0.24 // indirect
 	github.com/ncruces/go-strftime v1.1.0 // indirect
 	github.com/remyoudompheng/bigfft v0.0.0-20230129092748-24d4a6f8daec // indirect
@@ -58,3 +61,7 @@ require (
 )
 
 replace github.com/leasehold/leasehold => ../../
+
+replace github.com/leasehold/leasehold/bench => ..
+
+replace github.com/leasehold/leasehold/impl/etcd => ../../impl/etcd

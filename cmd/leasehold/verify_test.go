@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strings"
 	"sync"
@@ -518,9 +519,11 @@ func TestVerdictDiffs(t *testing.T) {
 	}
 }
 
-// TestCoverageListsEveryPackage: every package of the module, and of the
+// TestCoverageListsEveryPackage: every package of the library and its
+// tooling (the Makefile's PKGS, across the modules of go.work), and of the
 // modules verify runs checks in, says where its proof runs, once; every
-// check's package is one of them.
+// check's package is one of them; and every module of go.work is one of
+// those or has a target of its own.
 func TestCoverageListsEveryPackage(t *testing.T) {
 	root := filepath.Join("..", "..")
 	modules := []string{""}
@@ -529,9 +532,16 @@ func TestCoverageListsEveryPackage(t *testing.T) {
 			modules = append(modules, c.Module)
 		}
 	}
+	pkgs := makefilePKGS(t, root)
 	var want []coverageNote
 	for _, m := range modules {
-		cmd := exec.Command("go", "list", "-f", "{{.ImportPath}} {{.Module.Path}}", "./...")
+		// Module "" is the workspace's root: its packages are named from
+		// the repository's root, whichever module of go.work holds them.
+		patterns, prefix := []string{"./..."}, ""
+		if m == "" {
+			patterns, prefix = pkgs, "github.com/leasehold/leasehold"
+		}
+		cmd := exec.Command("go", append([]string{"list", "-f", "{{.ImportPath}} {{.Module.Path}}"}, patterns...)...)
 		cmd.Dir = filepath.Join(root, m)
 		out, err := cmd.Output()
 		if err != nil {
@@ -539,7 +549,28 @@ func TestCoverageListsEveryPackage(t *testing.T) {
 		}
 		for _, l := range strings.Split(strings.TrimSpace(string(out)), "\n") {
 			path, mod, _ := strings.Cut(l, " ")
+			if prefix != "" {
+				mod = prefix
+			}
 			want = append(want, coverageNote{module: m, pkg: "." + strings.TrimPrefix(path, mod)})
+		}
+	}
+	// The modules with a target of their own, not verify's (Makefile).
+	ownTarget := []string{"bench/river", "peers/river", "ports/go-outside"}
+	out, err := exec.Command("go", "list", "-m", "-f", "{{.Dir}}").Output()
+	if err != nil {
+		t.Fatalf("go list -m: %v", err)
+	}
+	abs, _ := filepath.Abs(root)
+	for _, dir := range strings.Fields(string(out)) {
+		rel, _ := filepath.Rel(abs, dir)
+		rel = filepath.ToSlash(rel)
+		pattern := "./" + rel + "/..."
+		if rel == "." {
+			pattern = "./..."
+		}
+		if !slices.Contains(pkgs, pattern) && !slices.Contains(modules, rel) && !slices.Contains(ownTarget, rel) {
+			t.Errorf("module %s of go.work is in neither the Makefile's PKGS (make test, lint) nor a check's Module nor a target of its own: add %s to PKGS", rel, pattern)
 		}
 	}
 	for _, w := range want {
@@ -563,4 +594,18 @@ func TestCoverageListsEveryPackage(t *testing.T) {
 			t.Errorf("%s/%s runs tests in %s, which coverage does not list", c.Name, c.Store, c.Package)
 		}
 	}
+}
+
+// makefilePKGS returns the patterns of the Makefile's PKGS.
+func makefilePKGS(t *testing.T, root string) []string {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join(root, "Makefile"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := regexp.MustCompile(`(?m)^PKGS\s*\?=\s*(.+)$`).FindStringSubmatch(string(b))
+	if m == nil {
+		t.Fatal("the Makefile sets no PKGS")
+	}
+	return strings.Fields(m[1])
 }

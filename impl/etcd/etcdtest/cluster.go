@@ -26,10 +26,10 @@ import (
 )
 
 // memberPkg is the member's package, built with go build in
-// leaseholdModule's directory.
+// etcdModule's directory.
 const (
-	memberPkg       = "github.com/leasehold/leasehold/impl/etcd/internal/member"
-	leaseholdModule = "github.com/leasehold/leasehold"
+	memberPkg  = "github.com/leasehold/leasehold/impl/etcd/internal/member"
+	etcdModule = "github.com/leasehold/leasehold/impl/etcd"
 )
 
 var build struct {
@@ -47,12 +47,12 @@ func memberBinary() (string, error) {
 			return
 		}
 		build.path = filepath.Join(build.dir, "member")
-		// Built in leasehold's own module, whose go.sum has the etcd
-		// server's modules: a module that requires leasehold (the
+		// Built in the etcd store's own module, whose go.sum has the
+		// etcd server's modules: a module that requires the store (the
 		// benchmark's bench/river) has no reason to list them.
-		root, err := exec.Command("go", "list", "-m", "-f", "{{.Dir}}", leaseholdModule).Output()
+		root, err := exec.Command("go", "list", "-m", "-f", "{{.Dir}}", etcdModule).Output()
 		if err != nil {
-			build.err = fmt.Errorf("go list -m %s: %v", leaseholdModule, err)
+			build.err = fmt.Errorf("go list -m %s: %v", etcdModule, err)
 			return
 		}
 		cmd := exec.Command("go", "build", "-o", build.path, memberPkg)
