@@ -118,28 +118,31 @@ func (s Store) target(t *testing.T) harness.Target {
 }
 
 // Conformance runs the conformance suite (impl/storetest), each contract
-// test as a subtest. Tests that need a capability the store does not offer
-// are not applicable. It logs what the store offers, and reports its figures (package metrics)
-// with the tests failed and a replay command when one failed.
+// test as a subtest, in parallel (storetest.RunAll): Factory must give each
+// call a database of its own. Tests that need a capability the store does
+// not offer are not applicable. It logs what the store offers and, once
+// every subtest has ended, reports its figures (package metrics) with the
+// tests failed and a replay command when one failed.
 func Conformance(t *testing.T, s Store) {
 	target := s.target(t)
 	offered := storetest.Declared(t, s.Factory)
 	t.Logf("store %s offers: %s", s.Name, storetest.Describe(offered))
-	sum := storetest.RunAll(t, s.Factory)
-	if len(sum.NotApplicable) > 0 {
-		t.Logf("%d conformance tests are not applicable to %s (a capability it does not offer): %s",
-			len(sum.NotApplicable), s.Name, strings.Join(sum.NotApplicable, ", "))
-	}
-	if len(sum.Skipped) > 0 {
-		t.Errorf("%d conformance tests skipped for a reason other than a missing capability (a skip is not a pass): %s",
-			len(sum.Skipped), strings.Join(sum.Skipped, ", "))
-	}
-	line := metrics.Line{Check: "conformance", Store: s.Name, Violations: int64(len(sum.Failed))}
-	if len(sum.Failed) > 0 {
-		line.Replay = harness.TestCommand(target.Env, target.Tags, t.Name()+"/("+strings.Join(sum.Failed, "|")+")")
-		t.Logf("failed: %s\nreplay: %s", strings.Join(sum.Failed, ", "), line.Replay)
-	}
-	metrics.Report(t, line)
+	storetest.RunAll(t, s.Factory, func(sum storetest.Summary) {
+		if len(sum.NotApplicable) > 0 {
+			t.Logf("%d conformance tests are not applicable to %s (a capability it does not offer): %s",
+				len(sum.NotApplicable), s.Name, strings.Join(sum.NotApplicable, ", "))
+		}
+		if len(sum.Skipped) > 0 {
+			t.Errorf("%d conformance tests skipped for a reason other than a missing capability (a skip is not a pass): %s",
+				len(sum.Skipped), strings.Join(sum.Skipped, ", "))
+		}
+		line := metrics.Line{Check: "conformance", Store: s.Name, Violations: int64(len(sum.Failed))}
+		if len(sum.Failed) > 0 {
+			line.Replay = harness.TestCommand(target.Env, target.Tags, t.Name()+"/("+strings.Join(sum.Failed, "|")+")")
+			t.Logf("failed: %s\nreplay: %s", strings.Join(sum.Failed, ", "), line.Replay)
+		}
+		metrics.Report(t, line)
+	})
 }
 
 // Property runs the rapid model-vs-store property (harness.RunPropertyOn):

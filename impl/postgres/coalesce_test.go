@@ -33,9 +33,10 @@ func newGates() (gates [2]chan struct{}, open func(i int)) {
 func TestConformanceCoalesced(t *testing.T) {
 	pgtest.DSN(t)
 	pool := pgtest.NewSchemaPool(t, "") // as TestConformance
+	// After the suite's parallel subtests, which run once this returns.
+	t.Cleanup(func() { t.Logf("schema pool: %+v", pool.Stats()) })
 	leaseholdtest.Conformance(t, leaseholdtest.Store{Name: "postgres-coalesced",
 		Factory: pool.Factory(postgres.Options{MaxConns: 4, CoalesceCreateRun: 2})})
-	t.Logf("schema pool: %+v", pool.Stats())
 }
 
 // TestCoalescedRunIDRace: a coalesced bulk admission whose member's run id

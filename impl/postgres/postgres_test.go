@@ -25,6 +25,7 @@ func TestConformance(t *testing.T) {
 	// Schemas from a pool, reset between tests: a fresh schema's creation
 	// and migrations were most of the suite's time.
 	pool := pgtest.NewSchemaPool(t, "")
+	// After the suite's parallel subtests, which run once this returns.
+	t.Cleanup(func() { t.Logf("schema pool: %+v", pool.Stats()) })
 	leaseholdtest.Conformance(t, leaseholdtest.Store{Name: "postgres", Factory: pool.Factory(postgres.Options{MaxConns: 4})})
-	t.Logf("schema pool: %+v", pool.Stats())
 }

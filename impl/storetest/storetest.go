@@ -85,11 +85,13 @@ const (
 	LayoutJobRow
 )
 
-// Factory opens a fresh store for one test and registers its cleanup with t.
+// Factory opens a fresh store for one test, on a database of its own (the
+// suite's tests run in parallel, see RunAll), and registers its cleanup
+// with t.
 type Factory func(t testing.TB, opts Options) Handle
 
 // Run runs the whole conformance suite against the store f opens.
-func Run(t *testing.T, f Factory) { RunAll(t, f) }
+func Run(t *testing.T, f Factory) { RunAll(t, f, func(Summary) {}) }
 
 // Summary is what one run of the suite found: the tests, by name, that
 // passed, failed, and did not apply (they need a capability the store does
@@ -102,24 +104,76 @@ type Summary struct {
 }
 
 // RunAll runs the whole conformance suite against the store f opens, each
-// test as a subtest of t, and says how each test ended.
-func RunAll(t *testing.T, f Factory) Summary {
-	var s Summary
-	for _, tc := range tests {
-		var skipped, na bool
-		ok := t.Run(tc.name, func(t *testing.T) {
-			t.Cleanup(func() { skipped, na = t.Skipped(), wasNotApplicable(t) })
+// test as a subtest of t, and calls done with how each test ended once all
+// have (from a cleanup of t).
+//
+// The subtests run in parallel (t.Parallel), as River's driver suite does,
+// at most maxParallel at once: each opens its own stores from f, each on a
+// database of its own (see Factory), with its own clock, so none can see
+// another's rows or time. Parallel subtests start only when t's function
+// returns: what they need from the caller must last until t's cleanups,
+// not end with a defer. Every test of the suite allows it (none reads
+// beyond its own stores or moves a clock it shares).
+func RunAll(t *testing.T, f Factory, done func(Summary)) {
+	ends := make([]ending, len(tests))
+	t.Cleanup(func() { done(summarize(ends)) })
+	slots := make(chan struct{}, maxParallel)
+	for i, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			// First registered, so the last cleanup: it sees the
+			// failures of the others (the invariant checks).
+			t.Cleanup(func() { ends[i] = ended(t) })
+			t.Parallel()
+			slots <- struct{}{}
+			defer func() { <-slots }()
 			tc.run(t, f)
 		})
-		switch {
-		case !ok:
-			s.Failed = append(s.Failed, tc.name)
-		case na:
-			s.NotApplicable = append(s.NotApplicable, tc.name)
-		case skipped:
-			s.Skipped = append(s.Skipped, tc.name)
+	}
+}
+
+// maxParallel bounds the suite's subtests running at once (besides go
+// test's -parallel): each holds a few stores of a few connections, and a
+// PostgreSQL server serves 100 by default, to every package under test.
+const maxParallel = 4
+
+// ending is how one test of the suite ended.
+type ending int
+
+const (
+	endPassed ending = iota
+	endFailed
+	endNotApplicable
+	endSkipped
+)
+
+// ended is how t ended, read from its last cleanup.
+func ended(t *testing.T) ending {
+	switch {
+	case t.Failed():
+		return endFailed
+	case wasNotApplicable(t):
+		return endNotApplicable
+	case t.Skipped():
+		return endSkipped
+	}
+	return endPassed
+}
+
+// summarize is the Summary of ends, each the ending of tests[i], in the
+// order Run runs them.
+func summarize(ends []ending) Summary {
+	var s Summary
+	for i, e := range ends {
+		name := tests[i].name
+		switch e {
+		case endFailed:
+			s.Failed = append(s.Failed, name)
+		case endNotApplicable:
+			s.NotApplicable = append(s.NotApplicable, name)
+		case endSkipped:
+			s.Skipped = append(s.Skipped, name)
 		default:
-			s.Passed = append(s.Passed, tc.name)
+			s.Passed = append(s.Passed, name)
 		}
 	}
 	return s
@@ -141,7 +195,10 @@ type test struct {
 
 var tests []test
 
-// register adds a test to the suite; each test file registers its own in init.
+// register adds a test to the suite; each test file registers its own in
+// init. It runs in parallel with the others (RunAll), so it must touch
+// nothing but the stores it opens from its Factory and what it makes
+// itself (no process-wide setting, no shared clock).
 func register(name string, run func(t *testing.T, f Factory)) {
 	tests = append(tests, test{name: name, run: run})
 }
