@@ -145,6 +145,9 @@ type Options struct {
 	SoakInterval time.Duration
 	SoakRate     float64
 	SoakOnly     bool
+	// SoakSmoke marks a soak-only run as a smoke (--soak-smoke): its report
+	// says so in its mode.
+	SoakSmoke bool
 	// SQLiteDir holds the SQLite benchmark's file ("" = a temporary
 	// directory, removed afterwards). SkipSQLite leaves SQLite out.
 	SQLiteDir  string
@@ -378,6 +381,9 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 	mode := map[bool]string{true: "quick", false: "full"}[o.Quick] + partial(o)
 	if o.SoakOnly {
 		mode = "soak"
+		if o.SoakSmoke {
+			mode = "soak smoke"
+		}
 	}
 	r := &Report{
 		Mode:      mode,

@@ -109,7 +109,7 @@ func (c *CommandLine) Parse(args []string) error {
 	}
 	o := &c.Options
 	if c.smoke {
-		o.SoakOnly = true
+		o.SoakOnly, o.SoakSmoke = true, true
 		for _, d := range []struct {
 			name string
 			p    *time.Duration

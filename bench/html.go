@@ -20,9 +20,13 @@ func (r *Report) HTML(w io.Writer) {
 		"table{border-collapse:collapse}td,th{border:1px solid #ccc;padding:2px 6px;font-size:13px}" +
 		".met{color:#1a7f37}.notmet{color:#b42318}.muted{color:#777}</style></head><body>\n")
 	p("<h1>leasehold benchmark (%s mode)</h1>\n", html.EscapeString(r.Mode))
-	p("<p>Commit <code>%s</code>, started %s, %.0f s; %d CPUs (%s); load average %s → %s. Ratios are medians of %d alternating rounds; spreads above %.0f %% of the median are flagged noisy.</p>\n",
+	rule := fmt.Sprintf("Ratios are medians of %d alternating rounds; spreads above %.0f %% of the median are flagged noisy.", r.Settings.Rounds, 100*NoisyAbove)
+	if r.soakOnly() {
+		rule = "A soak and nothing else; a smoke (mode soak smoke) is never the evidence."
+	}
+	p("<p>Commit <code>%s</code>, started %s, %.0f s; %d CPUs (%s); load average %s → %s. %s</p>\n",
 		html.EscapeString(r.Commit), html.EscapeString(r.StartedAt), r.ElapsedSec, r.Host.CPUs, html.EscapeString(r.Host.CPUModel),
-		loadText(r.LoadBefore), loadText(r.LoadAfter), r.Settings.Rounds, 100*NoisyAbove)
+		loadText(r.LoadBefore), loadText(r.LoadAfter), html.EscapeString(rule))
 
 	p("<h2 id=\"goals\">Goals</h2>\n<table><tr><th>goal</th><th>status</th><th>figures</th></tr>\n")
 	for _, g := range r.Goals {
@@ -37,7 +41,7 @@ func (r *Report) HTML(w io.Writer) {
 		p("<h2 id=\"soak\">Soak: steady arrivals, horizon pinned in the middle</h2>\n")
 		r.Soak.html(w)
 	}
-	if r.Mode == "soak" {
+	if r.soakOnly() {
 		p("<p class=\"muted\">The numbers behind every picture are in bench.md and bench.json.</p>\n</body></html>\n")
 		return
 	}

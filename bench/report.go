@@ -436,8 +436,8 @@ func (r *Report) latencies(system string, f func(LatencyResult) float64) []float
 // computeRatios fills r.Ratios and r.Goals from the measurements.
 func (r *Report) computeRatios() {
 	r.Ratios = nil
-	if r.Mode == "soak" { // a soak-only run measured no ratio
-		r.Goals = r.Soak.goals()
+	if r.soakOnly() { // a soak-only run measured no ratio
+		r.Goals = r.soakGoals()
 		return
 	}
 	peer := r.PeerName
@@ -618,7 +618,7 @@ func (r *Report) computeGoals() {
 		detail = fmt.Sprintf("%d ratios flagged noisy (spread above %.0f %% of the median): %s", len(noisy), 100*NoisyAbove, strings.Join(noisy, "; "))
 	}
 	r.Goals = append(r.Goals, Goal{Goal: "stable ratios: every ratio readable", Status: st, Detail: detail})
-	r.Goals = append(r.Goals, r.Soak.goals()...)
+	r.Goals = append(r.Goals, r.soakGoals()...)
 	if strings.HasPrefix(r.Mode, "quick") {
 		st := "met"
 		if r.ElapsedSec >= 180 {
@@ -729,8 +729,8 @@ func (r *Report) Markdown(w io.Writer) {
 	p("# leasehold benchmark (%s mode)\n\n", r.Mode)
 	p("Commit `%s`, started %s, %.0f s. PostgreSQL: %s. Machine: %d CPUs (%s), %s; load average %s at the start, %s at the end (the machine is shared).\n\n",
 		r.Commit, r.StartedAt, r.ElapsedSec, shortVersion(r.Postgres.Version), r.Host.CPUs, r.Host.CPUModel, r.Host.Go, loadText(r.LoadBefore), loadText(r.LoadAfter))
-	if r.Mode == "soak" {
-		p("A soak and nothing else (--soak-only or --soak-smoke): the ratios are in the full run's report.\n\n")
+	if r.soakOnly() {
+		p("A soak and nothing else (--soak-only, or --soak-smoke: a smoke, to see the soak work, never the evidence): the ratios are in the full run's report.\n\n")
 	} else {
 		p("Only the ratios mean anything: every figure below was measured in this one run on a shared machine. Each leasehold / peer ratio is the median of %d alternating rounds (leasehold, peer, leasehold, peer, …), shown with its min–max; a ratio whose rounds spread more than %.0f %% of its median is printed as **noisy: not readable** instead of as a number. Pictures: bench.html.\n\n",
 			r.Settings.Rounds, 100*NoisyAbove)
@@ -740,7 +740,7 @@ func (r *Report) Markdown(w io.Writer) {
 	for _, g := range r.Goals {
 		p("| %s | **%s** | %s |\n", g.Goal, g.Status, g.Detail)
 	}
-	if r.Mode == "soak" {
+	if r.soakOnly() {
 		r.Soak.markdown(p)
 		return
 	}

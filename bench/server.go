@@ -31,7 +31,7 @@ type server struct {
 // benchmark's figures; the report prints them.
 var settingsThatMatter = []string{"synchronous_commit", "fsync", "shared_buffers", "wal_sync_method",
 	"full_page_writes", "commit_delay", "wal_buffers", "max_wal_size", "checkpoint_timeout", "work_mem",
-	"max_connections", "autovacuum", "jit"}
+	"max_connections", "autovacuum", "autovacuum_naptime", "autovacuum_vacuum_scale_factor", "jit"}
 
 func openServer(ctx context.Context, dsn string) (*server, error) {
 	conn, err := pgx.Connect(ctx, dsn)

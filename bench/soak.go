@@ -116,9 +116,12 @@ type SoakRun struct {
 	PinNotHeld  string       `json:"pin_not_held,omitempty"`
 	Samples     []SoakSample `json:"samples"`
 	// CPUs is the host's CPU count, for the load rule.
-	CPUs      int         `json:"cpus"`
-	DrainBack SoakVerdict `json:"drain_back"`
-	Bounded   SoakVerdict `json:"bounded"`
+	CPUs int `json:"cpus"`
+	// Autovacuum is the server's autovacuum setting during the soak (""
+	// when not recorded).
+	Autovacuum string      `json:"autovacuum,omitempty"`
+	DrainBack  SoakVerdict `json:"drain_back"`
+	Bounded    SoakVerdict `json:"bounded"`
 }
 
 // SoakVerdict is where one soak goal stands for one system.
@@ -257,7 +260,7 @@ func evaluateDrainBack(r SoakRun) SoakVerdict {
 // tables and indexes grew by at most soakGrowthTolerance times the bytes
 // per admitted job they grew by in the pre-pin window. A size per job is
 // not a timing, so host load does not make it unreadable; a pin that did
-// not hold or a window too short does.
+// not hold, a window too short or a server with autovacuum off does.
 func evaluateBounded(r SoakRun) SoakVerdict {
 	if p := r.pinProblem(); p != "" {
 		return SoakVerdict{"not readable", p}
@@ -310,6 +313,9 @@ func evaluateBounded(r SoakRun) SoakVerdict {
 		what += "never back to the pre-pin level"
 	} else {
 		what += fmt.Sprintf("back to the pre-pin level %.0f s after the pin's end", vacuumed)
+	}
+	if r.Autovacuum == "off" {
+		return SoakVerdict{"not readable", "the server runs with autovacuum off (its setting, not the benchmark's to change): nothing vacuums the pin's dead versions; soak against a server with autovacuum on (--dsn); " + what}
 	}
 	if vacuumed >= 0 && gPost <= soakGrowthTolerance*gPre {
 		return SoakVerdict{"met", what}
@@ -450,6 +456,7 @@ func runSoak(ctx context.Context, pg *server, lhDSN string, peer *peerPG, o Opti
 	if err != nil {
 		return fmt.Errorf("leasehold: %w", err)
 	}
+	lh.Autovacuum = pg.info.Settings["autovacuum"]
 	sk.Runs = append(sk.Runs, lh)
 	if peer != nil {
 		if sp, ok := peer.p.(SteadyPeer); ok {
@@ -471,6 +478,7 @@ func runSoak(ctx context.Context, pg *server, lhDSN string, peer *peerPG, o Opti
 			if err := peer.empty(ctx); err != nil {
 				return err
 			}
+			run.Autovacuum = pg.info.Settings["autovacuum"]
 			sk.Runs = append(sk.Runs, run)
 		}
 	}
@@ -516,6 +524,23 @@ func (s *Soak) goals() []Goal {
 	return out
 }
 
+// soakOnly says the report is of a soak and nothing else (mode "soak", or
+// "soak smoke" for --soak-smoke, never the evidence).
+func (r *Report) soakOnly() bool { return strings.HasPrefix(r.Mode, "soak") }
+
+// soakGoals are the soak's goals; a run that did not record the server's
+// autovacuum setting takes the report's.
+func (r *Report) soakGoals() []Goal {
+	if r.Soak != nil {
+		for i := range r.Soak.Runs {
+			if r.Soak.Runs[i].Autovacuum == "" {
+				r.Soak.Runs[i].Autovacuum = r.Postgres.Settings["autovacuum"]
+			}
+		}
+	}
+	return r.Soak.goals()
+}
+
 // markdown renders the soak's section of bench.md.
 func (s *Soak) markdown(p func(string, ...any)) {
 	if s == nil {
@@ -524,8 +549,8 @@ func (s *Soak) markdown(p func(string, ...any)) {
 	p("\n## Soak: steady arrivals with the horizon pinned in the middle\n\n")
 	p("Each system admits %.0f jobs/s one per call (leasehold CreateRun, River Insert) for %.0f s while its workers (W slots, as in the latency runs) drain them; its database's horizon is pinned for %.0f s in the middle (a REPEATABLE READ transaction of another connection, snapshot taken, checked to still hold its backend_xmin when released); sampled every %.0f s. Order: %s. Autovacuum on, the server's settings. Plots: bench.html.\n\n",
 		s.RatePerSec, s.DurationSec, s.PinSec, s.IntervalSec, s.Order)
-	p("Rules (judged from the samples and the pin's recorded start and end only): the pre-pin window runs from min(%.0f s, a third of the time before the pin) to the pin's start. **Drains back**: a sample at most %.0f s after the pin's end shows a backlog at or below the largest backlog sampled in the pre-pin window. **Bounded**: PostgreSQL gives no pages back without VACUUM FULL and both systems keep their completed jobs, so bounded means the pin's dead row versions were vacuumed and their space reused: a sample after the pin's end shows no more dead tuples (n_dead_tup, all the system's tables) than the pre-pin window's most, and from %.0f s after the pin's end to the last admission the tables and indexes (pg_table_size + pg_indexes_size) grew by at most %.2f× the bytes per admitted job they grew by in the pre-pin window. **Not readable**: the pin did not hold, a window spans under %.0f s of samples, or (drain-back only: a size per job is not a timing) the host's mean 1-minute load over the pin and the minute after it exceeded %.1f per CPU.\n\n",
-		soakWarmup, soakRecoverWithin, soakRecoverWithin, soakGrowthTolerance, soakMinWindow, soakNoisyLoadPerCPU)
+	p("Rules (judged from the samples and the pin's recorded start and end only): the pre-pin window runs from min(%.0f s, a third of the time before the pin) to the pin's start. **Drains back**: a sample at most %.0f s after the pin's end shows a backlog at or below the largest backlog sampled in the pre-pin window. **Bounded**: PostgreSQL gives no pages back without VACUUM FULL and both systems keep their completed jobs, so bounded means the pin's dead row versions were vacuumed and their space reused: a sample after the pin's end shows no more dead tuples (n_dead_tup, all the system's tables) than the pre-pin window's most, and from %.0f s after the pin's end to the last admission the tables and indexes (pg_table_size + pg_indexes_size) grew by at most %.2f× the bytes per admitted job they grew by in the pre-pin window. **Not readable**: the pin did not hold, a window spans under %.0f s of samples, the server runs with autovacuum off (bounded only), the system was not keeping up before the pin (its backlog grew by more than %.0f %% of the jobs admitted in the pre-pin window; drain-back only), or (drain-back only: a size per job is not a timing) the host's mean 1-minute load over the pin and the minute after it exceeded %.1f per CPU.\n\n",
+		soakWarmup, soakRecoverWithin, soakRecoverWithin, soakGrowthTolerance, soakMinWindow, 100*soakBehind, soakNoisyLoadPerCPU)
 	p("| system | jobs | pin (s) | drains back | bounded |\n|---|---:|---|---|---|\n")
 	for _, r := range s.Runs {
 		p("| %s | %d | %.0f–%.0f (xmin %s) | **%s**: %s | **%s**: %s |\n", r.System, r.Jobs, r.PinStartSec, r.PinEndSec, r.PinXmin,
@@ -581,6 +606,14 @@ func (s *Soak) html(w io.Writer) {
 	}
 }
 
+// tickText writes an axis value without exponents.
+func tickText(v float64) string {
+	if v >= 100 {
+		return fmt.Sprintf("%.0f", v)
+	}
+	return fmt.Sprintf("%.3g", v)
+}
+
 // soakChart draws f of every run's samples on linear axes from zero.
 func soakChart(w io.Writer, class string, runs []SoakRun, f func(SoakSample) float64) {
 	const left, top, width, height = 70, 10, 640, 200
@@ -608,7 +641,7 @@ func soakChart(w io.Writer, class string, runs []SoakRun, f func(SoakSample) flo
 	fmt.Fprintf(w, "<rect x=\"%d\" y=\"%d\" width=\"%d\" height=\"%d\" fill=\"none\" stroke=\"#ccc\"/>\n", left, top, width, height)
 	for i := 0; i <= 4; i++ {
 		v := ymax * float64(i) / 4
-		fmt.Fprintf(w, "<line x1=\"%d\" x2=\"%d\" y1=\"%.1f\" y2=\"%.1f\" stroke=\"#eee\"/><text x=\"%d\" y=\"%.1f\" text-anchor=\"end\">%.4g</text>\n", left, left+width, fy(v), fy(v), left-4, fy(v)+4, v)
+		fmt.Fprintf(w, "<line x1=\"%d\" x2=\"%d\" y1=\"%.1f\" y2=\"%.1f\" stroke=\"#eee\"/><text x=\"%d\" y=\"%.1f\" text-anchor=\"end\">%s</text>\n", left, left+width, fy(v), fy(v), left-4, fy(v)+4, tickText(v))
 	}
 	step := math.Max(60, math.Ceil(xmax/10/60)*60)
 	for t := 0.0; t <= xmax; t += step {

@@ -24,6 +24,7 @@ type synthetic struct {
 	from     float64 // no samples before this time
 	cold     bool    // a backlog of 5000 in the first 30 s (the warm-up, not the level)
 	behind   int     // the backlog grows by this many jobs per second before the pin
+	vacuumOf string  // the server's autovacuum setting ("": not recorded)
 }
 
 func synthSoak(s synthetic) SoakRun {
@@ -32,7 +33,7 @@ func synthSoak(s synthetic) SoakRun {
 	if end == 0 {
 		end = 240
 	}
-	r := SoakRun{System: "leasehold", RatePerSec: rate, PinStartSec: pinStart, PinEndSec: pinEnd, PinNotHeld: s.notHeld, CPUs: 2}
+	r := SoakRun{System: "leasehold", RatePerSec: rate, PinStartSec: pinStart, PinEndSec: pinEnd, PinNotHeld: s.notHeld, CPUs: 2, Autovacuum: s.vacuumOf}
 	if s.noPin {
 		r.PinStartSec, r.PinEndSec = 0, 0
 	}
@@ -122,6 +123,8 @@ func TestSoakEvaluation(t *testing.T) {
 		{"growth within tolerance", synthetic{recover: 10, growth: 1.2, vacuum: 30, load: 1}, "met", "met", "", "(1.20×"},
 		{"growth past tolerance", synthetic{recover: 10, growth: 1.3, vacuum: 30, load: 1}, "met", "not met", "", "(1.30×"},
 		{"never vacuumed", synthetic{recover: 10, growth: 1, vacuum: -1, load: 1}, "met", "not met", "", "never back to the pre-pin level"},
+		{"autovacuum off", synthetic{recover: 10, growth: 1, vacuum: -1, load: 1, vacuumOf: "off"}, "met", "not readable", "", "the server runs with autovacuum off"},
+		{"autovacuum on", synthetic{recover: 10, growth: 1, vacuum: 30, load: 1, vacuumOf: "on"}, "met", "met", "", ""},
 		{"vacuumed in part", synthetic{recover: 10, growth: 1, vacuum: 30, vacuumTo: 1001, load: 1}, "met", "not met", "", "never back to the pre-pin level"},
 		{"arrivals end before the samples", synthetic{recover: 10, growth: 1, vacuum: 30, load: 1, arrivals: 235}, "met", "met", "", "(1.00×"},
 		{"noisy host", synthetic{recover: 10, growth: 1, vacuum: 30, load: 5.5}, "not readable", "met", "host too noisy: mean 1-minute load 5.5", ""},
@@ -154,7 +157,7 @@ func TestSoakGoals(t *testing.T) {
 	peer := synthSoak(synthetic{recover: -1, growth: 2, vacuum: -1, load: 1})
 	peer.System = "River v0.0.0"
 	lh.DrainBack = SoakVerdict{"not met", "stale"}
-	r := &Report{Mode: "soak", Soak: &Soak{RatePerSec: 400, DurationSec: 240, PinSec: 60, IntervalSec: 5, Runs: []SoakRun{lh, peer}}}
+	r := &Report{Mode: "soak smoke", Soak: &Soak{RatePerSec: 400, DurationSec: 240, PinSec: 60, IntervalSec: 5, Runs: []SoakRun{lh, peer}}}
 	r.computeRatios()
 	if len(r.Goals) != 2 {
 		t.Fatalf("goals of a soak-only report: %+v", r.Goals)
