@@ -32,6 +32,10 @@ type Kept struct {
 	// (replay must still fail).
 	Expect  string `json:"expect"`
 	Command string `json:"command"`
+	// Actions is the property's action map the failfile was drawn against
+	// (ActionsVersion): under another, its choices drive another sequence,
+	// so a replay refuses it (StaleFailfile).
+	Actions string `json:"actions"`
 	// Transient: the store came from outside the repository (Target.Transient),
 	// so rapid's copy under testdata/ was moved out, not copied, into the
 	// run's reports directory rather than reports/failfiles.
@@ -179,6 +183,7 @@ func KeepFailfile(testName string, since time.Time, k Kept) (Kept, error) {
 		}
 	}
 	k.Seed = failfileSeed(string(body))
+	k.Actions = ActionsVersion()
 	k.Command = ReplayCommand(k)
 	sidecar, _ := json.MarshalIndent(k, "", "  ")
 	return k, os.WriteFile(dst+".json", append(sidecar, '\n'), 0o644)

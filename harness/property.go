@@ -106,6 +106,7 @@ type Failure struct {
 // Check returns the rapid property. outer provides temporary directories and
 // failure reporting to the factory; each check opens a fresh store.
 func (p *Property) Check(outer testing.TB) func(*rapid.T) {
+	refuseStaleFailfile(outer)
 	return func(t *rapid.T) {
 		if p.started.IsZero() {
 			p.started = time.Now()
@@ -140,7 +141,7 @@ type machine struct {
 	runs     []runRef
 	steps    int
 	property *Property
-	// lastOutboxCreate is the last create zz_create_outbox sent, for its
+	// lastOutboxCreate is the last create create_outbox sent, for its
 	// retries.
 	lastOutboxCreate *spec.CreateRunRequest
 	// cursors are the Next of every page listed so far.
@@ -272,12 +273,10 @@ func (m *machine) newestLeases() []spec.Lease {
 
 // actions is the rapid state machine. rapid picks actions uniformly, so the
 // ones that move runs forward are listed more than once (weighted by name).
-//
-// rapid draws an action as an index into the sorted names, and leans
-// towards the last one, so a kept failfile replays only while the names keep
-// their places and the last name keeps its meaning: actions added after
-// failfiles were kept (laterActions) sort after all the earlier names, and
-// the last of all is again retry.
+// The names are plain verbs: a failing sequence worth keeping becomes a
+// scenario (scenarios/testdata/kept_*), and a kept failfile is stamped with
+// ActionsVersion, so that one drawn against another map is refused, not
+// replayed as something else.
 func (m *machine) actions() map[string]func(*rapid.T) {
 	a := m.baseActions()
 	for name, copies := range map[string]int{"create": 2, "claim": 3, "complete": 2, "renew": 1, "retry": 2, "reserve_effect": 1, "record_effect": 1, "advance_clock": 2} {
@@ -285,44 +284,24 @@ func (m *machine) actions() map[string]func(*rapid.T) {
 			a[fmt.Sprintf("%s_%d", name, i)] = a[name]
 		}
 	}
-	for name, action := range m.laterActions() {
-		a[name] = action
+	for _, more := range []map[string]func(*rapid.T){m.laterActions(), m.outboxActions(), m.bulkActions(), m.roundActions(),
+		m.listActions(), m.txActions(), m.readActions()} {
+		for name, action := range more {
+			a[name] = action
+		}
 	}
-	a["z_retry"] = a["retry"] // "retry_2" was the last name
-	for name, action := range m.outboxActions() {
-		a[name] = action
-	}
-	a["zzz_retry"] = a["retry"] // "z_retry" was the last name
-	for name, action := range m.bulkActions() {
-		a[name] = action
-	}
-	a["zzzzz_retry"] = a["retry"] // "zzz_retry" was the last name
-	for name, action := range m.roundActions() {
-		a[name] = action
-	}
-	a["zzzzzzz_retry"] = a["retry"]   // "zzzzz_retry" was the last name
-	a["zzzzzzzzz_retry"] = a["retry"] // "zzzzzzz_retry" was, before zzzzzzzz_restart
-	for name, action := range m.listActions() {
-		a[name] = action
-	}
-	a["zzzzzzzzzzz_retry"] = a["retry"] // "zzzzzzzzz_retry" was the last name
-	for name, action := range m.txActions() {
-		a[name] = action
-	}
-	a["zzzzzzzzzzzzz_retry"] = a["retry"] // "zzzzzzzzzzz_retry" was the last name
 	return a
 }
 
 // txActions are admission's in the application's transaction
-// (spec.TxAdmitter), added after zzzzzzzzzzz_retry:
-// zzzzzzzzzzzz_create_run_tx admits a request (now and then with a message,
+// (spec.TxAdmitter): create_run_tx admits a request (now and then with a message,
 // now and then invalid) in a transaction that commits or rolls back, and
 // half the time admits its key again at once with CreateRun under another
 // run id: after a rollback that one creates its run, after a commit it
 // replays or conflicts.
 func (m *machine) txActions() map[string]func(*rapid.T) {
 	return map[string]func(*rapid.T){
-		"zzzzzzzzzzzz_create_run_tx": func(t *rapid.T) {
+		"create_run_tx": func(t *rapid.T) {
 			if !spec.OperationOf(spec.CreateRunTxRequest{}).Supports(m.store) {
 				t.Skip("the store does not implement spec.TxAdmitter")
 			}
@@ -347,7 +326,7 @@ func (m *machine) txActions() map[string]func(*rapid.T) {
 	}
 }
 
-// listActions are the listing's, added after zzzzzzzzz_retry. A round of
+// listActions are the listing's. A round of
 // listing pages through a tenant's runs to the end, each page from the
 // Next of the one before with the same filters, so that a page boundary
 // inside runs created in one millisecond is common; now and then it starts
@@ -356,7 +335,7 @@ func (m *machine) txActions() map[string]func(*rapid.T) {
 // or a cursor is one no listing made.
 func (m *machine) listActions() map[string]func(*rapid.T) {
 	return map[string]func(*rapid.T){
-		"zzzzzzzzzz_list_runs": func(t *rapid.T) {
+		"list_runs": func(t *rapid.T) {
 			if !spec.OperationOf(spec.ListRunsRequest{}).Supports(m.store) {
 				t.Skip("the store does not implement spec.RunLister")
 			}
@@ -389,8 +368,7 @@ func (m *machine) listActions() map[string]func(*rapid.T) {
 }
 
 // roundActions are a worker's, a relay's and a retrying client's whole
-// rounds, added after zzzzz_retry (zzzzzzzz_restart after zzzzzzz_retry,
-// so that kept failfiles keep their meaning): each is a few operations, the
+// rounds: each is a few operations, the
 // later on what the earlier returned, so that a batch completion that completes one
 // member and refuses another, an outbox claim that takes messages, a mark
 // that marks them and a bulk admission that replays members are common in
@@ -401,7 +379,7 @@ func (m *machine) roundActions() map[string]func(*rapid.T) {
 		// zombie: the generation before one of its leases, under any owner
 		// (a paused worker's late completion; on a first claim, generation
 		// 0, a lease never granted), which must be refused.
-		"zzzzzz_work_batch": func(t *rapid.T) {
+		"work_batch": func(t *rapid.T) {
 			if !spec.OperationOf(spec.CompleteBatchRequest{}).Supports(m.store) {
 				t.Skip("the store does not implement spec.BatchCompleter")
 			}
@@ -426,7 +404,7 @@ func (m *machine) roundActions() map[string]func(*rapid.T) {
 		// reclaims the run at the next generation, and its earlier
 		// incarnation's late completion through the old lease (same owner,
 		// a lease live again) must be refused on the generation alone.
-		"zzzzzzzz_restart": func(t *rapid.T) {
+		"restart": func(t *rapid.T) {
 			tenant, worker := m.tenant(t), rapid.SampledFrom(workers).Draw(t, "worker")
 			got := m.do(t, model.Op{Req: spec.ClaimRequest{Tenant: tenant, Worker: worker, LeaseMs: 20, Limit: 1}})
 			leases, _ := got.Value.([]spec.Lease)
@@ -441,7 +419,7 @@ func (m *machine) roundActions() map[string]func(*rapid.T) {
 		},
 		// A client admits a run with messages; a relay claims messages of
 		// every tenant and marks what it took delivered.
-		"zzzzzz_relay": func(t *rapid.T) {
+		"relay": func(t *rapid.T) {
 			tenant := rapid.SampledFrom(tenants).Draw(t, "tenant")
 			m.do(t, model.Op{Req: spec.CreateRunRequest{Tenant: tenant, Operation: "work",
 				IdempotencyKey: rapid.SampledFrom(keys).Draw(t, "key"), RunID: m.newRunID(t, tenant),
@@ -460,7 +438,7 @@ func (m *machine) roundActions() map[string]func(*rapid.T) {
 		// A client that did not hear back sends its bulk admission again,
 		// each member with another proposed run id: what the first created,
 		// the second replays.
-		"zzzzzz_create_runs_twice": func(t *rapid.T) {
+		"create_runs_twice": func(t *rapid.T) {
 			if !spec.OperationOf(spec.CreateRunsRequest{}).Supports(m.store) {
 				t.Skip("the store does not implement spec.BatchCreator")
 			}
@@ -481,14 +459,13 @@ func (m *machine) roundActions() map[string]func(*rapid.T) {
 	}
 }
 
-// bulkActions are bulk admission's actions, added after zzz_retry (as the
-// outbox's were after z_retry): zzzz_create_runs admits 0 to 4 members,
+// bulkActions are bulk admission's actions: create_runs admits 0 to 4 members,
 // each a new request or a repeat of an earlier member of the batch (the
 // same request, a replay; another payload, a conflict; another key with the
 // same run id, already_exists), now and then an invalid one.
 func (m *machine) bulkActions() map[string]func(*rapid.T) {
 	return map[string]func(*rapid.T){
-		"zzzz_create_runs": func(t *rapid.T) {
+		"create_runs": func(t *rapid.T) {
 			if !spec.OperationOf(spec.CreateRunsRequest{}).Supports(m.store) {
 				t.Skip("the store does not implement spec.BatchCreator")
 			}
@@ -533,12 +510,10 @@ func messages(t *rapid.T) []spec.Message {
 	return out
 }
 
-// outboxActions are the outbox's actions, added after z_retry: their names
-// sort after it and before zzz_retry, the last again, and their draws
-// happen only inside them, so that every kept failfile replays as before.
+// outboxActions are the outbox's actions.
 func (m *machine) outboxActions() map[string]func(*rapid.T) {
 	return map[string]func(*rapid.T){
-		"zz_create_outbox": func(t *rapid.T) {
+		"create_outbox": func(t *rapid.T) {
 			// Half the time a retry of the last one (another proposed run id),
 			// which must replay and write nothing.
 			if m.lastOutboxCreate != nil && rapid.Bool().Draw(t, "retry_create?") {
@@ -554,7 +529,7 @@ func (m *machine) outboxActions() map[string]func(*rapid.T) {
 			m.lastOutboxCreate = &req
 			m.do(t, model.Op{Req: req})
 		},
-		"zz_complete_outbox": func(t *rapid.T) {
+		"complete_outbox": func(t *rapid.T) {
 			if rapid.Bool().Draw(t, "batch?") && spec.OperationOf(spec.CompleteBatchRequest{}).Supports(m.store) {
 				var reqs []spec.CompleteRequest
 				for range rapid.IntRange(1, 3).Draw(t, "members") {
@@ -565,7 +540,7 @@ func (m *machine) outboxActions() map[string]func(*rapid.T) {
 			}
 			m.do(t, model.Op{Req: spec.CompleteRequest{Lease: m.lease(t), Outbox: messages(t)}})
 		},
-		"zz_claim_outbox": func(t *rapid.T) {
+		"claim_outbox": func(t *rapid.T) {
 			tenant := ""
 			if rapid.Bool().Draw(t, "one_tenant?") {
 				tenant = m.tenant(t)
@@ -574,7 +549,7 @@ func (m *machine) outboxActions() map[string]func(*rapid.T) {
 				LeaseMs: sometimesBad(t, "lease_ms", rapid.SampledFrom([]int64{10, 25, 60}), 0, 61),
 				Limit:   sometimesBad(t, "limit", rapid.IntRange(1, 3), 0)}})
 		},
-		"zz_mark_delivered": func(t *rapid.T) {
+		"mark_delivered": func(t *rapid.T) {
 			known := m.model.Snapshot(m.state).Outbox
 			var keys []spec.OutboxKey
 			for range rapid.IntRange(1, 3).Draw(t, "marks") {
@@ -590,9 +565,7 @@ func (m *machine) outboxActions() map[string]func(*rapid.T) {
 	}
 }
 
-// laterActions are the actions added after failfiles were first kept: their
-// names sort after "retry_2" and before "z_retry", and their draws happen
-// only inside them.
+// laterActions are a scheduled admission and a sweep of retired runs.
 func (m *machine) laterActions() map[string]func(*rapid.T) {
 	return map[string]func(*rapid.T){
 		// A create with a schedule, with the keys, payloads and ids of the

@@ -75,6 +75,11 @@ func replay(ctx context.Context, out io.Writer, reports string, files []string) 
 			fmt.Fprintf(out, "%-32s seed %-20s expect %-4s -> SKIPPED: %s\n    %s\n", filepath.Base(k.File), k.Seed, k.Expect, pgProblem, k.Command)
 			continue
 		}
+		if why := harness.StaleFailfile(k); why != "" {
+			bad++
+			fmt.Fprintf(out, "%-32s seed %-20s expect %-4s -> REFUSED (stale)\n    %s\n", filepath.Base(k.File), k.Seed, k.Expect, why)
+			continue
+		}
 		abs, err := filepath.Abs(k.File)
 		if err != nil {
 			return err
