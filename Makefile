@@ -26,7 +26,7 @@ MIN_DEPTH ?= 0
 FULL      ?=
 VERIFYFLAGS = --budget $(BUDGET) --min-depth $(MIN_DEPTH) $(if $(filter 1,$(FULL)),--full)
 
-.PHONY: all test test-race verify verify-oversubscribed evidence replay demo fmt lint fuzz bench clean verify-port verify-port-broken test-outside test-python test-peers-node probe probe-evidence
+.PHONY: all test test-race verify verify-oversubscribed evidence replay demo fmt lint fuzz bench clean verify-port verify-port-broken test-outside test-ui test-python test-peers-node probe probe-evidence
 
 all: test
 
@@ -92,6 +92,8 @@ lint:
 	  (cd $$m && GOWORK=off $(GO) mod tidy -diff && GOWORK=off $(GO) vet ./...) || \
 	    { echo "lint: module $$m is untidy or fails vet on its own: run go mod tidy there (GOWORK=off)"; exit 1; }; \
 	done
+	@# The browser test's broken UIs build with the mutant tag too.
+	cd ui/browsertest && GOWORK=off $(GO) vet -tags leasehold_mutants ./...
 
 ## bench: leasehold against River (PostgreSQL, SQLite) and the database's ceiling ($(REPORTS)/bench.{json,md,html};
 ## REPORTS=reports for the committed evidence); BENCHFLAGS=--quick for the
@@ -128,6 +130,13 @@ verify-port-broken:
 ## (GOWORK=off: as an outside user builds it, from its own go.mod)
 test-outside:
 	cd ports/go-outside && GOWORK=off $(GO) test -count=1 -timeout $(TESTTIMEOUT) $(TESTFLAGS) ./...
+
+## test-ui: the operator UI (leasehold ui) in a real browser, Debian's chromium driven through
+## chromedp (ui/browsertest, a module of its own): its checks, then each check on a UI broken
+## for it (a leasehold_mutants build), which must fail. Without chromium it skips, loudly (CI=true: fails)
+test-ui:
+	cd ui/browsertest && $(GO) test -count=1 -timeout $(TESTTIMEOUT) $(TESTFLAGS) ./...
+	cd ui/browsertest && $(GO) test -count=1 -timeout $(TESTTIMEOUT) -tags leasehold_mutants -run TestChecksCatchBrokenUIs $(TESTFLAGS) ./...
 
 ## test-python: the Python port's own tests (RFC 8785 vectors, fingerprint, payloads)
 test-python:
