@@ -1,6 +1,7 @@
 # leasehold — see README.md. Every target works on a fresh clone with Go 1.26.
-# PostgreSQL suites use LEASEHOLD_PG_DSN (or DATABASE_URL), else testcontainers
-# when Docker answers; `make verify` and CI=true make a missing database a failure.
+# PostgreSQL suites use LEASEHOLD_PG_DSN (or DATABASE_URL), else a private cluster
+# from the local PostgreSQL binaries (Docker: go run ./impl/postgres/pgcontainer
+# prints a DSN); `make verify` and CI=true make a missing database a failure.
 
 SHELL     := /bin/bash
 GO        ?= go
@@ -8,7 +9,7 @@ GO        ?= go
 # have no target of their own (docs/MODULES.md): make test, test-race, lint and
 # fuzz cover them. powerloss runs under verify, bench/river under bench,
 # peers/river under probe, ports/go-outside under test-outside.
-PKGS      ?= ./... ./bench/... ./cmd/leasehold/... ./impl/etcd/... ./relay/...
+PKGS      ?= ./... ./bench/... ./cmd/leasehold/... ./impl/etcd/... ./impl/postgres/pgcontainer/... ./relay/...
 # Every module of go.work (absolute directories), each tidy and vet clean on its own.
 MODULES    = $(shell $(GO) list -m -f '{{.Dir}}')
 BUDGET    ?= 5m

@@ -27,10 +27,11 @@
 // This package is part of leasehold's main module and must not import River
 // (leasehold's own dependency graph must not grow). The peer is plugged in
 // through Peer by the program in bench/river, a separate Go module that
-// imports both River and this package (with a replace to the main module).
+// imports both River and this package (with replaces to this repository).
 // `leasehold bench` (cmd/leasehold) runs that program with `go run`; the
-// benchmark code itself lives here so that `go test ./...` of the main module
-// exercises it (bench_test.go) and it cannot rot unnoticed.
+// benchmark code itself lives here, in a module of its own (it requires the
+// etcd store), so that make test exercises it (bench_test.go) and it cannot
+// rot unnoticed.
 package bench
 
 import (

@@ -25,7 +25,7 @@ import (
 	"github.com/leasehold/leasehold/spec"
 )
 
-// TestMain terminates the shared testcontainers PostgreSQL, if one was
+// TestMain stops pgtest's private PostgreSQL cluster, if one was
 // started (see pgtest).
 func TestMain(m *testing.M) { pgtest.Main(m) }
 

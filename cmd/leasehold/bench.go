@@ -70,7 +70,7 @@ func benchArgs(fs *flag.FlagSet, reports string) ([]string, error) {
 // Why it runs another program: comparing with River in the same run means
 // the benchmark program must import River, and leasehold's own module must
 // not (its dependency graph must not grow). The benchmark code lives in
-// package bench of this module (tested by `go test ./...`); the program that
+// package bench, a module of its own (tested by make test); the program that
 // plugs River into it is the separate module bench/river, which requires
 // leasehold through a replace to this repository and River from the module
 // proxy (its go.sum is committed). This command finds the repository that

@@ -9,7 +9,7 @@ import (
 	"github.com/leasehold/leasehold/leaseholdtest"
 )
 
-// TestMain terminates the shared testcontainers PostgreSQL, if one was
+// TestMain stops pgtest's private PostgreSQL cluster, if one was
 // started (see pgtest).
 func TestMain(m *testing.M) { pgtest.Main(m) }
 

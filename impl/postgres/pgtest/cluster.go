@@ -93,56 +93,109 @@ func InitDB(t testing.TB) string {
 // newCluster finds the binaries and makes the cluster's directory.
 func newCluster(t testing.TB, opts ClusterOptions) *Cluster {
 	t.Helper()
-	bin := os.Getenv(EnvBin)
-	if bin == "" {
-		bin = DefaultBin
-	}
-	for _, tool := range []string{"initdb", "pg_ctl"} {
-		if _, err := os.Stat(filepath.Join(bin, tool)); err != nil {
-			msg := fmt.Sprintf("NO POSTGRESQL SERVER BINARIES FOR THIS FAULT TEST: %v. It starts, stops and restarts a PostgreSQL server of its own "+
-				"(never the shared one); install postgresql-15 or set %s to the directory holding initdb and pg_ctl.", err, EnvBin)
-			if Required() {
-				t.Fatalf("%s (%s=1 or %s=true: a PostgreSQL suite may not skip)", msg, EnvRequire, EnvCI)
-			}
-			t.Skip(msg)
-		}
-	}
-	dir, err := os.MkdirTemp("", "leasehold-pgcluster-")
+	bin, err := binDir()
 	if err != nil {
-		t.Fatalf("pgtest: cluster directory: %v", err)
+		msg := fmt.Sprintf("NO POSTGRESQL SERVER BINARIES FOR THIS FAULT TEST: %v. It starts, stops and restarts a PostgreSQL server of its own "+
+			"(never the shared one); install postgresql-15 or set %s to the directory holding initdb and pg_ctl.", err, EnvBin)
+		if Required() {
+			t.Fatalf("%s (%s=1 or %s=true: a PostgreSQL suite may not skip)", msg, EnvRequire, EnvCI)
+		}
+		t.Skip(msg)
 	}
-	c := &Cluster{bin: bin, dir: dir, data: cmp.Or(opts.Data, filepath.Join(dir, "data")), asPostgres: os.Geteuid() == 0, opts: opts}
-	t.Cleanup(func() {
-		if _, err := os.Stat(filepath.Join(c.data, "postmaster.pid")); err == nil {
-			if out, err := c.pgCtl("stop", "-m", "immediate", "-w", "-t", pgCtlWait()); err != nil {
-				t.Errorf("pgtest: stopping the cluster in %s: %v\n%s", c.dir, err, out)
+	c, err := makeCluster(bin, opts)
+	if c != nil {
+		t.Cleanup(func() {
+			if err := c.remove(); err != nil {
+				t.Errorf("pgtest: %v", err)
 			}
-		}
-		os.RemoveAll(dir)
-	})
-	if c.asPostgres {
-		u, err := user.Lookup("postgres")
-		if err != nil {
-			t.Fatalf("pgtest: running as root, the cluster needs the postgres OS user: %v", err)
-		}
-		uid, _ := strconv.Atoi(u.Uid)
-		gid, _ := strconv.Atoi(u.Gid)
-		if err := os.Chmod(dir, 0o755); err != nil {
-			t.Fatal(err)
-		}
-		if err := os.Chown(dir, uid, gid); err != nil {
-			t.Fatalf("pgtest: chown %s to postgres: %v", dir, err)
-		}
-		if opts.Data != "" {
-			if err := os.MkdirAll(opts.Data, 0o700); err != nil {
-				t.Fatal(err)
-			}
-			if err := os.Chown(opts.Data, uid, gid); err != nil {
-				t.Fatalf("pgtest: chown %s to postgres: %v", opts.Data, err)
-			}
-		}
+		})
+	}
+	if err != nil {
+		t.Fatalf("pgtest: %v", err)
 	}
 	return c
+}
+
+// binDir returns the directory of the server binaries (EnvBin, default
+// DefaultBin), or why they are not there.
+func binDir() (string, error) {
+	bin := cmp.Or(os.Getenv(EnvBin), DefaultBin)
+	for _, tool := range []string{"initdb", "pg_ctl"} {
+		if _, err := os.Stat(filepath.Join(bin, tool)); err != nil {
+			return "", err
+		}
+	}
+	return bin, nil
+}
+
+// makeCluster makes a cluster's directory; running as root, it and
+// opts.Data belong to the postgres OS user. A cluster it returns with an
+// error is still to be removed.
+func makeCluster(bin string, opts ClusterOptions) (*Cluster, error) {
+	dir, err := os.MkdirTemp("", "leasehold-pgcluster-")
+	if err != nil {
+		return nil, fmt.Errorf("cluster directory: %v", err)
+	}
+	c := &Cluster{bin: bin, dir: dir, data: cmp.Or(opts.Data, filepath.Join(dir, "data")), asPostgres: os.Geteuid() == 0, opts: opts}
+	if !c.asPostgres {
+		return c, nil
+	}
+	u, err := user.Lookup("postgres")
+	if err != nil {
+		return c, fmt.Errorf("running as root, the cluster needs the postgres OS user: %v", err)
+	}
+	uid, _ := strconv.Atoi(u.Uid)
+	gid, _ := strconv.Atoi(u.Gid)
+	if err := os.Chmod(dir, 0o755); err != nil {
+		return c, err
+	}
+	if err := os.Chown(dir, uid, gid); err != nil {
+		return c, fmt.Errorf("chown %s to postgres: %v", dir, err)
+	}
+	if opts.Data != "" {
+		if err := os.MkdirAll(opts.Data, 0o700); err != nil {
+			return c, err
+		}
+		if err := os.Chown(opts.Data, uid, gid); err != nil {
+			return c, fmt.Errorf("chown %s to postgres: %v", opts.Data, err)
+		}
+	}
+	return c, nil
+}
+
+// startPrivate initializes and starts a cluster with no test of its own:
+// DSN's server when no DSN is configured (Main removes it).
+func startPrivate() (*Cluster, error) {
+	bin, err := binDir()
+	if err != nil {
+		return nil, fmt.Errorf("no PostgreSQL server binaries: %v; install postgresql-15 or set %s", err, EnvBin)
+	}
+	c, err := makeCluster(bin, ClusterOptions{})
+	if err == nil {
+		var out []byte
+		if out, err = c.run("initdb", "-D", c.data, "-A", "trust", "-U", "postgres", "--no-sync", "-E", "UTF8"); err != nil {
+			err = fmt.Errorf("initdb: %v\n%s", err, out)
+		} else {
+			err = c.start()
+		}
+	}
+	if err != nil && c != nil {
+		c.remove()
+	}
+	return c, err
+}
+
+// remove stops the cluster if it runs (immediate mode: its data is thrown
+// away) and removes its directory.
+func (c *Cluster) remove() error {
+	var err error
+	if _, statErr := os.Stat(filepath.Join(c.data, "postmaster.pid")); statErr == nil {
+		if out, stopErr := c.pgCtl("stop", "-m", "immediate", "-w", "-t", pgCtlWait()); stopErr != nil {
+			err = fmt.Errorf("stopping the cluster in %s: %v\n%s", c.dir, stopErr, out)
+		}
+	}
+	os.RemoveAll(c.dir)
+	return err
 }
 
 // initdb initializes the cluster's data directory.
@@ -164,14 +217,25 @@ func (c *Cluster) DSN() string {
 // DSN taken before a restart still works after it.
 func (c *Cluster) Start(t testing.TB) {
 	t.Helper()
+	if err := c.start(); err != nil {
+		t.Fatalf("pgtest: %v", err)
+	}
+}
+
+// start is Start, returning what went wrong.
+func (c *Cluster) start() error {
 	first := c.port == 0
 	for try := 0; ; try++ {
 		if first {
-			c.port = freePort(t)
+			port, err := freePort()
+			if err != nil {
+				return err
+			}
+			c.port = port
 		}
 		out, err := c.pgCtl("start", "-w", "-t", pgCtlWait(), "-l", filepath.Join(c.dir, "server.log"), "-o", c.serverOptions())
 		if err == nil {
-			return
+			return nil
 		}
 		log, _ := os.ReadFile(filepath.Join(c.dir, "server.log"))
 		// Another process may have taken the free port meanwhile: only a
@@ -179,7 +243,7 @@ func (c *Cluster) Start(t testing.TB) {
 		if first && try < 2 && bytes.Contains(log, []byte("could not bind")) {
 			continue
 		}
-		t.Fatalf("pgtest: pg_ctl start: %v\n%s\nserver log:\n%s", err, out, log)
+		return fmt.Errorf("pg_ctl start: %v\n%s\nserver log:\n%s", err, out, log)
 	}
 }
 
@@ -251,14 +315,13 @@ func (c *Cluster) run(tool string, args ...string) ([]byte, error) {
 }
 
 // freePort returns a loopback TCP port that was free a moment ago.
-func freePort(t testing.TB) int {
-	t.Helper()
+func freePort() (int, error) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
-		t.Fatalf("pgtest: finding a free port: %v", err)
+		return 0, fmt.Errorf("finding a free port: %v", err)
 	}
 	defer ln.Close()
-	return ln.Addr().(*net.TCPAddr).Port
+	return ln.Addr().(*net.TCPAddr).Port, nil
 }
 
 // pgCtlWait is how long pg_ctl waits for the server to start or stop (its

@@ -1,10 +1,12 @@
 // Package pgtest provisions PostgreSQL for leasehold's tests. Every
 // PostgreSQL test gets its database through it:
 //
-//  1. LEASEHOLD_PG_DSN, else DATABASE_URL, when set: that server.
-//  2. Otherwise, when a Docker engine answers: one postgres:16-alpine
-//     container started by testcontainers-go for the whole test binary
-//     (terminated by Main, or by testcontainers' reaper when the binary exits).
+//  1. LEASEHOLD_PG_DSN, else DATABASE_URL, when set: that server (for a
+//     server in Docker, the pgcontainer command of the module
+//     impl/postgres/pgcontainer starts one and prints the line to export).
+//  2. Otherwise, when the PostgreSQL server binaries are installed (EnvBin,
+//     default DefaultBin): a private cluster of the test binary's own, on a
+//     free loopback port, stopped and removed by Main.
 //  3. Otherwise the test is skipped with a loud reason, except when CI=true or
 //     LEASEHOLD_REQUIRE_PG=1 (what `make verify` sets): then a missing
 //     database fails the test, so a PostgreSQL suite can never pass by
@@ -14,7 +16,7 @@
 // store under test creates and migrates, and which is dropped when the test
 // ends.
 //
-// The container image runs with fsync=off; a test about durability across a
+// The private cluster runs with fsync=off; a test about durability across a
 // server crash must not use it.
 //
 // A fault test that stops or restarts its server uses a Cluster instead
@@ -35,8 +37,6 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/testcontainers/testcontainers-go"
-	tcpostgres "github.com/testcontainers/testcontainers-go/modules/postgres"
 
 	"github.com/leasehold/leasehold/impl/postgres"
 	"github.com/leasehold/leasehold/impl/storetest"
@@ -50,7 +50,6 @@ const (
 	EnvDSNAlt     = "DATABASE_URL"         // used when EnvDSN is unset
 	EnvRequire    = "LEASEHOLD_REQUIRE_PG" // "1": a missing database fails instead of skipping
 	EnvCI         = "CI"                   // "true": as EnvRequire=1
-	containerImg  = "postgres:16-alpine"
 	schemaPrefix  = "lh_test_"
 	setupDeadline = 2 * time.Minute
 )
@@ -62,20 +61,22 @@ func Required() bool {
 }
 
 var shared struct {
-	once sync.Once
-	dsn  string
-	ctr  *tcpostgres.PostgresContainer
-	err  error // why no database is available
+	once    sync.Once
+	dsn     string
+	cluster *Cluster // the private cluster, when no DSN is configured
+	inMain  bool     // Main runs the tests: it stops a private cluster
+	err     error    // why no database is available
 }
 
-// DSN returns the connection string of the test server, starting the shared
-// container on first use when no DSN is configured. With no database it
-// skips t, or fails it when Required.
+// DSN returns the connection string of the test server, starting the
+// private cluster on first use when no DSN is configured. With no database
+// it skips t, or fails it when Required.
 func DSN(t testing.TB) string {
 	t.Helper()
 	shared.once.Do(provision)
 	if shared.err != nil {
-		msg := fmt.Sprintf(storetest.NoPostgreSQLPrefix+"%v. Set %s (e.g. postgres://postgres@127.0.0.1:5432/test?sslmode=disable) or start a Docker engine for testcontainers.",
+		msg := fmt.Sprintf(storetest.NoPostgreSQLPrefix+"%v. Set %s (e.g. postgres://postgres@127.0.0.1:5432/test?sslmode=disable; "+
+			"for a server in Docker: go run ./impl/postgres/pgcontainer) or install the PostgreSQL server binaries.",
 			shared.err, EnvDSN)
 		if Required() {
 			t.Fatalf("%s (%s=1 or %s=true: a PostgreSQL suite may not skip)", msg, EnvRequire, EnvCI)
@@ -98,41 +99,16 @@ func provision() {
 		}
 		return
 	}
-	if err := dockerHealthy(); err != nil {
-		shared.err = fmt.Errorf("%s and %s are unset and no Docker engine answers (%v)", EnvDSN, EnvDSNAlt, err)
+	if !shared.inMain {
+		shared.err = fmt.Errorf("%s and %s are unset, and this test binary cannot start a private cluster: its TestMain does not call pgtest.Main, which stops it", EnvDSN, EnvDSNAlt)
 		return
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), setupDeadline)
-	defer cancel()
-	ctr, err := tcpostgres.Run(ctx, containerImg,
-		tcpostgres.WithDatabase("leasehold"),
-		tcpostgres.WithUsername("leasehold"),
-		tcpostgres.WithPassword("leasehold"),
-		tcpostgres.BasicWaitStrategies())
-	shared.ctr = ctr
+	c, err := startPrivate()
 	if err != nil {
-		shared.err = fmt.Errorf("starting %s with testcontainers failed: %w", containerImg, err)
+		shared.err = fmt.Errorf("%s and %s are unset and no private cluster could start (%v)", EnvDSN, EnvDSNAlt, err)
 		return
 	}
-	shared.dsn, shared.err = ctr.ConnectionString(ctx, "sslmode=disable")
-}
-
-// dockerHealthy reports whether testcontainers can reach a Docker engine. The
-// provider panics on some broken setups; that is "no engine" too.
-func dockerHealthy() (err error) {
-	defer func() {
-		if r := recover(); r != nil {
-			err = fmt.Errorf("docker provider panicked: %v", r)
-		}
-	}()
-	provider, err := testcontainers.ProviderDefault.GetProvider()
-	if err != nil {
-		return err
-	}
-	defer provider.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	return provider.Health(ctx)
+	shared.cluster, shared.dsn = c, c.DSN()
 }
 
 // LockPatience is the checks' patience (hang.Patience) as a PostgreSQL
@@ -140,46 +116,18 @@ func dockerHealthy() (err error) {
 // still holds one), never a slow server.
 func LockPatience() string { return fmt.Sprintf("%dms", hang.Patience().Milliseconds()) }
 
-// Main runs a package's tests and then terminates the shared container if
-// one was started. Use it from TestMain: func TestMain(m *testing.M) {
+// Main runs a package's tests and then stops the private cluster if one
+// was started. Use it from TestMain: func TestMain(m *testing.M) {
 // pgtest.Main(m) }.
 func Main(m *testing.M) {
+	shared.inMain = true
 	code := m.Run()
-	if shared.ctr != nil {
-		if err := testcontainers.TerminateContainer(shared.ctr); err != nil {
-			fmt.Fprintf(os.Stderr, "pgtest: terminating the PostgreSQL container: %v\n", err)
+	if shared.cluster != nil {
+		if err := shared.cluster.remove(); err != nil {
+			fmt.Fprintf(os.Stderr, "pgtest: stopping the private PostgreSQL cluster: %v\n", err)
 		}
 	}
 	os.Exit(code)
-}
-
-// Container starts a dedicated PostgreSQL container for t alone (terminated
-// when t ends) and returns its DSN: for a test that must restart, stop or
-// reconfigure its server. It skips (or fails, when Required) without Docker.
-func Container(t testing.TB) string {
-	t.Helper()
-	if err := dockerHealthy(); err != nil {
-		if Required() {
-			t.Fatalf("this test needs its own PostgreSQL container and no Docker engine answers: %v", err)
-		}
-		t.Skipf("NO DOCKER ENGINE: this test needs its own PostgreSQL container: %v", err)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), setupDeadline)
-	defer cancel()
-	ctr, err := tcpostgres.Run(ctx, containerImg,
-		tcpostgres.WithDatabase("leasehold"),
-		tcpostgres.WithUsername("leasehold"),
-		tcpostgres.WithPassword("leasehold"),
-		tcpostgres.BasicWaitStrategies())
-	testcontainers.CleanupContainer(t, ctr)
-	if err != nil {
-		t.Fatalf("start %s: %v", containerImg, err)
-	}
-	dsn, err := ctr.ConnectionString(ctx, "sslmode=disable")
-	if err != nil {
-		t.Fatalf("container connection string: %v", err)
-	}
-	return dsn
 }
 
 // Schema returns the test server's DSN and a fresh schema name for t. The

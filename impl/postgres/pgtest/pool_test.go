@@ -17,6 +17,10 @@ import (
 	"github.com/leasehold/leasehold/spec"
 )
 
+// TestMain stops the private PostgreSQL cluster, if one was started (see
+// pgtest).
+func TestMain(m *testing.M) { pgtest.Main(m) }
+
 // scoped is a testing.TB whose cleanups run when close is called: one
 // round of a test that opens many stores, as the harness's property does.
 type scoped struct {
