@@ -266,6 +266,9 @@ func WriteReport(dir string, m model.Model, h *History, v Verdict, j Judgement, 
 	if err := porcupine.VisualizePath(PorcupineModel(m, v.Partitioned), info, filepath.Join(dir, "history.html")); err != nil {
 		return fmt.Errorf("visualize: %w", err)
 	}
+	if err := writeTimelines(dir, h); err != nil {
+		return fmt.Errorf("timeline: %w", err)
+	}
 	var b strings.Builder
 	fmt.Fprintf(&b, "# Linearizability report\n\nStore: %s. Seed: %d. Operations: %d. Checker: %s in %s (partitioned by tenant: %v).\n\n",
 		store, seed, len(h.Entries), v.Linearizable, v.CheckTime.Round(1e6), v.Partitioned)
@@ -280,6 +283,7 @@ func WriteReport(dir string, m model.Model, h *History, v Verdict, j Judgement, 
 			b.WriteString("- " + a + "\n")
 		}
 	}
-	b.WriteString("\nOpen history.html in a browser: each client's operations on a time line, the longest linearizable prefix, and the clock moves and faults as annotations.\n")
+	b.WriteString("\nOpen history.html in a browser: each client's operations on a time line, the longest linearizable prefix, and the clock moves and faults as annotations. " +
+		"timeline.html (when a run was re-claimed or a write under a lease was refused) shows who held which generation when, and where each write came.\n")
 	return os.WriteFile(filepath.Join(dir, "verdict.md"), []byte(b.String()), 0o644)
 }

@@ -71,6 +71,9 @@ func TestViolationWritesReport(t *testing.T) {
 			t.Fatalf("the report has no %s (err %v)", name, err)
 		}
 	}
+	if tl, err := os.ReadFile(filepath.Join(dir, "timeline.html")); err != nil || !strings.Contains(string(tl), `class="generations"`) {
+		t.Errorf("the report has no timeline of its leases (err %v)", err)
+	}
 	html, _ := os.ReadFile(filepath.Join(dir, "history.html"))
 	if !strings.Contains(string(html), "clock +") {
 		t.Error("history.html does not carry the clock-move annotations")

@@ -24,6 +24,9 @@ type Generation struct {
 	Open bool
 	// Outcome says how it ended (completed, expired, retried, ...).
 	Outcome string
+	// Seq orders the grant among things at the same time (From); 0 when
+	// unknown. See Timeline.Stale.
+	Seq int64
 }
 
 // Write is one write presented under a lease: at At, by Owner with
@@ -36,6 +39,9 @@ type Write struct {
 	Op         string
 	Accepted   bool
 	Detail     string
+	// Seq orders the write among things at the same time (At); 0 when
+	// unknown. See Timeline.Stale.
+	Seq int64
 }
 
 // Mark is a moment worth seeing on the time axis (an event, a clock move).
@@ -55,10 +61,13 @@ type Timeline struct {
 }
 
 // Stale reports whether w came after a newer generation than its own had
-// been granted (From <= At): a write that fencing must refuse.
+// been granted: a write that fencing must refuse. After means From < At,
+// or at one time, a grant whose Seq is below the write's (both known):
+// a time alone cannot order a release and the re-claim of the same
+// millisecond, so a tie without Seq is not called stale.
 func (t Timeline) Stale(w Write) bool {
 	for _, g := range t.Generations {
-		if g.Generation > w.Generation && g.From <= w.At {
+		if g.Generation > w.Generation && (g.From < w.At || g.From == w.At && g.Seq != 0 && w.Seq != 0 && g.Seq < w.Seq) {
 			return true
 		}
 	}

@@ -42,6 +42,21 @@ func TestVerdicts(t *testing.T) {
 	}
 }
 
+// TestStaleAtOneTime: a release and the re-claim of the same millisecond
+// are not called stale without an order; with one, the order decides.
+func TestStaleAtOneTime(t *testing.T) {
+	tl := Timeline{Generations: []Generation{{Generation: 1, Owner: "w1", From: 0, To: 100}, {Generation: 2, Owner: "w2", From: 100, To: 200, Seq: 5}}}
+	for _, c := range []struct {
+		seq   int64
+		stale bool
+	}{{0, false}, {4, false}, {6, true}} {
+		w := Write{At: 100, Generation: 1, Owner: "w1", Op: "release", Accepted: true, Seq: c.seq}
+		if got := tl.Stale(w); got != c.stale {
+			t.Errorf("a write at the re-claim's time with seq %d: stale %v, want %v", c.seq, got, c.stale)
+		}
+	}
+}
+
 func TestHTML(t *testing.T) {
 	h, err := reclaimed(true).HTML()
 	if err != nil {
