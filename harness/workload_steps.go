@@ -15,7 +15,7 @@ var linPayloads = []string{`{"n":1,"tags":["a","b"]}`, `{ "tags" : ["a","b"], "n
 // a delay from a short list, so that a retry repeats its schedule or
 // conflicts with another; some in bulk, and, on a store that admits in the
 // application's transaction, one in four in such a transaction), and cancels, replays, reaps, purges of
-// idempotency records and of retired runs, and clock moves.
+// idempotency records and of retired runs, reads, and clock moves.
 func (c *client) apiStep(ctx context.Context) error {
 	r := c.r
 	tenant := c.w.Tenants[r.IntN(len(c.w.Tenants))]
@@ -55,6 +55,8 @@ func (c *client) apiStep(ctx context.Context) error {
 		op = model.Op{Req: spec.PurgeRunsRequest{Tenant: tenant, Limit: 3}}
 	case p < 93:
 		return c.relay(ctx, tenant)
+	case p < 96:
+		return c.read(ctx, tenant)
 	default:
 		return c.advance()
 	}
