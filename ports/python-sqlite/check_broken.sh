@@ -14,7 +14,7 @@ leasehold="${TMPDIR:-/tmp}/leasehold-check-broken"
 # conformance, and the second check (one that catches it on every run, not
 # by luck) shows each other check biting through the protocol too.
 # complete_ignores_generation needs a stale Complete of the same worker,
-# which rapid's sequences (zzzzzzzz_restart) reach in most runs and concurrent
+# which rapid's sequences (restart) reach in most runs and concurrent
 # histories in some, not in every one, so its second check is the scenario
 # written for it; hook_fault_commits shows linearizability.
 variants=(
