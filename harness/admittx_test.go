@@ -14,6 +14,8 @@ import (
 	"github.com/anishathalye/porcupine"
 	"github.com/jackc/pgx/v5"
 
+	"github.com/leasehold/leasehold/harness/history"
+	"github.com/leasehold/leasehold/harness/validate"
 	"github.com/leasehold/leasehold/impl/postgres"
 	"github.com/leasehold/leasehold/impl/postgres/pgtest"
 	"github.com/leasehold/leasehold/impl/sqlite"
@@ -332,15 +334,15 @@ func recordCreateRunTx(t *testing.T, f storetest.Factory, m appMode, seed uint64
 		t.Fatalf("seed %d: %v", seed, err)
 	}
 	rows := orders()
-	v := Judge(model.Model{Config: w.Config}, h, Judgement{Partition: true, Timeout: hang.PhasePatience(), Drained: true})
+	v := validate.Judge(model.Model{Config: w.Config}, h, validate.Judgement{Partition: true, Timeout: hang.PhasePatience(), Drained: true})
 	problems := append(v.Accounting, checkAppOrders(h, rows)...)
 	if v.Linearizable != porcupine.Ok {
 		problems = append(problems, "linearizability: "+string(v.Linearizable))
 	}
 	c, killed := txAdmissions(h), min(kills.Load(), appKills)
-	refused := count(h, func(e Entry) bool {
+	refused := h.Count(func(e history.Entry) bool {
 		_, inTx := e.Op.Req.(spec.CreateRunTxRequest)
-		return inTx && slices.Contains([]spec.Code{spec.CodeIdempotencyConflict, spec.CodeAlreadyExists, spec.CodeInvalidArgument}, codeOf(e))
+		return inTx && slices.Contains([]spec.Code{spec.CodeIdempotencyConflict, spec.CodeAlreadyExists, spec.CodeInvalidArgument}, e.Code())
 	})
 	t.Logf("seed %d (%s): %d operations, %s; %s; %d refused and committed anyway; %d connections killed before the commit; %d order rows; %d problems",
 		seed, m, len(h.Entries), v.Linearizable, c, refused, killed, len(rows), len(problems))
@@ -356,7 +358,7 @@ func recordCreateRunTx(t *testing.T, f storetest.Factory, m appMode, seed uint64
 // transaction committed (or may have); and a run an admission in a
 // transaction created (its proposed id in a final scan) has its row: the
 // order and its run commit together or not at all.
-func checkAppOrders(h *History, rows map[string]bool) []string {
+func checkAppOrders(h *history.History, rows map[string]bool) []string {
 	var problems []string
 	committedOrMaybe := map[string]bool{}
 	for _, e := range h.Entries {
@@ -382,7 +384,7 @@ func checkAppOrders(h *History, rows map[string]bool) []string {
 			problems = append(problems, fmt.Sprintf("order row %s belongs to no admission whose transaction committed", k))
 		}
 	}
-	for _, s := range finalScans(h) {
+	for _, s := range h.FinalScans() {
 		for _, r := range s.Runs {
 			k := r.Tenant + "/" + r.ID
 			if _, inTx := committedOrMaybe[k]; (inTx || proposedInTx(h, k)) && !rows[k] {
@@ -395,7 +397,7 @@ func checkAppOrders(h *History, rows map[string]bool) []string {
 
 // proposedInTx reports whether an admission in a transaction proposed run
 // id k ("tenant/run id").
-func proposedInTx(h *History, k string) bool {
+func proposedInTx(h *history.History, k string) bool {
 	tenant, id, _ := strings.Cut(k, "/")
 	for _, e := range h.Entries {
 		if tx, inTx := e.Op.Req.(spec.CreateRunTxRequest); inTx && tx.Request.Tenant == tenant && tx.Request.RunID == id {
@@ -406,7 +408,7 @@ func proposedInTx(h *History, k string) bool {
 }
 
 // outcomeOf names how an admission in a transaction ended.
-func outcomeOf(e Entry, tx spec.CreateRunTxRequest) string {
+func outcomeOf(e history.Entry, tx spec.CreateRunTxRequest) string {
 	var se *spec.Error
 	switch {
 	case e.Out.Result.Err != nil && errors.As(error(e.Out.Result.Err), &se):

@@ -12,6 +12,8 @@ import (
 	"github.com/anishathalye/porcupine"
 
 	"github.com/leasehold/leasehold/clock"
+	"github.com/leasehold/leasehold/harness/history"
+	"github.com/leasehold/leasehold/harness/validate"
 	"github.com/leasehold/leasehold/impl/postgres"
 	"github.com/leasehold/leasehold/impl/postgres/pgtest"
 	"github.com/leasehold/leasehold/impl/storetest"
@@ -70,7 +72,7 @@ func coalescedAdmissions(t *testing.T, seed uint64) (failure string, retried int
 	clk := clock.NewManual(start)
 	h := pgtest.FactoryWith(postgres.Options{MaxConns: 8, CoalesceCreateRun: 2})(t, storetest.Options{Config: cfg, Clock: clk})
 	store := h.Store.(*postgres.Store)
-	rec := NewRecorder(NewProvider())
+	rec := history.NewRecorder(history.NewProvider())
 	ctx := context.Background()
 
 	var mu sync.Mutex
@@ -93,8 +95,8 @@ func coalescedAdmissions(t *testing.T, seed uint64) (failure string, retried int
 					}
 					op := model.Op{Now: now, Req: req}
 					call := rec.Tick()
-					res, err := Execute(ctx, store, op)
-					e := Entry{Client: c, Actor: fmt.Sprintf("caller-%d", c), Op: op, Out: Observed{Result: res}, Call: call, Return: rec.Tick()}
+					res, err := history.Execute(ctx, store, op)
+					e := history.Entry{Client: c, Actor: fmt.Sprintf("caller-%d", c), Op: op, Out: history.Observed{Result: res}, Call: call, Return: rec.Tick()}
 					mu.Lock()
 					switch {
 					case err != nil:
@@ -140,11 +142,11 @@ func coalescedAdmissions(t *testing.T, seed uint64) (failure string, retried int
 	}
 	call, ret := rec.Tick(), rec.Tick()
 	for i, tenant := range []string{"t0", "t1"} {
-		rec.Add(Entry{Client: callers + i, Actor: "final-scan", Op: model.Op{Req: spec.SnapshotRequest{Tenant: tenant}},
-			Out: Observed{Result: model.Result{Value: snap.Of(tenant)}}, Call: call, Return: ret})
+		rec.Add(history.Entry{Client: callers + i, Actor: "final-scan", Op: model.Op{Req: spec.SnapshotRequest{Tenant: tenant}},
+			Out: history.Observed{Result: model.Result{Value: snap.Of(tenant)}}, Call: call, Return: ret})
 	}
 	m, hist := model.Model{Config: cfg}, rec.History()
-	v := Judge(m, hist, Judgement{Partition: true, Timeout: hang.PhasePatience()})
+	v := validate.Judge(m, hist, validate.Judgement{Partition: true, Timeout: hang.PhasePatience()})
 	if v.Linearizable != porcupine.Ok || len(v.Accounting) > 0 {
 		v.Explain(m, hist, hang.PhasePatience())
 		why := ""
@@ -158,7 +160,7 @@ func coalescedAdmissions(t *testing.T, seed uint64) (failure string, retried int
 
 // sameScope lists the history's admissions of last's idempotency scope and
 // of its run id, for a failure's report.
-func sameScope(h *History, last Entry) string {
+func sameScope(h *history.History, last history.Entry) string {
 	req, ok := last.Op.Req.(spec.CreateRunRequest)
 	if !ok {
 		return ""

@@ -10,6 +10,8 @@ import (
 	"github.com/anishathalye/porcupine"
 	"github.com/jackc/pgx/v5"
 
+	"github.com/leasehold/leasehold/harness/history"
+	"github.com/leasehold/leasehold/harness/validate"
 	"github.com/leasehold/leasehold/impl/postgres"
 	"github.com/leasehold/leasehold/impl/postgres/pgtest"
 	"github.com/leasehold/leasehold/impl/storetest"
@@ -162,7 +164,7 @@ func recordCompleteTx(t *testing.T, seed uint64, outsideTx bool) []string {
 		t.Fatalf("seed %d: %v", seed, err)
 	}
 	rows := appRows()
-	v := Judge(model.Model{Config: w.Config}, h, Judgement{Partition: true, Timeout: hang.PhasePatience(), Drained: true})
+	v := validate.Judge(model.Model{Config: w.Config}, h, validate.Judgement{Partition: true, Timeout: hang.PhasePatience(), Drained: true})
 	problems := append(v.Accounting, checkAppWrites(h, rows)...)
 	if v.Linearizable != porcupine.Ok {
 		problems = append(problems, "linearizability: "+string(v.Linearizable))
@@ -198,7 +200,7 @@ func must[T any](v T, err error) T {
 // checkAppWrites: every application row belongs to a run the final scan
 // shows completed at that generation (or that a purge of runs may have
 // deleted since), and every acknowledged Complete left its row.
-func checkAppWrites(h *History, rows map[string]int64) []string {
+func checkAppWrites(h *history.History, rows map[string]int64) []string {
 	var problems []string
 	purged := map[string]bool{}      // runs a purge of runs deleted
 	maybePurged := map[string]bool{} // tenants with a purge of runs of unknown outcome
@@ -215,7 +217,7 @@ func checkAppWrites(h *History, rows map[string]int64) []string {
 		}
 	}
 	completed := map[string]int64{}
-	for _, s := range finalScans(h) {
+	for _, s := range h.FinalScans() {
 		for _, ev := range s.Events {
 			if ev.Kind == spec.EventRunCompleted {
 				completed[ev.Tenant+"/"+ev.RunID] = 0

@@ -2,7 +2,6 @@ package harness
 
 import (
 	"bytes"
-	"context"
 	"encoding/json"
 	"errors"
 	"math"
@@ -11,10 +10,11 @@ import (
 
 	"github.com/anishathalye/porcupine"
 
+	"github.com/leasehold/leasehold/harness/history"
+	"github.com/leasehold/leasehold/harness/validate"
 	"github.com/leasehold/leasehold/impl/sqlite/sqlitetest"
 	"github.com/leasehold/leasehold/internal/hang"
 	"github.com/leasehold/leasehold/model"
-	"github.com/leasehold/leasehold/spec"
 )
 
 // recorded returns a small real history as a HistoryFile's JSON.
@@ -28,7 +28,7 @@ func recorded(t *testing.T) []byte {
 	if err != nil {
 		t.Fatal(err)
 	}
-	data, err := EncodeHistory(h, "sqlite", w.Seed, Judgement{Partition: true, Drained: true}, w.Config, "replay")
+	data, err := history.Encode(h, history.Header{Store: "sqlite", Seed: w.Seed, Partitioned: true, Drained: true, Config: w.Config, Replay: "replay"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -42,7 +42,7 @@ func recorded(t *testing.T) []byte {
 // its final scan as having lost every run).
 func TestDecodeHistoryRefusesMalformed(t *testing.T) {
 	good := recorded(t)
-	if _, _, err := DecodeHistory(good); err != nil {
+	if _, _, err := history.Decode(good); err != nil {
 		t.Fatalf("the recorded history does not decode: %v", err)
 	}
 	// Numbers stay json.Numbers: times are int64s past float64's precision.
@@ -94,41 +94,41 @@ func TestDecodeHistoryRefusesMalformed(t *testing.T) {
 		code string
 		want string
 	}{
-		{"empty file", nil, HistoryNotAHistory, "not a history file"},
-		{"not JSON", []byte("history"), HistoryNotAHistory, "not a history file"},
-		{"an object with nothing", []byte("{}"), HistoryNoEntries, "no entries"},
-		{"no entries", edit(func(m map[string]any) { m["entries"] = []any{} }), HistoryNoEntries, "no entries"},
-		{"a misspelled field", edit(func(m map[string]any) { m["entires"] = m["entries"] }), HistoryNotAHistory, `unknown field "entires"`},
-		{"a misspelled entry field", edit(func(m map[string]any) { entry(m, 0)["requst"] = 1 }), HistoryNotAHistory, `unknown field "requst"`},
-		{"trailing data", append(append([]byte(nil), good...), []byte(" {}")...), HistoryNotAHistory, "trailing data"},
-		{"a key twice", dupTop, HistoryDuplicateKey, "the key at /store appears twice"},
-		{"a key twice in an entry", dupEntry, HistoryDuplicateKey, "/kind appears twice"},
-		{"an unknown operation", edit(func(m map[string]any) { entry(m, 0)["kind"] = "teleport" }), HistoryInvalidEntry, `unknown operation "teleport"`},
-		{"no request", edit(func(m map[string]any) { delete(entry(m, 0), "req") }), HistoryInvalidEntry, "no request"},
-		{"a request of another operation", edit(func(m map[string]any) { entry(m, create)["kind"] = "claim" }), HistoryInvalidEntry, `(claim): request: json: unknown field`},
-		{"no outcome", edit(func(m map[string]any) { delete(entry(m, valued), "value") }), HistoryInvalidEntry, "no outcome"},
+		{"empty file", nil, history.CodeNotAHistory, "not a history file"},
+		{"not JSON", []byte("history"), history.CodeNotAHistory, "not a history file"},
+		{"an object with nothing", []byte("{}"), history.CodeNoEntries, "no entries"},
+		{"no entries", edit(func(m map[string]any) { m["entries"] = []any{} }), history.CodeNoEntries, "no entries"},
+		{"a misspelled field", edit(func(m map[string]any) { m["entires"] = m["entries"] }), history.CodeNotAHistory, `unknown field "entires"`},
+		{"a misspelled entry field", edit(func(m map[string]any) { entry(m, 0)["requst"] = 1 }), history.CodeNotAHistory, `unknown field "requst"`},
+		{"trailing data", append(append([]byte(nil), good...), []byte(" {}")...), history.CodeNotAHistory, "trailing data"},
+		{"a key twice", dupTop, history.CodeDuplicateKey, "the key at /store appears twice"},
+		{"a key twice in an entry", dupEntry, history.CodeDuplicateKey, "/kind appears twice"},
+		{"an unknown operation", edit(func(m map[string]any) { entry(m, 0)["kind"] = "teleport" }), history.CodeInvalidEntry, `unknown operation "teleport"`},
+		{"no request", edit(func(m map[string]any) { delete(entry(m, 0), "req") }), history.CodeInvalidEntry, "no request"},
+		{"a request of another operation", edit(func(m map[string]any) { entry(m, create)["kind"] = "claim" }), history.CodeInvalidEntry, `(claim): request: json: unknown field`},
+		{"no outcome", edit(func(m map[string]any) { delete(entry(m, valued), "value") }), history.CodeInvalidEntry, "no outcome"},
 		{"a value and an error", edit(func(m map[string]any) {
 			entry(m, valued)["err"] = map[string]any{"code": "not_found", "message": "x"}
-		}), HistoryInvalidEntry, "both a value and an error"},
+		}), history.CodeInvalidEntry, "both a value and an error"},
 		{"an unknown outcome that returns", edit(func(m map[string]any) {
 			e := entry(m, valued)
 			delete(e, "value")
 			e["unknown"] = true
-		}), HistoryInvalidEntry, "an unknown outcome never returns"},
-		{"a return before the call", edit(func(m map[string]any) { entry(m, valued)["return"] = 0 }), HistoryInvalidEntry, "returns (0) before it is called"},
+		}), history.CodeInvalidEntry, "an unknown outcome never returns"},
+		{"a return before the call", edit(func(m map[string]any) { entry(m, valued)["return"] = 0 }), history.CodeInvalidEntry, "returns (0) before it is called"},
 		{"an unknown error code", edit(func(m map[string]any) {
 			e := entry(m, valued)
 			delete(e, "value")
 			e["err"] = map[string]any{"code": "oops", "message": "x"}
-		}), HistoryInvalidEntry, `error code "oops"`},
-		{"a negative now", edit(func(m map[string]any) { entry(m, create)["now"] = -1 }), HistoryNegativeNow, "now is -1"},
-		{"no final snapshot", noFinal, HistoryNoFinalSnapshot, "does not end with its final scan"},
-		{"a bad config", edit(func(m map[string]any) { m["config"] = map[string]any{} }), HistoryInvalidConfig, "config"},
+		}), history.CodeInvalidEntry, `error code "oops"`},
+		{"a negative now", edit(func(m map[string]any) { entry(m, create)["now"] = -1 }), history.CodeNegativeNow, "now is -1"},
+		{"no final snapshot", noFinal, history.CodeNoFinalSnapshot, "does not end with its final scan"},
+		{"a bad config", edit(func(m map[string]any) { m["config"] = map[string]any{} }), history.CodeInvalidConfig, "config"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			_, _, err := DecodeHistory(c.data)
-			var he *HistoryError
+			_, _, err := history.Decode(c.data)
+			var he *history.Error
 			if !errors.As(err, &he) || he.Code != c.code || !strings.Contains(err.Error(), c.want) {
 				t.Fatalf("want a *HistoryError %s containing %q, got %T %v", c.code, c.want, err, err)
 			}
@@ -143,33 +143,33 @@ func TestDecodeHistoryRefusesMalformed(t *testing.T) {
 // recovered, so this must never crash.
 func TestDecodedHistoriesNeverPanic(t *testing.T) {
 	good := recorded(t)
-	var f HistoryFile
+	var f history.File
 	if err := json.Unmarshal(good, &f); err != nil {
 		t.Fatal(err)
 	}
 	m := model.Model{Config: f.Config}
 	judged, illegal := 0, 0
 	for i := 0; i < len(f.Entries); i += 7 {
-		for _, change := range []func(e *entryJSON){
-			func(e *entryJSON) { e.Now = -1 },
-			func(e *entryJSON) { e.Now = math.MaxInt64 },
-			func(e *entryJSON) { e.Jitter = -5 },
-			func(e *entryJSON) { e.Client = 9999 },
-			func(e *entryJSON) { *e = f.Entries[(i+3)%len(f.Entries)] }, // another entry in its place
-			func(e *entryJSON) {
+		for _, change := range []func(e *history.FileEntry){
+			func(e *history.FileEntry) { e.Now = -1 },
+			func(e *history.FileEntry) { e.Now = math.MaxInt64 },
+			func(e *history.FileEntry) { e.Jitter = -5 },
+			func(e *history.FileEntry) { e.Client = 9999 },
+			func(e *history.FileEntry) { *e = f.Entries[(i+3)%len(f.Entries)] }, // another entry in its place
+			func(e *history.FileEntry) {
 				other := f.Entries[(i+1)%len(f.Entries)]
 				e.Value, e.Err = other.Value, other.Err // another operation's outcome
 			},
 		} {
 			v := f
-			v.Entries = append([]entryJSON(nil), f.Entries...)
+			v.Entries = append([]history.FileEntry(nil), f.Entries...)
 			change(&v.Entries[i])
 			data, _ := json.Marshal(v)
-			h, file, err := DecodeHistory(data)
+			h, file, err := history.Decode(data)
 			if err != nil {
 				continue
 			}
-			verdict := Judge(model.Model{Config: file.Config}, h, Judgement{Partition: file.Partitioned, Timeout: hang.PhasePatience(), Drained: file.Drained})
+			verdict := validate.Judge(model.Model{Config: file.Config}, h, validate.Judgement{Partition: file.Partitioned, Timeout: hang.PhasePatience(), Drained: file.Drained})
 			judged++
 			if verdict.Linearizable != porcupine.Ok {
 				illegal++
@@ -181,30 +181,4 @@ func TestDecodedHistoriesNeverPanic(t *testing.T) {
 		t.Fatalf("judged %d variants, %d not linearizable: the test proves nothing", judged, illegal)
 	}
 	t.Logf("judged %d variants of a %d-entry history, %d not linearizable", judged, len(f.Entries), illegal)
-}
-
-// TestReadsNoClock: the writes that may return without a clock reading, and
-// those that may not (Caller.Run reports the latter as a breach).
-func TestReadsNoClock(t *testing.T) {
-	purge := model.Op{Req: spec.PurgeRunsRequest{Tenant: "t1"}}
-	failed := func(code spec.Code) model.Result { return model.Result{Err: spec.Errorf(code, "x")} }
-	for _, c := range []struct {
-		name   string
-		op     model.Op
-		res    model.Result
-		ctxErr error
-		want   bool
-	}{
-		{"a success", purge, model.Result{Value: []string{}}, nil, false},
-		{"unavailable", purge, failed(spec.CodeUnavailable), nil, true},
-		{"unknown outcome", purge, failed(spec.CodeUnknownOutcome), nil, false},
-		{"unknown outcome after the context ended", purge, failed(spec.CodeUnknownOutcome), context.Canceled, true},
-		{"another error after the context ended", purge, failed(spec.CodeInvalidArgument), context.Canceled, false},
-		{"an empty batch completion", model.Op{Req: spec.CompleteBatchRequest{}}, model.Result{Value: []spec.BatchOutcome{}}, nil, true},
-		{"an empty bulk admission", model.Op{Req: spec.CreateRunsRequest{}}, model.Result{Value: []spec.CreateOutcome{}}, nil, true},
-	} {
-		if got := readsNoClock(c.op, c.res, c.ctxErr); got != c.want {
-			t.Errorf("%s: readsNoClock = %v, want %v", c.name, got, c.want)
-		}
-	}
 }

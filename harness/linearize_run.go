@@ -11,6 +11,8 @@ import (
 
 	"github.com/anishathalye/porcupine"
 
+	"github.com/leasehold/leasehold/harness/history"
+	"github.com/leasehold/leasehold/harness/validate"
 	"github.com/leasehold/leasehold/impl/storetest"
 	"github.com/leasehold/leasehold/internal/hang"
 	"github.com/leasehold/leasehold/metrics"
@@ -31,7 +33,7 @@ const linOps = 2500
 const linMaxHistories = 6
 
 // linRaces are the races every linearizability run must contain.
-var linRaces = []Race{RaceStaleWriteRefused, RaceLeaseReclaimed, RaceCancelVsFinish, RaceUnknownOutcome, RaceAdmissionVsPurge}
+var linRaces = []validate.Race{validate.RaceStaleWriteRefused, validate.RaceLeaseReclaimed, validate.RaceCancelVsFinish, validate.RaceUnknownOutcome, validate.RaceAdmissionVsPurge}
 
 // RunLinearizable records concurrent histories against the store f opens
 // and judges each against the model: two histories in a plain go test (one
@@ -59,7 +61,7 @@ func RunLinearizableOn(t *testing.T, target Target) {
 	seed, pinned := FirstSeed(t)
 	rounds := newRounds(Budget(t, 0), pinned)
 	start := time.Now()
-	total := Races{}
+	total := validate.Races{}
 	bulkCap := len(storetest.Missing(offered, storetest.CapCreateRuns)) == 0
 	txCap := len(storetest.Missing(offered, storetest.CapCreateRunTx)) == 0
 	var tx txCounts
@@ -129,7 +131,7 @@ func leftOut(t *testing.T, offered []storetest.Capability, where string, caps ..
 // scheduled run admitted or run purged, and, from a store that admits in
 // the application's transaction (txCap), no such admission committed, rolled
 // back, or overlapped by another admission of its key.
-func linVacuity(total Races, histories int64, seed uint64, bulk int64, bulkCap bool, delivered, refusedMsgs, scheduled, purged int64,
+func linVacuity(total validate.Races, histories int64, seed uint64, bulk int64, bulkCap bool, delivered, refusedMsgs, scheduled, purged int64,
 	tx txCounts, txCap bool) []string {
 	var problems []string
 	for _, race := range linRaces {
@@ -156,7 +158,7 @@ func linVacuity(total Races, histories int64, seed uint64, bulk int64, bulkCap b
 }
 
 // bulkAdmissions counts the create_runs a history acknowledged.
-func bulkAdmissions(h *History) (n int64) {
+func bulkAdmissions(h *history.History) (n int64) {
 	for _, e := range h.Entries {
 		if _, isBulk := e.Op.Req.(spec.CreateRunsRequest); isBulk && !e.Out.Unknown && e.Out.Result.Err == nil {
 			n++
@@ -182,10 +184,10 @@ func (c txCounts) String() string {
 }
 
 // txAdmissions counts h's admissions in transactions (txCounts).
-func txAdmissions(h *History) txCounts {
+func txAdmissions(h *history.History) txCounts {
 	type scope struct{ tenant, operation, key string }
 	var c txCounts
-	byScope := map[scope][]Entry{}
+	byScope := map[scope][]history.Entry{}
 	for _, e := range h.Entries {
 		for _, r := range admissionRequests(e.Op.Req) {
 			sc := scope{r.Tenant, r.Operation, r.IdempotencyKey}
@@ -194,7 +196,7 @@ func txAdmissions(h *History) txCounts {
 	}
 	for _, e := range h.Entries {
 		tx, inTx := e.Op.Req.(spec.CreateRunTxRequest)
-		if !inTx || e.Out.Unknown || codeOf(e) == spec.CodeUnavailable || codeOf(e) == spec.CodeInvalidArgument {
+		if !inTx || e.Out.Unknown || e.Code() == spec.CodeUnavailable || e.Code() == spec.CodeInvalidArgument {
 			continue
 		}
 		switch {
@@ -230,12 +232,12 @@ func admissionRequests(req spec.Request) []spec.CreateRunRequest {
 
 // retention counts the scheduled runs a history admitted and the runs its
 // purges of runs deleted.
-func retention(h *History) (scheduled, purged int64) {
+func retention(h *history.History) (scheduled, purged int64) {
 	for _, e := range h.Entries {
 		if e.Out.Unknown || e.Out.Result.Err != nil {
 			continue
 		}
-		switch req := committed(e.Op.Req).(type) {
+		switch req := history.Committed(e.Op.Req).(type) {
 		case spec.CreateRunRequest:
 			if req.DelayMs != 0 && !e.Out.Result.Value.(spec.CreateRunResult).Replayed {
 				scheduled++
@@ -255,8 +257,8 @@ func retention(h *History) (scheduled, purged int64) {
 
 // outboxCounts counts the delivered messages of a history's final scans and
 // its writes with messages that were refused.
-func outboxCounts(h *History) (delivered, refused int64) {
-	for _, s := range finalScans(h) {
+func outboxCounts(h *history.History) (delivered, refused int64) {
+	for _, s := range h.FinalScans() {
 		for _, m := range s.Outbox {
 			if m.State == spec.OutboxDelivered {
 				delivered++
@@ -272,7 +274,7 @@ func outboxCounts(h *History) (delivered, refused int64) {
 }
 
 // checkOne records and judges one history, writing a report on violation.
-func checkOne(t *testing.T, target Target, w Workload) (Verdict, *History) {
+func checkOne(t *testing.T, target Target, w Workload) (validate.Verdict, *history.History) {
 	t.Helper()
 	store := target.Name
 	ctx, cancel := context.WithTimeout(context.Background(), hang.PhasePatience())
@@ -289,8 +291,8 @@ func checkOne(t *testing.T, target Target, w Workload) (Verdict, *History) {
 		t.Fatalf("seed %d: recording the history: %v\nreplay: %s", w.Seed, err, replay)
 	}
 	m := model.Model{Config: w.Config}
-	j := Judgement{Partition: !w.Purge, Timeout: hang.PhasePatience(), Drained: true}
-	v := Judge(m, h, j)
+	j := validate.Judgement{Partition: !w.Purge, Timeout: hang.PhasePatience(), Drained: true}
+	v := validate.Judge(m, h, j)
 	t.Logf("seed %d: %d operations, %s in %s (partitioned %v), races %s", w.Seed, len(h.Entries), v.Linearizable,
 		v.CheckTime.Round(time.Millisecond), !w.Purge, v.Races)
 	if v.Violations() == 0 {

@@ -11,6 +11,7 @@ import (
 
 	"pgregory.net/rapid"
 
+	"github.com/leasehold/leasehold/harness/validate"
 	"github.com/leasehold/leasehold/impl/mutant"
 	"github.com/leasehold/leasehold/impl/sqlite/sqlitetest"
 	"github.com/leasehold/leasehold/internal/hang"
@@ -120,7 +121,7 @@ func TestMutantsLinearizability(t *testing.T) {
 					t.Logf("mutant %s caught by the workload on seed %d: %v", name, seed, err)
 					return
 				}
-				v := Judge(model.Model{Config: w.Config}, h, Judgement{Partition: true, Timeout: hang.PhasePatience(), Drained: true})
+				v := validate.Judge(model.Model{Config: w.Config}, h, validate.Judgement{Partition: true, Timeout: hang.PhasePatience(), Drained: true})
 				scope.close()
 				if v.Violations() > 0 {
 					t.Logf("mutant %s caught on seed %d after %d operations: linearizability %s, accounting %q",

@@ -10,6 +10,7 @@ import (
 	"pgregory.net/rapid"
 
 	"github.com/leasehold/leasehold/clock"
+	"github.com/leasehold/leasehold/harness/history"
 	"github.com/leasehold/leasehold/impl/storetest"
 	"github.com/leasehold/leasehold/model"
 	"github.com/leasehold/leasehold/spec"
@@ -114,7 +115,7 @@ func (p *Property) Check(outer testing.TB) func(*rapid.T) {
 		scope := &scopedTB{TB: outer}
 		defer scope.close()
 		clk := clock.NewManual(1_000)
-		rnd := &ScriptedRandom{}
+		rnd := &history.ScriptedRandom{}
 		h := p.Factory(scope, storetest.Options{Config: p.Config, Clock: clk, Random: rnd})
 		m := &machine{
 			t: t, store: h.Store, model: model.Model{Config: p.Config}, clk: clk, rnd: rnd,
@@ -135,7 +136,7 @@ type machine struct {
 	model    model.Model
 	state    model.State
 	clk      *clock.Manual
-	rnd      *ScriptedRandom
+	rnd      *history.ScriptedRandom
 	cfg      spec.Config
 	leases   []spec.Lease
 	runs     []runRef
@@ -734,7 +735,7 @@ func (m *machine) do(t *rapid.T, op model.Op) model.Result {
 		m.property.Counters.StaleWrite++
 	}
 	withMessages := carriesMessages(op.Req)
-	got, unexpected := Execute(context.Background(), m.store, op)
+	got, unexpected := history.Execute(context.Background(), m.store, op)
 	if unexpected != nil {
 		m.fail(t, "step %d: %s at %d: %v", m.steps, op.Kind(), op.Now, unexpected)
 	}

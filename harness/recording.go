@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/leasehold/leasehold/clock"
+	"github.com/leasehold/leasehold/harness/history"
 	"github.com/leasehold/leasehold/impl/storetest"
 	"github.com/leasehold/leasehold/model"
 	"github.com/leasehold/leasehold/spec"
@@ -61,7 +62,7 @@ func (s *RecordingStore) Breaches() []error {
 
 // poolCaller is one caller of the pool, with the fault its hook injects.
 type poolCaller struct {
-	*Caller
+	*history.Caller
 	fault atomic.Value // faultAt, or the zero faultAt for none
 }
 
@@ -127,15 +128,15 @@ func (f *Faults) count(kind string) {
 // of rec named actor-N, and returns the store that runs calls through them.
 // seed decides the jitter of every retry and every fault. The stores close
 // when t ends.
-func NewRecordingStore(t testing.TB, h storetest.Handle, cfg spec.Config, clk clock.Clock, rec *Recorder, actor string,
+func NewRecordingStore(t testing.TB, h storetest.Handle, cfg spec.Config, clk clock.Clock, rec *history.Recorder, actor string,
 	size int, seed uint64, faults *Faults) *RecordingStore {
 	s := &RecordingStore{actor: actor, free: make(chan *poolCaller, size), faults: faults,
 		rnd: rand.New(rand.NewPCG(seed, 0x7265636f7264)), jitter: cfg.Backoff.JitterBound()}
 	for i := range size {
 		p := &poolCaller{}
-		rc, rnd := &clock.Recorder{Source: clk}, &ScriptedRandom{}
+		rc, rnd := &clock.Recorder{Source: clk}, &history.ScriptedRandom{}
 		store := h.OpenWith(t, storetest.Options{Config: cfg, Clock: rc, Random: rnd, Hook: p.hook})
-		p.Caller = NewCaller(rec, fmt.Sprintf("%s-%d", actor, i+1), store, rc, rnd)
+		p.Caller = history.NewCaller(rec, fmt.Sprintf("%s-%d", actor, i+1), store, rc, rnd)
 		s.free <- p
 		if n, ok := store.(spec.Notifier); ok && s.notify == nil {
 			s.notify = n

@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"github.com/leasehold/leasehold/clock"
+	"github.com/leasehold/leasehold/harness/history"
 	"github.com/leasehold/leasehold/impl/sqlite/sqlitetest"
 	"github.com/leasehold/leasehold/impl/storetest"
 	"github.com/leasehold/leasehold/spec"
@@ -31,8 +32,8 @@ func TestRecordingStoreOffersWhatTheStoreDoes(t *testing.T) {
 	}{{"sqlite", sqlitetest.Factory, true}, {"sqlite without capabilities", hidden, false}} {
 		t.Run(c.name, func(t *testing.T) {
 			clk := clock.NewManual(1_000)
-			h := c.f(t, storetest.Options{Config: cfg, Clock: clk, Random: &ScriptedRandom{}})
-			rec := NewRecorder(NewProvider())
+			h := c.f(t, storetest.Options{Config: cfg, Clock: clk, Random: &history.ScriptedRandom{}})
+			rec := history.NewRecorder(history.NewProvider())
 			s := NewRecordingStore(t, h, cfg, clk, rec, "api", 1, 1, nil).Store()
 			_, batches := s.(spec.BatchCompleter)
 			bulk, isBulk := s.(spec.BatchCreator)

@@ -8,6 +8,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/leasehold/leasehold/harness/history"
 )
 
 // TestMutantHistoryReplaysAsPrinted: the replay command a mutant's history
@@ -47,7 +49,7 @@ func TestMutantHistoryReplaysAsPrinted(t *testing.T) {
 }
 
 // onlyHistory reads the one history.json under dir.
-func onlyHistory(t *testing.T, dir string) HistoryFile {
+func onlyHistory(t *testing.T, dir string) history.File {
 	t.Helper()
 	var found []string
 	filepath.WalkDir(dir, func(path string, d fs.DirEntry, err error) error {
@@ -63,7 +65,7 @@ func onlyHistory(t *testing.T, dir string) HistoryFile {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var f HistoryFile
+	var f history.File
 	if err := json.Unmarshal(data, &f); err != nil {
 		t.Fatalf("%s: %v", found[0], err)
 	}

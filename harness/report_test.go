@@ -8,6 +8,8 @@ import (
 
 	"github.com/anishathalye/porcupine"
 
+	"github.com/leasehold/leasehold/harness/history"
+	"github.com/leasehold/leasehold/harness/validate"
 	"github.com/leasehold/leasehold/impl/sqlite/sqlitetest"
 	"github.com/leasehold/leasehold/internal/hang"
 	"github.com/leasehold/leasehold/model"
@@ -28,8 +30,8 @@ func TestViolationWritesReport(t *testing.T) {
 		t.Fatal(err)
 	}
 	m := model.Model{Config: w.Config}
-	j := Judgement{Partition: true, Timeout: hang.PhasePatience(), Drained: true}
-	if v := Judge(m, h, j); v.Violations() != 0 {
+	j := validate.Judgement{Partition: true, Timeout: hang.PhasePatience(), Drained: true}
+	if v := validate.Judge(m, h, j); v.Violations() != 0 {
 		t.Fatalf("the untouched history should pass, got %s and %q", v.Linearizable, v.Accounting)
 	}
 	doctored, doctoredCall := false, int64(0)
@@ -37,7 +39,7 @@ func TestViolationWritesReport(t *testing.T) {
 		if leases, ok := e.Out.Result.Value.([]spec.Lease); ok && len(leases) > 0 && e.Op.Kind() == spec.OpClaim {
 			bad := append([]spec.Lease(nil), leases...)
 			bad[0].Generation++
-			h.Entries[i].Out = Observed{Result: model.Result{Value: bad}}
+			h.Entries[i].Out = history.Observed{Result: model.Result{Value: bad}}
 			doctored, doctoredCall = true, e.Call
 			break
 		}
@@ -47,7 +49,7 @@ func TestViolationWritesReport(t *testing.T) {
 	}
 	h.Provider.Call("t1/x/charge/charge-x", 1)
 	h.Provider.Call("t1/x/charge/charge-x", 1)
-	v := Judge(m, h, j)
+	v := validate.Judge(m, h, j)
 	if v.Linearizable != porcupine.Illegal {
 		t.Fatalf("a history where a claim skipped a generation must be Illegal, got %s", v.Linearizable)
 	}
@@ -79,14 +81,14 @@ func TestViolationWritesReport(t *testing.T) {
 		t.Error("history.html does not carry the clock-move annotations")
 	}
 	data, _ := os.ReadFile(filepath.Join(dir, "history.json"))
-	again, file, err := DecodeHistory(data)
+	again, file, err := history.Decode(data)
 	if err != nil {
 		t.Fatalf("the saved history does not decode: %v", err)
 	}
 	if len(again.Entries) != len(h.Entries) || file.Seed != w.Seed {
 		t.Fatalf("decoded %d entries (seed %d), want %d (seed %d)", len(again.Entries), file.Seed, len(h.Entries), w.Seed)
 	}
-	if v2 := Judge(model.Model{Config: file.Config}, again, Judgement{Partition: file.Partitioned, Timeout: hang.PhasePatience(), Drained: file.Drained}); v2.Linearizable != porcupine.Illegal || len(v2.Accounting) != len(v.Accounting) {
+	if v2 := validate.Judge(model.Model{Config: file.Config}, again, validate.Judgement{Partition: file.Partitioned, Timeout: hang.PhasePatience(), Drained: file.Drained}); v2.Linearizable != porcupine.Illegal || len(v2.Accounting) != len(v.Accounting) {
 		t.Fatalf("re-checking the saved history gave %s and %q, want Illegal and %q", v2.Linearizable, v2.Accounting, v.Accounting)
 	}
 }

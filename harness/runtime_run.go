@@ -13,6 +13,8 @@ import (
 	"time"
 
 	"github.com/leasehold/leasehold/clock"
+	"github.com/leasehold/leasehold/harness/history"
+	"github.com/leasehold/leasehold/harness/validate"
 	"github.com/leasehold/leasehold/impl/storetest"
 	"github.com/leasehold/leasehold/internal/hang"
 	"github.com/leasehold/leasehold/metrics"
@@ -54,7 +56,7 @@ const (
 )
 
 // runtimeRaces are the races every runtime run must contain.
-var runtimeRaces = []Race{RaceLeaseReclaimed, RaceStaleWriteRefused, RaceFaultRolledBack}
+var runtimeRaces = []validate.Race{validate.RaceLeaseReclaimed, validate.RaceStaleWriteRefused, validate.RaceFaultRolledBack}
 
 // RunRuntime runs the worker runtime (package worker: several workers with
 // real goroutines, renewals, batched completion, housekeeping, self-fencing
@@ -89,7 +91,7 @@ func RunRuntimeOn(t *testing.T, target Target) {
 	seed, pinned := FirstSeed(t)
 	rounds := newRounds(Budget(t, 0), pinned)
 	start := time.Now()
-	total, injected, byKind := Races{}, int64(0), map[string]int64{}
+	total, injected, byKind := validate.Races{}, int64(0), map[string]int64{}
 	var ops, histories, violations, maxRecovery int64
 	var stats worker.Stats
 	for i := uint64(0); ; i++ {
@@ -134,7 +136,7 @@ const runtimeMaxHistories = 3
 // a race of runtimeRaces, a housekeeping reap or purge, a completed run, a
 // lost lease, a purged run and, where the store completes in batches
 // (batches), a batch and a batch held past its lease.
-func runtimeVacuity(total Races, stats worker.Stats, byKind map[string]int64, batches bool) []string {
+func runtimeVacuity(total validate.Races, stats worker.Stats, byKind map[string]int64, batches bool) []string {
 	var problems []string
 	for _, race := range runtimeRaces {
 		if total[race] == 0 {
@@ -183,8 +185,8 @@ func addStats(a, b worker.Stats) worker.Stats {
 
 // runtimeResult is what one runtime run found.
 type runtimeResult struct {
-	history    *History
-	verdict    Verdict
+	history    *history.History
+	verdict    validate.Verdict
 	liveness   []string // runs not terminal within the bound
 	faults     map[string]int64
 	recoveryMs int64 // manual-clock ms from the faults' end until every run was terminal
@@ -212,9 +214,9 @@ func runtimeOnce(t *testing.T, target Target, seed uint64) runtimeResult {
 	defer scope.close()
 	cfg := RuntimeConfig()
 	clk := clock.NewManual(1_000)
-	h := target.Factory(scope, storetest.Options{Config: cfg, Clock: clk, Random: &ScriptedRandom{}})
-	provider := NewProvider()
-	rec := NewRecorder(provider)
+	h := target.Factory(scope, storetest.Options{Config: cfg, Clock: clk, Random: &history.ScriptedRandom{}})
+	provider := history.NewProvider()
+	rec := history.NewRecorder(provider)
 	faults := &Faults{Aborts: 0.02, MaxUnknown: 2, Pauses: 0.15, PauseMs: 2*runtimeLeaseMs + 100,
 		Pause: []spec.Op{spec.OpClaim, spec.OpReserveEffect}, PauseBefore: []spec.Op{spec.OpComplete, spec.OpCompleteBatch},
 		PauseFirst: []spec.Op{spec.OpCompleteBatch}, Clock: clk}
@@ -292,7 +294,7 @@ func runtimeOnce(t *testing.T, target Target, seed uint64) runtimeResult {
 	// workers' own housekeeping.
 	faults.Off.Store(true)
 	faultsEnd := clk.Now()
-	reader := h.OpenWith(scope, storetest.Options{Config: cfg, Clock: clk, Random: &ScriptedRandom{}})
+	reader := h.OpenWith(scope, storetest.Options{Config: cfg, Clock: clk, Random: &history.ScriptedRandom{}})
 	var open []string
 	for {
 		snap, err := readSnapshot(ctx, reader)
@@ -326,14 +328,14 @@ func runtimeOnce(t *testing.T, target Target, seed uint64) runtimeResult {
 	}
 
 	// The final scan, as an operation of the history.
-	final := NewCaller(rec, "final-scan", reader, &clock.Recorder{Source: clk}, &ScriptedRandom{})
+	final := history.NewCaller(rec, "final-scan", reader, &clock.Recorder{Source: clk}, &history.ScriptedRandom{})
 	if _, err := final.Do(ctx, model.Op{Req: spec.SnapshotRequest{}}); err != nil {
 		t.Fatalf("seed %d: final scan: %v", seed, err)
 	}
 	res.history = rec.History()
 	m := model.Model{Config: cfg}
-	j := Judgement{Timeout: hang.PhasePatience(), Drained: true}
-	res.verdict = Judge(m, res.history, j)
+	j := validate.Judgement{Timeout: hang.PhasePatience(), Drained: true}
+	res.verdict = validate.Judge(m, res.history, j)
 	t.Logf("seed %d: %d operations, %s in %s, races %s, faults %v, every run terminal %d ms after the faults stopped",
 		seed, len(res.history.Entries), res.verdict.Linearizable, res.verdict.CheckTime.Round(time.Millisecond), res.verdict.Races,
 		res.faults, res.recoveryMs)
@@ -357,7 +359,7 @@ func runtimeOnce(t *testing.T, target Target, seed uint64) runtimeResult {
 // runtimeHandler does what each run's payload asks: complete, charge the
 // provider through the effect ledger, fail retryably on its first attempt,
 // fail for good, or run longer than a lease (so that renewals keep it).
-func runtimeHandler(clk *clock.Manual, provider *Provider) worker.Handler {
+func runtimeHandler(clk *clock.Manual, provider *history.Provider) worker.Handler {
 	return worker.HandlerFunc(func(ctx context.Context, job *worker.Job) ([]byte, error) {
 		var p runtimeJob
 		if err := json.Unmarshal(job.Payload, &p); err != nil {

@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/leasehold/leasehold/harness/validate"
 	"github.com/leasehold/leasehold/spec"
 	"github.com/leasehold/leasehold/worker"
 )
@@ -14,13 +15,13 @@ import (
 // that admits in bulk), outbox deliveries and refusals, or scheduled runs and
 // purges.
 func TestLinVacuity(t *testing.T) {
-	all := Races{}
+	all := validate.Races{}
 	for _, race := range linRaces {
 		all[race] = 1
 	}
-	noUnknown := Races{}
+	noUnknown := validate.Races{}
 	for _, race := range linRaces {
-		if race != RaceUnknownOutcome {
+		if race != validate.RaceUnknownOutcome {
 			noUnknown[race] = 1
 		}
 	}
@@ -31,7 +32,7 @@ func TestLinVacuity(t *testing.T) {
 	full := counts{1, 1, 1, 1, 1, txCounts{1, 1, 1}}
 	for _, tc := range []struct {
 		name    string
-		races   Races
+		races   validate.Races
 		bulkCap bool
 		c       counts
 		want    []string // one substring per problem
@@ -43,9 +44,14 @@ func TestLinVacuity(t *testing.T) {
 		{"no bulk admission, store admits in bulk", all, true, counts{0, 1, 1, 1, 1, full.tx}, []string{"no bulk admission"}},
 		{"no bulk admission, store does not", all, false, counts{0, 1, 1, 1, 1, full.tx}, nil},
 		{"no outbox refusal", all, true, counts{1, 1, 0, 1, 1, full.tx}, []string{"0 writes with messages refused"}},
-		{"nothing", Races{}, true, counts{}, []string{"no stale_write_refused", "no lease_reclaimed", "no cancel_vs_finish",
+		{"nothing", validate.Races{}, true, counts{}, []string{"no stale_write_refused", "no lease_reclaimed", "no cancel_vs_finish",
 			"no unknown_outcome", "no admission_vs_purge", "no bulk admission", "outbox", "admissions in transactions", "scheduled"}},
-		{"no admission raced a purge", func() Races { r := Races{}; r.Add(all); r[RaceAdmissionVsPurge] = 0; return r }(), true, full, []string{"no admission_vs_purge"}},
+		{"no admission raced a purge", func() validate.Races {
+			r := validate.Races{}
+			r.Add(all)
+			r[validate.RaceAdmissionVsPurge] = 0
+			return r
+		}(), true, full, []string{"no admission_vs_purge"}},
 	} {
 		got := linVacuity(tc.races, 1, 7, tc.c.bulk, tc.bulkCap, tc.c.delivered, tc.c.refused, tc.c.scheduled, tc.c.purged, tc.c.tx, tc.bulkCap)
 		wantProblems(t, tc.name, got, tc.want)
@@ -58,7 +64,7 @@ func TestLinVacuity(t *testing.T) {
 // and a batch held past its lease; while it is, the run records another
 // history (up to runtimeMaxHistories).
 func TestRuntimeVacuity(t *testing.T) {
-	all := Races{}
+	all := validate.Races{}
 	for _, race := range runtimeRaces {
 		all[race] = 1
 	}
@@ -68,7 +74,7 @@ func TestRuntimeVacuity(t *testing.T) {
 	noBatches.Batches = 0
 	for _, tc := range []struct {
 		name    string
-		races   Races
+		races   validate.Races
 		stats   worker.Stats
 		byKind  map[string]int64
 		batches bool
@@ -78,7 +84,7 @@ func TestRuntimeVacuity(t *testing.T) {
 		{"no batch, store completes in batches", all, noBatches, heldBatch, true, []string{"no batch of completions"}},
 		{"no batch, store does not", all, noBatches, nil, false, nil},
 		{"no held batch", all, full, nil, true, []string{"held past its lease"}},
-		{"nothing", Races{}, worker.Stats{}, nil, true, []string{"no lease_reclaimed", "no stale_write_refused", "no fault_rolled_back",
+		{"nothing", validate.Races{}, worker.Stats{}, nil, true, []string{"no lease_reclaimed", "no stale_write_refused", "no fault_rolled_back",
 			"housekeeping", "completed run", "lost lease", "purged", "batch of completions", "held past"}},
 	} {
 		got := runtimeVacuity(tc.races, tc.stats, tc.byKind, tc.batches)

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/leasehold/leasehold/clock"
+	"github.com/leasehold/leasehold/harness/history"
 	"github.com/leasehold/leasehold/impl/storetest"
 	"github.com/leasehold/leasehold/model"
 	"github.com/leasehold/leasehold/spec"
@@ -41,61 +42,14 @@ type Workload struct {
 	Aborts float64
 }
 
-// Provider simulates an external system (a payment API, say) that honours
-// fencing: a call carrying a generation older than one it has already seen
-// for the key is rejected. It does not deduplicate by key — the effect
-// ledger must — so Applied counting above one is a duplicated effect.
-type Provider struct {
-	mu      sync.Mutex
-	applied map[string]int
-	fence   map[string]int64
-}
-
-// NewProvider returns a provider with nothing applied.
-func NewProvider() *Provider {
-	return &Provider{applied: map[string]int{}, fence: map[string]int64{}}
-}
-
-// Call applies the effect for key at generation gen, unless fenced off.
-func (p *Provider) Call(key string, gen int64) (applied bool) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if gen < p.fence[key] {
-		return false
-	}
-	p.fence[key] = gen
-	p.applied[key]++
-	return true
-}
-
-// Status reports whether the effect for key was applied (reconciliation).
-func (p *Provider) Status(key string) bool {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	return p.applied[key] > 0
-}
-
-// Duplicates returns the keys applied more than once.
-func (p *Provider) Duplicates() map[string]int {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	out := map[string]int{}
-	for k, n := range p.applied {
-		if n > 1 {
-			out[k] = n
-		}
-	}
-	return out
-}
-
 // client is one connection's worth of workload: a Caller (its own store,
 // clock recorder and scripted random source), its fault hook and its PRNG.
 type client struct {
-	*Caller
+	*history.Caller
 	w        *Workload
 	r        *rand.Rand
 	shared   *clock.Manual
-	provider *Provider
+	provider *history.Provider
 	unknowns *atomic.Int64
 	fault    atomic.Value // pending fault for the next operation: error or nil
 	held     []spec.Lease // leases this worker believes it holds
@@ -200,19 +154,19 @@ func (c *client) do(ctx context.Context, op model.Op) (model.Result, error) {
 // Record runs the workload against a fresh store and returns its history:
 // the concurrent phase, then a drain (one client, no faults) until every run
 // is terminal, then one snapshot operation per tenant.
-func (w *Workload) Record(ctx context.Context, t testing.TB) (*History, error) {
+func (w *Workload) Record(ctx context.Context, t testing.TB) (*history.History, error) {
 	shared := clock.NewManual(1_000)
-	h := w.Factory(t, storetest.Options{Config: w.Config, Clock: shared, Random: &ScriptedRandom{}})
-	provider := NewProvider()
-	rec := NewRecorder(provider)
+	h := w.Factory(t, storetest.Options{Config: w.Config, Clock: shared, Random: &history.ScriptedRandom{}})
+	provider := history.NewProvider()
+	rec := history.NewRecorder(provider)
 	var unknowns atomic.Int64
 	runs, active := &runBook{}, &runBook{}
 	newClient := func(name string, stream uint64) *client {
 		c := &client{w: w, shared: shared, r: rand.New(rand.NewPCG(w.Seed, stream)), provider: provider,
 			unknowns: &unknowns, runs: runs, active: active}
-		clk, rnd := &clock.Recorder{Source: shared}, &ScriptedRandom{}
+		clk, rnd := &clock.Recorder{Source: shared}, &history.ScriptedRandom{}
 		store := h.OpenWith(t, storetest.Options{Config: w.Config, Clock: clk, Random: rnd, Hook: c.hook})
-		c.Caller = NewCaller(rec, name, store, clk, rnd)
+		c.Caller = history.NewCaller(rec, name, store, clk, rnd)
 		return c
 	}
 	var clients []*client
@@ -274,8 +228,8 @@ func (w *Workload) Record(ctx context.Context, t testing.TB) (*History, error) {
 		scopes = []string{""}
 	}
 	for _, tenant := range scopes {
-		rec.Add(Entry{Client: drain.ID, Actor: "final-scan", Op: model.Op{Req: spec.SnapshotRequest{Tenant: tenant}},
-			Out: Observed{Result: model.Result{Value: snap.Of(tenant)}}, Call: call, Return: ret})
+		rec.Add(history.Entry{Client: drain.ID, Actor: "final-scan", Op: model.Op{Req: spec.SnapshotRequest{Tenant: tenant}},
+			Out: history.Observed{Result: model.Result{Value: snap.Of(tenant)}}, Call: call, Return: ret})
 	}
 	return rec.History(), nil
 }

@@ -27,7 +27,7 @@ import (
 	"slices"
 	"strings"
 
-	"github.com/leasehold/leasehold/harness"
+	"github.com/leasehold/leasehold/harness/validate"
 	"github.com/leasehold/leasehold/spec"
 )
 
@@ -44,7 +44,7 @@ type Scenario struct {
 	Start      int64
 	// Races are the races the scenario claims to exercise; Run reports a
 	// mismatch for each one the history does not contain (the vacuity guard).
-	Races []harness.Race
+	Races []validate.Race
 	Steps []*Step
 	Final Final
 }
@@ -181,7 +181,7 @@ func Parse(body []byte) (*Scenario, error) {
 		Config      json.RawMessage   `json:"config"`
 		Tenant      string            `json:"tenant"`
 		Start       *int64            `json:"start"`
-		Races       []harness.Race    `json:"races"`
+		Races       []validate.Race   `json:"races"`
 		Steps       []json.RawMessage `json:"steps"`
 		Final       json.RawMessage   `json:"final"`
 	}
@@ -210,10 +210,10 @@ func Parse(body []byte) (*Scenario, error) {
 		return nil, fmt.Errorf("scenario %s: config: %w", f.Name, err)
 	}
 	sc.Config, sc.ConfigName = cfg, name
-	seen := map[harness.Race]bool{}
+	seen := map[validate.Race]bool{}
 	for _, r := range f.Races {
 		if r.Meaning() == "" {
-			return nil, fmt.Errorf("scenario %s: unknown race %q (known: %v)", f.Name, r, harness.AllRaces())
+			return nil, fmt.Errorf("scenario %s: unknown race %q (known: %v)", f.Name, r, validate.AllRaces())
 		}
 		if seen[r] {
 			return nil, fmt.Errorf("scenario %s: race %q named twice", f.Name, r)

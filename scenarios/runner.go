@@ -14,6 +14,8 @@ import (
 
 	"github.com/leasehold/leasehold/clock"
 	"github.com/leasehold/leasehold/harness"
+	"github.com/leasehold/leasehold/harness/history"
+	"github.com/leasehold/leasehold/harness/validate"
 	"github.com/leasehold/leasehold/internal/hang"
 	"github.com/leasehold/leasehold/model"
 	"github.com/leasehold/leasehold/spec"
@@ -50,12 +52,12 @@ type Result struct {
 	Mismatches []Mismatch
 	// Races counts the races the history contains, whether or not the
 	// scenario names them.
-	Races harness.Races
+	Races validate.Races
 	// History is every operation the run made, its final scan included;
 	// Verdict is the model's judgement of it (nil when the run did not get
 	// that far).
-	History *harness.History
-	Verdict *harness.Verdict
+	History *history.History
+	Verdict *validate.Verdict
 	// Stuck is set when the deadlock guard stopped the scenario.
 	Stuck bool
 	// NotApplicable, when set, says why the scenario was not played: it
@@ -163,8 +165,8 @@ func run(ctx context.Context, sc *Scenario, open Opener, guard func(ops context.
 	defer cancelGuard()
 	ctx = guarded
 	r := &runner{sc: sc, ops: ops, onWait: onWait, clock: clock.NewManual(sc.Start), barriers: harness.NewBarriers(),
-		rec: harness.NewRecorder(nil), callers: map[string]*harness.Caller{}, leases: map[string]spec.LeaseRef{},
-		async: map[string]*inflight{}, res: &Result{Scenario: sc.Name, Races: harness.Races{}}}
+		rec: history.NewRecorder(nil), callers: map[string]*history.Caller{}, leases: map[string]spec.LeaseRef{},
+		async: map[string]*inflight{}, res: &Result{Scenario: sc.Name, Races: validate.Races{}}}
 	defer r.closeStores()
 	if err := r.open(ctx, open); err != nil {
 		r.mismatch(0, "cannot open the stores: %v", err)
@@ -200,8 +202,8 @@ type runner struct {
 	current  *inflight       // the synchronous operation in flight, if any
 	clock    *clock.Manual
 	barriers *harness.Barriers
-	rec      *harness.Recorder
-	callers  map[string]*harness.Caller // by client; readerClient is the runner's own
+	rec      *history.Recorder
+	callers  map[string]*history.Caller // by client; readerClient is the runner's own
 	leases   map[string]spec.LeaseRef   // bound lease names
 	async    map[string]*inflight
 	wg       sync.WaitGroup
@@ -235,7 +237,7 @@ func (r *runner) open(ctx context.Context, open Opener) error {
 		}
 	}
 	for _, name := range clients {
-		clk, rnd := &clock.Recorder{Source: r.clock}, &harness.ScriptedRandom{}
+		clk, rnd := &clock.Recorder{Source: r.clock}, &history.ScriptedRandom{}
 		o := Options{Config: r.sc.Config, Clock: clk, Random: rnd}
 		if name != readerClient {
 			o.Hook = r.barriers.Hook(name)
@@ -247,7 +249,7 @@ func (r *runner) open(ctx context.Context, open Opener) error {
 		if err != nil {
 			return fmt.Errorf("client %s: %w", name, err)
 		}
-		r.callers[name] = harness.NewCaller(r.rec, name, s, clk, rnd)
+		r.callers[name] = history.NewCaller(r.rec, name, s, clk, rnd)
 	}
 	return nil
 }
@@ -331,7 +333,7 @@ func (r *runner) asyncStep(ctx context.Context, st *Step, now int64, label strin
 			fault = fmt.Errorf("scenario fault %q at %s", st.Fault, a.st.PauseAt)
 			r.rec.Note(0, fmt.Sprintf("%s: %s resumed with fault %s at %s", a.st.Client, a.st.Op, st.Fault, a.st.PauseAt))
 		}
-		r.rec.Hold(harness.Hold{Actor: a.st.Client, Op: a.st.row.Op, Point: a.st.PauseAt, From: a.heldAt, To: r.rec.Tick()})
+		r.rec.Hold(history.Hold{Actor: a.st.Client, Op: a.st.row.Op, Point: a.st.PauseAt, From: a.heldAt, To: r.rec.Tick()})
 		a.resumed = true
 		a.barrier.Release(fault)
 		out := "resumed"
@@ -401,7 +403,7 @@ func (r *runner) awaitBlocked(ctx context.Context, st *Step, a *inflight, now in
 			r.record(st, now, label, "cannot tell", fmt.Sprintf("the store could not say whether %s waits on a lock: %v", st.Of, err))
 			return true
 		case n > 0:
-			r.rec.Block(harness.Block{Actor: a.st.Client, Op: a.st.row.Op, At: r.rec.Tick()})
+			r.rec.Block(history.Block{Actor: a.st.Client, Op: a.st.row.Op, At: r.rec.Tick()})
 			r.record(st, now, label, "blocked on a lock")
 			return true
 		case returned:
@@ -584,7 +586,7 @@ func (r *runner) finalScan(ctx context.Context) {
 func (r *runner) judge() {
 	h := r.rec.History()
 	m := model.Model{Config: r.sc.Config}
-	v := harness.Judge(m, h, harness.Judgement{Timeout: hang.PhasePatience()})
+	v := validate.Judge(m, h, validate.Judgement{Timeout: hang.PhasePatience()})
 	r.res.History, r.res.Verdict, r.res.Races = h, &v, v.Races
 	if v.Violations() > 0 {
 		v.Explain(m, h, hang.PhasePatience())

@@ -11,7 +11,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/leasehold/leasehold/harness"
+	"github.com/leasehold/leasehold/harness/validate"
 	"github.com/leasehold/leasehold/impl/postgres/pgtest"
 	"github.com/leasehold/leasehold/impl/sqlite/sqlitetest"
 	"github.com/leasehold/leasehold/internal/hang"
@@ -44,9 +44,9 @@ func report(res *Result) string {
 }
 
 // scenarioRaces are the races the corpus must exercise between them.
-var scenarioRaces = []harness.Race{harness.RaceContended, harness.RaceCommittedNotReturned, harness.RaceStaleWriteRefused,
-	harness.RaceLeaseReclaimed, harness.RaceFaultRolledBack, harness.RaceUnknownOutcome, harness.RaceCancelVsFinish,
-	harness.RaceWaitedForLock}
+var scenarioRaces = []validate.Race{validate.RaceContended, validate.RaceCommittedNotReturned, validate.RaceStaleWriteRefused,
+	validate.RaceLeaseReclaimed, validate.RaceFaultRolledBack, validate.RaceUnknownOutcome, validate.RaceCancelVsFinish,
+	validate.RaceWaitedForLock}
 
 // TestScenarioCoverage holds the corpus to what it must contain: the named
 // races of the brief, each naming the races it exercises (so the vacuity
@@ -60,7 +60,7 @@ func TestScenarioCoverage(t *testing.T) {
 		"shutdown_while_leased", "stale_worker_every_write", "same_worker_reclaims_own_lease", "unknown_outcome",
 	}
 	byName := map[string]*Scenario{}
-	used := map[harness.Race]bool{}
+	used := map[validate.Race]bool{}
 	for _, sc := range loadAll(t) {
 		if path.Base(sc.File) != sc.Name+".json" {
 			t.Errorf("%s: the file should be named after the scenario, %s.json", sc.File, sc.Name)

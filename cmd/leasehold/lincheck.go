@@ -8,7 +8,8 @@ import (
 	"os"
 	"time"
 
-	"github.com/leasehold/leasehold/harness"
+	"github.com/leasehold/leasehold/harness/history"
+	"github.com/leasehold/leasehold/harness/validate"
 	"github.com/leasehold/leasehold/model"
 )
 
@@ -47,11 +48,11 @@ func lincheck(out io.Writer, path string, timeout time.Duration) (err error) {
 	if err != nil {
 		return err
 	}
-	h, f, err := harness.DecodeHistory(data)
+	h, f, err := history.Decode(data)
 	if err != nil {
 		return fmt.Errorf("%s: %w", path, err)
 	}
-	v := harness.Judge(model.Model{Config: f.Config}, h, harness.Judgement{Partition: f.Partitioned, Timeout: timeout, Drained: f.Drained})
+	v := validate.Judge(model.Model{Config: f.Config}, h, validate.Judgement{Partition: f.Partitioned, Timeout: timeout, Drained: f.Drained})
 	fmt.Fprintf(out, "%s: %d operations from %s (seed %d): linearizability %s in %s; races %s\n",
 		path, len(h.Entries), f.Store, f.Seed, v.Linearizable, v.CheckTime.Round(time.Millisecond), v.Races)
 	v.Explain(model.Model{Config: f.Config}, h, timeout)

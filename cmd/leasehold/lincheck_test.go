@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/leasehold/leasehold/harness"
+	"github.com/leasehold/leasehold/harness/history"
 	"github.com/leasehold/leasehold/impl/sqlite/sqlitetest"
 	"github.com/leasehold/leasehold/spec"
 )
@@ -30,8 +31,8 @@ func TestLincheck(t *testing.T) {
 		}
 		return p
 	}
-	j := harness.Judgement{Partition: true, Drained: true}
-	good, err := harness.EncodeHistory(h, "sqlite", w.Seed, j, w.Config, "replay")
+	head := history.Header{Store: "sqlite", Seed: w.Seed, Partitioned: true, Drained: true, Config: w.Config, Replay: "replay"}
+	good, err := history.Encode(h, head)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -47,7 +48,7 @@ func TestLincheck(t *testing.T) {
 			break
 		}
 	}
-	doctored, _ := harness.EncodeHistory(h, "sqlite", w.Seed, j, w.Config, "replay")
+	doctored, _ := history.Encode(h, head)
 	out.Reset()
 	if err := lincheck(&out, write("doctored.json", doctored), time.Minute); err == nil || !strings.Contains(out.String(), "linearizability Illegal") {
 		t.Fatalf("a doctored history: want Illegal and an error, got %v\n%s", err, out.String())

@@ -71,6 +71,27 @@ func (e Entry) String() string {
 	return fmt.Sprintf("[%s #%d, %d..%s] @%d %s -> %s", e.Actor, e.Client, e.Call, ret, e.Op.Now, e.Op, res)
 }
 
+// Code is the error code the entry's client saw: none for a success or
+// for an unknown outcome.
+func (e Entry) Code() spec.Code {
+	if e.Out.Unknown || e.Out.Result.Err == nil {
+		return ""
+	}
+	return e.Out.Result.Err.Code
+}
+
+// Committed is the request an entry's request stands for in the accounting:
+// the admission of a create_run_tx whose transaction committed (a
+// CreateRun's), the request itself otherwise; one whose transaction rolled
+// back stands for nothing the store keeps, and no case of the accounting's
+// matches it.
+func Committed(req spec.Request) spec.Request {
+	if tx, inTx := req.(spec.CreateRunTxRequest); inTx && !tx.Rollback {
+		return tx.Request
+	}
+	return req
+}
+
 // History is what a run recorded.
 type History struct {
 	Entries []Entry
@@ -88,6 +109,17 @@ func (h *History) Operations() []porcupine.Operation {
 		ops[i] = porcupine.Operation{ClientId: e.Client, Input: e.Op, Output: e.Out, Call: e.Call, Return: e.Return}
 	}
 	return ops
+}
+
+// Count returns how many entries f holds for.
+func (h *History) Count(f func(Entry) bool) int {
+	n := 0
+	for _, e := range h.Entries {
+		if f(e) {
+			n++
+		}
+	}
+	return n
 }
 
 // FinalScans returns the snapshots of the history's final scan: the

@@ -1,11 +1,11 @@
-package harness
+package validate
 
 import (
 	"fmt"
-	"math"
 	"slices"
 	"strings"
 
+	"github.com/leasehold/leasehold/harness/history"
 	"github.com/leasehold/leasehold/spec"
 )
 
@@ -59,21 +59,21 @@ const (
 var raceDetectors = []struct {
 	race    Race
 	meaning string
-	count   func(*History) int
+	count   func(*history.History) int
 }{
 	{RaceStaleWriteRefused, "a write through a superseded or expired lease was refused lost_lease", staleRefused},
 	{RaceLeaseReclaimed, "a lease expired and another claim took its job over", leaseReclaimed},
 	{RaceCancelVsFinish, "a cancel raced a completion, failure or retry of the same run", cancelVsFinish},
-	{RaceUnknownOutcome, "an operation's outcome was unknown", func(h *History) int {
-		return count(h, func(e Entry) bool { return e.Out.Unknown })
+	{RaceUnknownOutcome, "an operation's outcome was unknown", func(h *history.History) int {
+		return h.Count(func(e history.Entry) bool { return e.Out.Unknown })
 	}},
-	{RaceFaultRolledBack, "an operation rolled back and returned unavailable", func(h *History) int {
-		return count(h, func(e Entry) bool { return codeOf(e) == spec.CodeUnavailable })
+	{RaceFaultRolledBack, "an operation rolled back and returned unavailable", func(h *history.History) int {
+		return h.Count(func(e history.Entry) bool { return e.Code() == spec.CodeUnavailable })
 	}},
-	{RaceContended, "a write was called while another client's operation was held at before_commit", func(h *History) int {
+	{RaceContended, "a write was called while another client's operation was held at before_commit", func(h *history.History) int {
 		return calledDuring(h, spec.BeforeCommit)
 	}},
-	{RaceCommittedNotReturned, "a write was called while another client's operation was held at after_commit", func(h *History) int {
+	{RaceCommittedNotReturned, "a write was called while another client's operation was held at after_commit", func(h *history.History) int {
 		return calledDuring(h, spec.AfterCommit)
 	}},
 	{RaceWaitedForLock, "an operation was seen blocked on a lock while another client's operation was held at before_commit", waitedForLock},
@@ -102,8 +102,8 @@ func (r Race) Meaning() string {
 // Races counts how often each race happened in a history.
 type Races map[Race]int
 
-// Races runs every detector on h.
-func (h *History) Races() Races {
+// RacesIn runs every detector on h.
+func RacesIn(h *history.History) Races {
 	out := Races{}
 	for _, d := range raceDetectors {
 		out[d.race] = d.count(h)
@@ -132,29 +132,12 @@ func (r Races) String() string {
 	return strings.Join(parts, ", ")
 }
 
-func count(h *History, f func(Entry) bool) int {
-	n := 0
-	for _, e := range h.Entries {
-		if f(e) {
-			n++
-		}
-	}
-	return n
-}
-
-func codeOf(e Entry) spec.Code {
-	if e.Out.Unknown || e.Out.Result.Err == nil {
-		return ""
-	}
-	return e.Out.Result.Err.Code
-}
-
 type runKey struct{ tenant, id string }
 
 // staleRefused counts guarded writes refused lost_lease whose lease, at the
 // write's call, a returned claim had superseded or whose last known expiry
 // was not after the write's time.
-func staleRefused(h *History) int {
+func staleRefused(h *history.History) int {
 	type leaseKey struct {
 		run runKey
 		gen int64
@@ -206,7 +189,7 @@ func staleRefused(h *History) int {
 // refusedLeases returns the leases of e's guarded writes that were refused
 // with code: the operation's lease when it failed so, and for a batch each
 // member refused so.
-func refusedLeases(e Entry, code spec.Code) []spec.LeaseRef {
+func refusedLeases(e history.Entry, code spec.Code) []spec.LeaseRef {
 	if e.Out.Unknown {
 		return nil
 	}
@@ -219,7 +202,7 @@ func refusedLeases(e Entry, code spec.Code) []spec.LeaseRef {
 		}
 		return refs
 	}
-	if codeOf(e) == code {
+	if e.Code() == code {
 		return e.Op.Req.Leases()
 	}
 	return nil
@@ -229,7 +212,7 @@ func refusedLeases(e Entry, code spec.Code) []spec.LeaseRef {
 // a claim of generation g of a run whose lease g-1 a claim had handed out,
 // that no retry or release had given back before the claim was called, and
 // whose last known expiry was not after the claim's time.
-func leaseReclaimed(h *History) int {
+func leaseReclaimed(h *history.History) int {
 	type leaseKey struct {
 		run runKey
 		gen int64
@@ -284,40 +267,22 @@ func leaseReclaimed(h *History) int {
 	return n
 }
 
-// finalScans returns the snapshots of the history's final scan: the
-// snapshot operations after the last other operation returned.
-func finalScans(h *History) []spec.Snapshot {
-	var last int64
-	for _, e := range h.Entries {
-		if _, isSnap := e.Op.Req.(spec.SnapshotRequest); !isSnap && e.Return != math.MaxInt64 && e.Return > last {
-			last = e.Return
-		}
-	}
-	var out []spec.Snapshot
-	for _, e := range h.Entries {
-		if s, isSnap := e.Out.Result.Value.(spec.Snapshot); isSnap && e.Call > last && !e.Out.Unknown {
-			out = append(out, s)
-		}
-	}
-	return out
-}
-
 // cancelVsFinish counts cancels that raced a complete, fail or retry of the
 // same run: the finishing write was refused cancelled (the worker was still
 // running when the cancel won), or the two overlapped in time and the cancel
 // was told the finish had won.
-func cancelVsFinish(h *History) int {
-	finishes := func(e Entry) bool {
+func cancelVsFinish(h *history.History) int {
+	finishes := func(e history.Entry) bool {
 		switch e.Op.Req.(type) {
 		case spec.CompleteRequest, spec.FailRequest, spec.RetryRequest:
 			return !e.Out.Unknown
 		}
 		return false
 	}
-	n := count(h, func(e Entry) bool { return finishes(e) && codeOf(e) == spec.CodeCancelled })
+	n := h.Count(func(e history.Entry) bool { return finishes(e) && e.Code() == spec.CodeCancelled })
 	for _, c := range h.Entries {
 		cancel, isCancel := c.Op.Req.(spec.CancelRequest)
-		if !isCancel || codeOf(c) != spec.CodeAlreadyTerminal {
+		if !isCancel || c.Code() != spec.CodeAlreadyTerminal {
 			continue
 		}
 		for _, f := range h.Entries {
@@ -340,7 +305,7 @@ func cancelVsFinish(h *History) int {
 // returned and reached the store count (not unknown_outcome, unavailable
 // or invalid_argument): the witness is an admission that read that run's
 // row while the purge could delete it.
-func admissionVsPurge(h *History) int {
+func admissionVsPurge(h *history.History) int {
 	type scope struct{ tenant, operation, key string }
 	type member struct {
 		scope
@@ -355,7 +320,7 @@ func admissionVsPurge(h *History) int {
 	for i, e := range h.Entries {
 		var reqs []spec.CreateRunRequest
 		var outs []spec.CreateOutcome
-		switch r := committed(e.Op.Req).(type) {
+		switch r := history.Committed(e.Op.Req).(type) {
 		case spec.CreateRunRequest:
 			reqs = []spec.CreateRunRequest{r}
 			res, _ := e.Out.Result.Value.(spec.CreateRunResult)
@@ -413,7 +378,7 @@ func admissionVsPurge(h *History) int {
 
 // calledDuring counts writes called while another client's operation was
 // held at point.
-func calledDuring(h *History, point spec.HookPoint) int {
+func calledDuring(h *history.History, point spec.HookPoint) int {
 	n := 0
 	for _, e := range h.Entries {
 		if !spec.OperationOf(e.Op.Req).Writes {
@@ -434,13 +399,13 @@ func calledDuring(h *History, point spec.HookPoint) int {
 // before and returned after) and another client's operation was held at
 // before_commit. Only holders at before_commit count: after commit, nothing
 // of the holder's is locked.
-func waitedForLock(h *History) int {
+func waitedForLock(h *history.History) int {
 	n := 0
 	for _, b := range h.Blocks {
-		inFlight := slices.ContainsFunc(h.Entries, func(e Entry) bool {
+		inFlight := slices.ContainsFunc(h.Entries, func(e history.Entry) bool {
 			return e.Actor == b.Actor && spec.OperationOf(e.Op.Req).Op == b.Op && e.Call < b.At && b.At < e.Return
 		})
-		held := slices.ContainsFunc(h.Holds, func(x Hold) bool {
+		held := slices.ContainsFunc(h.Holds, func(x history.Hold) bool {
 			return x.Point == spec.BeforeCommit && x.Actor != b.Actor && x.From < b.At && b.At < x.To
 		})
 		if inFlight && held {

@@ -1,15 +1,15 @@
-package harness
+package validate
 
 import (
 	"cmp"
 	"fmt"
-	"math"
 	"slices"
 	"strings"
 	"time"
 
 	"github.com/anishathalye/porcupine"
 
+	"github.com/leasehold/leasehold/harness/history"
 	"github.com/leasehold/leasehold/model"
 )
 
@@ -20,22 +20,22 @@ import (
 // interval overlaps Last's, the ones it may have raced.
 type Culprit struct {
 	Prefix      int // operations in the shortest illegal cut
-	Last        Entry
-	Overlapping []Entry
+	Last        history.Entry
+	Overlapping []history.Entry
 }
 
 // FindCulprit binary-searches the cuts of h, which must be illegal as a whole.
 // Adding an operation that starts later never makes an illegal history
 // legal, so the search is sound. It returns false when h is not illegal or
 // when a check of a cut does not finish within timeout.
-func FindCulprit(m model.Model, h *History, partition bool, timeout time.Duration) (Culprit, bool) {
+func FindCulprit(m model.Model, h *history.History, partition bool, timeout time.Duration) (Culprit, bool) {
 	order := make([]int, len(h.Entries))
 	for i := range order {
 		order[i] = i
 	}
 	slices.SortStableFunc(order, func(a, b int) int { return cmp.Compare(h.Entries[a].Call, h.Entries[b].Call) })
-	cut := func(n int) *History { // the first n calls
-		p := &History{Provider: h.Provider}
+	cut := func(n int) *history.History { // the first n calls
+		p := &history.History{Provider: h.Provider}
 		for _, i := range order[:n] {
 			p.Entries = append(p.Entries, h.Entries[i])
 		}
@@ -84,22 +84,9 @@ func (c Culprit) String() string {
 	return b.String()
 }
 
-// String is one line: the client, the call and return times, the operation
-// with its clock reading, and what the client saw.
-func (e Entry) String() string {
-	res, ret := e.Out.Result.String(), fmt.Sprint(e.Return)
-	if e.Out.Unknown {
-		res = "unknown outcome"
-	}
-	if e.Return == math.MaxInt64 {
-		ret = "never"
-	}
-	return fmt.Sprintf("[%s #%d, %d..%s] @%d %s -> %s", e.Actor, e.Client, e.Call, ret, e.Op.Now, e.Op, res)
-}
-
 // Explain fills v.Culprit when v found h illegal (see FindCulprit); it
 // leaves v alone otherwise.
-func (v *Verdict) Explain(m model.Model, h *History, timeout time.Duration) {
+func (v *Verdict) Explain(m model.Model, h *history.History, timeout time.Duration) {
 	if v.Linearizable != porcupine.Illegal {
 		return
 	}

@@ -1,4 +1,4 @@
-package harness
+package validate
 
 import (
 	"cmp"
@@ -9,6 +9,7 @@ import (
 
 	"github.com/anishathalye/porcupine"
 
+	"github.com/leasehold/leasehold/harness/history"
 	"github.com/leasehold/leasehold/model"
 	"github.com/leasehold/leasehold/spec"
 )
@@ -55,33 +56,21 @@ type Judgement struct {
 
 // Judge checks h: porcupine first, then the accounting on the history and
 // its final scan.
-func Judge(m model.Model, h *History, j Judgement) Verdict {
+func Judge(m model.Model, h *history.History, j Judgement) Verdict {
 	v := Verdict{Partitioned: j.Partition}
 	start := time.Now()
 	v.Linearizable, v.Info = porcupine.CheckOperationsVerbose(PorcupineModel(m, j.Partition), h.Operations(), j.Timeout)
 	v.CheckTime = time.Since(start)
 	v.Accounting = account(h, j.Drained)
-	v.Races = h.Races()
+	v.Races = RacesIn(h)
 	return v
-}
-
-// committed is the request an entry's request stands for in the accounting:
-// the admission of a create_run_tx whose transaction committed (a
-// CreateRun's), the request itself otherwise; one whose transaction rolled
-// back stands for nothing the store keeps, and no case of the accounting's
-// matches it.
-func committed(req spec.Request) spec.Request {
-	if tx, inTx := req.(spec.CreateRunTxRequest); inTx && !tx.Rollback {
-		return tx.Request
-	}
-	return req
 }
 
 // account runs the checks that need no model: nothing lost, nothing
 // duplicated, no stale write accepted, no row the history cannot explain.
-func account(h *History, drained bool) (violations []string) {
+func account(h *history.History, drained bool) (violations []string) {
 	final := spec.Snapshot{}
-	for _, s := range finalScans(h) {
+	for _, s := range h.FinalScans() {
 		final.Runs = append(final.Runs, s.Runs...)
 		final.Attempts = append(final.Attempts, s.Attempts...)
 		final.Effects = append(final.Effects, s.Effects...)
@@ -105,7 +94,7 @@ func account(h *History, drained bool) (violations []string) {
 	maybePurgedTenants := map[string]bool{}
 	for _, e := range h.Entries {
 		ok := !e.Out.Unknown && e.Out.Result.Err == nil
-		switch req := committed(e.Op.Req).(type) {
+		switch req := history.Committed(e.Op.Req).(type) {
 		case spec.PurgeRunsRequest:
 			if e.Out.Unknown {
 				maybePurgedTenants[req.Tenant] = true
@@ -224,7 +213,7 @@ type outboxWrite struct {
 // of the history: every message of an acknowledged write is there (unless a
 // purge of runs deleted its run), none of a refused write is, none that no
 // write asked for, and after a drain every message is delivered.
-func accountOutbox(h *History, final spec.Snapshot, drained bool, purged map[runKey]bool, maybePurgedTenants map[string]bool) (violations []string) {
+func accountOutbox(h *history.History, final spec.Snapshot, drained bool, purged map[runKey]bool, maybePurgedTenants map[string]bool) (violations []string) {
 	render := func(ms []spec.Message) string {
 		out, err := spec.NormalizeOutbox(ms)
 		if err != nil {
@@ -237,7 +226,7 @@ func accountOutbox(h *History, final spec.Snapshot, drained bool, purged map[run
 		return s
 	}
 	acked, maybe := map[outboxWrite]bool{}, map[outboxWrite]bool{}
-	note := func(e Entry, w outboxWrite) {
+	note := func(e history.Entry, w outboxWrite) {
 		if w.msgs == "" {
 			return
 		}
@@ -249,7 +238,7 @@ func accountOutbox(h *History, final spec.Snapshot, drained bool, purged map[run
 		}
 	}
 	for _, e := range h.Entries {
-		switch req := committed(e.Op.Req).(type) {
+		switch req := history.Committed(e.Op.Req).(type) {
 		case spec.CreateRunRequest:
 			if e.Out.Unknown || e.Out.Result.Err == nil && !e.Out.Result.Value.(spec.CreateRunResult).Replayed {
 				note(e, outboxWrite{runKey{req.Tenant, req.RunID}, 0, render(req.Outbox)})
@@ -306,7 +295,7 @@ func accountOutbox(h *History, final spec.Snapshot, drained bool, purged map[run
 // acceptedFor reports whether a successful operation accepted the write of
 // ref: every guarded write does, and a batch does for the members it did not
 // refuse.
-func acceptedFor(e Entry, ref spec.LeaseRef) bool {
+func acceptedFor(e history.Entry, ref spec.LeaseRef) bool {
 	outs, isBatch := e.Out.Result.Value.([]spec.BatchOutcome)
 	if !isBatch {
 		return true

@@ -1,4 +1,4 @@
-package harness
+package validate
 
 import (
 	"context"
@@ -9,16 +9,9 @@ import (
 
 	"github.com/anishathalye/porcupine"
 
+	"github.com/leasehold/leasehold/harness/history"
 	"github.com/leasehold/leasehold/model"
 )
-
-// Observed is what a client saw of one operation.
-type Observed struct {
-	Result model.Result
-	// Unknown: the connection failed after COMMIT was sent. The operation has
-	// no return in the history, and the model accepts it applied or not.
-	Unknown bool
-}
 
 // PorcupineModel is the porcupine model of the contract, built from model/:
 // Step is model.Observe (claims and reaps may take any eligible subset; an
@@ -36,7 +29,7 @@ func PorcupineModel(m model.Model, partition bool) porcupine.Model {
 			if ctx.Err() != nil {
 				return nil
 			}
-			s, op, out := state.(model.State), input.(model.Op), output.(Observed)
+			s, op, out := state.(model.State), input.(model.Op), output.(history.Observed)
 			if out.Unknown {
 				states := m.Unknown(s, op)
 				next := make([]any, len(states))
@@ -58,7 +51,7 @@ func PorcupineModel(m model.Model, partition bool) porcupine.Model {
 			return h.Sum64()
 		},
 		DescribeOperation: func(input, output any) string {
-			op, out := input.(model.Op), output.(Observed)
+			op, out := input.(model.Op), output.(history.Observed)
 			res := out.Result.String()
 			if out.Unknown {
 				res = "unknown outcome"
