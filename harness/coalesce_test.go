@@ -13,6 +13,7 @@ import (
 
 	"github.com/leasehold/leasehold/clock"
 	"github.com/leasehold/leasehold/harness/history"
+	"github.com/leasehold/leasehold/harness/report"
 	"github.com/leasehold/leasehold/harness/validate"
 	"github.com/leasehold/leasehold/impl/postgres"
 	"github.com/leasehold/leasehold/impl/postgres/pgtest"
@@ -42,7 +43,7 @@ func TestCoalescedAdmissionsLinearizable(t *testing.T) {
 	for seed := first; seed < first+uint64(rounds); seed++ {
 		failure, r := coalescedAdmissions(t, seed)
 		if failure != "" {
-			t.Fatalf("seed %d: %s\nreplay: %s", seed, failure, TestCommand(map[string]string{"LEASEHOLD_SEED": strconv.FormatUint(seed, 10)}, "", t.Name()))
+			t.Fatalf("seed %d: %s\nreplay: %s", seed, failure, report.TestCommand(map[string]string{"LEASEHOLD_SEED": strconv.FormatUint(seed, 10)}, "", t.Name()))
 		}
 		retried += r
 	}

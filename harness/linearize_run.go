@@ -12,6 +12,7 @@ import (
 	"github.com/anishathalye/porcupine"
 
 	"github.com/leasehold/leasehold/harness/history"
+	"github.com/leasehold/leasehold/harness/report"
 	"github.com/leasehold/leasehold/harness/validate"
 	"github.com/leasehold/leasehold/impl/storetest"
 	"github.com/leasehold/leasehold/internal/hang"
@@ -297,8 +298,8 @@ func checkOne(t *testing.T, target Target, w Workload) (validate.Verdict, *histo
 		v.CheckTime.Round(time.Millisecond), !w.Purge, v.Races)
 	if v.Violations() == 0 {
 		if os.Getenv(EnvKeepHistory) == "1" {
-			dir := reportDir(t, fmt.Sprintf("lin/%s-%s-seed%d", rapidSafeName(t.Name()), store, w.Seed))
-			if err := WriteReport(dir, m, h, v, j, store, w.Seed, w.Config, replayLin(t, target, w.Seed)); err != nil {
+			dir := reportDir(t, fmt.Sprintf("lin/%s-%s-seed%d", report.SafeName(t.Name()), store, w.Seed))
+			if err := report.WriteReport(dir, m, h, v, j, store, w.Seed, w.Config, replayLin(t, target, w.Seed)); err != nil {
 				t.Errorf("keeping the history: %v", err)
 			} else {
 				t.Logf("seed %d: history kept (%s=1) in %s", w.Seed, EnvKeepHistory, dir)
@@ -312,9 +313,9 @@ func checkOne(t *testing.T, target Target, w Workload) (validate.Verdict, *histo
 	if v.Culprit != nil {
 		t.Logf("seed %d: %s", w.Seed, v.Culprit)
 	}
-	dir := reportDir(t, fmt.Sprintf("lin/%s-%s-seed%d", rapidSafeName(t.Name()), store, w.Seed))
+	dir := reportDir(t, fmt.Sprintf("lin/%s-%s-seed%d", report.SafeName(t.Name()), store, w.Seed))
 	replay := replayLin(t, target, w.Seed)
-	if err := WriteReport(dir, m, h, v, j, store, w.Seed, w.Config, replay); err != nil {
+	if err := report.WriteReport(dir, m, h, v, j, store, w.Seed, w.Config, replay); err != nil {
 		t.Errorf("writing the report: %v", err)
 	}
 	why := string(v.Linearizable)
@@ -328,11 +329,11 @@ func checkOne(t *testing.T, target Target, w Workload) (validate.Verdict, *histo
 // replayLin is the command that records the history of seed again, with
 // the target's environment.
 func replayLin(t *testing.T, target Target, seed uint64) string {
-	return TestCommand(withSeed(target.Env, seed), target.Tags, t.Name())
+	return report.TestCommand(withSeed(target.Env, seed), target.Tags, t.Name())
 }
 
 func reportDir(t *testing.T, name string) string {
-	reports, err := ReportsDir()
+	reports, err := report.ReportsDir()
 	if err != nil {
 		t.Fatalf("reports directory: %v", err)
 	}

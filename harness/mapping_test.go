@@ -10,6 +10,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/leasehold/leasehold/harness/report"
 	"github.com/leasehold/leasehold/spec"
 )
 
@@ -18,7 +19,7 @@ import (
 // name it gives for the model, the guard and each store is declared in that
 // package.
 func TestMappingNamesRealCode(t *testing.T) {
-	root, err := RepoRoot()
+	root, err := report.RepoRoot()
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -10,6 +10,7 @@ import (
 
 	"pgregory.net/rapid"
 
+	"github.com/leasehold/leasehold/harness/report"
 	"github.com/leasehold/leasehold/impl/storetest"
 	"github.com/leasehold/leasehold/metrics"
 )
@@ -41,17 +42,17 @@ func RunPropertyOn(t *testing.T, target Target) {
 	rapidPinned := seedPinned() // before this run sets rapid's seed
 	seed, leaseholdPinned := FirstSeed(t)
 	pinned := rapidPinned || leaseholdPinned
-	replay := TestCommand(withSeed(target.Env, seed), target.Tags, t.Name())
+	replay := report.TestCommand(withSeed(target.Env, seed), target.Tags, t.Name())
 	t.Cleanup(func() {
 		if !t.Failed() {
 			return
 		}
-		k, err := KeepFailfile(t.Name(), start, Kept{Test: t.Name(), Store: store, Expect: "pass", Env: target.Env, Tags: target.Tags,
+		k, err := report.KeepFailfile(t.Name(), start, report.Kept{Test: t.Name(), Store: store, Expect: "pass", Env: target.Env, Tags: target.Tags,
 			Transient: target.Transient})
 		if err != nil {
 			// A vacuous run fails with no failfile: vacuity is judged over
 			// all its sequences, so the replay is the whole test again.
-			again := TestCommand(target.Env, target.Tags, t.Name())
+			again := report.TestCommand(target.Env, target.Tags, t.Name())
 			t.Logf("no failfile to keep (%v); run it again: %s", err, again)
 			metrics.Report(t, metrics.Line{Check: "rapid", Store: store, Operations: int64(p.Counters.Operations), Violations: 1, Replay: again})
 			return

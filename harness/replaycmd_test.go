@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/leasehold/leasehold/harness/history"
+	"github.com/leasehold/leasehold/harness/report"
 )
 
 // TestMutantHistoryReplaysAsPrinted: the replay command a mutant's history
@@ -18,13 +19,13 @@ import (
 // builds with the mutants tag, runs that test on that seed, and catches the
 // mutant again. (Printed without -tags leasehold_mutants it ran no test.)
 func TestMutantHistoryReplaysAsPrinted(t *testing.T) {
-	root, err := RepoRoot()
+	root, err := report.RepoRoot()
 	if err != nil {
 		t.Fatal(err)
 	}
 	const name = "TestMutantsRuntime/complete_ignores_generation"
 	first := t.TempDir()
-	cmd := exec.Command("go", "test", "-tags", "leasehold_mutants", "./harness", "-count=1", "-v", "-run", RunPattern(name))
+	cmd := exec.Command("go", "test", "-tags", "leasehold_mutants", "./harness", "-count=1", "-v", "-run", report.RunPattern(name))
 	cmd.Dir = root
 	cmd.Env = append(os.Environ(), "LEASEHOLD_REPORTS="+first, "LEASEHOLD_SEED=")
 	if out, err := cmd.CombinedOutput(); err != nil {

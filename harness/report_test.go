@@ -9,6 +9,7 @@ import (
 	"github.com/anishathalye/porcupine"
 
 	"github.com/leasehold/leasehold/harness/history"
+	"github.com/leasehold/leasehold/harness/report"
 	"github.com/leasehold/leasehold/harness/validate"
 	"github.com/leasehold/leasehold/impl/sqlite/sqlitetest"
 	"github.com/leasehold/leasehold/internal/hang"
@@ -61,7 +62,7 @@ func TestViolationWritesReport(t *testing.T) {
 		t.Fatalf("the culprit should be the doctored claim or an operation called after it (call %d), got %v", doctoredCall, v.Culprit)
 	}
 	dir := filepath.Join(t.TempDir(), "report")
-	if err := WriteReport(dir, m, h, v, j, "sqlite", w.Seed, w.Config, "replay-command"); err != nil {
+	if err := report.WriteReport(dir, m, h, v, j, "sqlite", w.Seed, w.Config, "replay-command"); err != nil {
 		t.Fatal(err)
 	}
 	if md, _ := os.ReadFile(filepath.Join(dir, "verdict.md")); !strings.Contains(string(md), "## Where it goes wrong") {

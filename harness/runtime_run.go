@@ -14,6 +14,7 @@ import (
 
 	"github.com/leasehold/leasehold/clock"
 	"github.com/leasehold/leasehold/harness/history"
+	"github.com/leasehold/leasehold/harness/report"
 	"github.com/leasehold/leasehold/harness/validate"
 	"github.com/leasehold/leasehold/impl/storetest"
 	"github.com/leasehold/leasehold/internal/hang"
@@ -345,7 +346,7 @@ func runtimeOnce(t *testing.T, target Target, seed uint64) runtimeResult {
 	res.verdict.Explain(m, res.history, hang.PhasePatience())
 	res.verdict.Accounting = append(res.verdict.Accounting, res.liveness...)
 	dir := reportDir(t, fmt.Sprintf("lin/%s-%s-seed%d", t.Name(), store, seed))
-	if err := WriteReport(dir, m, res.history, res.verdict, j, store, seed, cfg, replayLin(t, target, seed)); err != nil {
+	if err := report.WriteReport(dir, m, res.history, res.verdict, j, store, seed, cfg, replayLin(t, target, seed)); err != nil {
 		t.Errorf("writing the report: %v", err)
 	}
 	if res.verdict.Culprit != nil {

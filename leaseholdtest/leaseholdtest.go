@@ -42,6 +42,7 @@ import (
 	"testing"
 
 	"github.com/leasehold/leasehold/harness"
+	"github.com/leasehold/leasehold/harness/report"
 	"github.com/leasehold/leasehold/impl/storetest"
 	"github.com/leasehold/leasehold/metrics"
 	"github.com/leasehold/leasehold/scenarios"
@@ -138,7 +139,7 @@ func Conformance(t *testing.T, s Store) {
 		}
 		line := metrics.Line{Check: "conformance", Store: s.Name, Violations: int64(len(sum.Failed))}
 		if len(sum.Failed) > 0 {
-			line.Replay = harness.TestCommand(target.Env, target.Tags, t.Name()+"/("+strings.Join(sum.Failed, "|")+")")
+			line.Replay = report.TestCommand(target.Env, target.Tags, t.Name()+"/("+strings.Join(sum.Failed, "|")+")")
 			t.Logf("failed: %s\nreplay: %s", strings.Join(sum.Failed, ", "), line.Replay)
 		}
 		metrics.Report(t, line)

@@ -68,7 +68,7 @@ func TestAwaitBlockedReturnedWithoutBlocking(t *testing.T) {
 		t.Run(c.store, func(t *testing.T) {
 			res := Run(context.Background(), sc, c.open(t))
 			if res.OK() || res.Stuck || res.NotApplicable != "" || len(res.Mismatches) != 1 {
-				t.Fatalf("want exactly one mismatch, at await_blocked:\n%s", report(res))
+				t.Fatalf("want exactly one mismatch, at await_blocked:\n%s", reportOf(res))
 			}
 			m := res.Mismatches[0]
 			for _, want := range []string{"await_blocked c", "expected c to be seen blocked on a lock, but it returned first (ok created run acme/r1",
@@ -101,7 +101,7 @@ func TestAwaitBlockedNotApplicable(t *testing.T) {
 	}
 	sc := byName(t, "cancel_blocked_behind_complete")
 	res := Run(context.Background(), sc, wrapOpener(sqliteOpener(t), hideLockWaits))
-	out := report(res)
+	out := reportOf(res)
 	switch {
 	case res.OK():
 		t.Fatalf("a scenario that did not apply counts as OK:\n%s", out)
@@ -163,11 +163,11 @@ func TestAwaitBlockedBrokenCapability(t *testing.T) {
 				res = Run(context.Background(), sc, open)
 			}
 			if res.OK() || res.Stuck != tc.stuck {
-				t.Fatalf("a broken lock-wait report should fail the scenario (stuck %v):\n%s", tc.stuck, report(res))
+				t.Fatalf("a broken lock-wait report should fail the scenario (stuck %v):\n%s", tc.stuck, reportOf(res))
 			}
 			for _, want := range tc.want {
 				if !slices.ContainsFunc(res.Mismatches, func(m Mismatch) bool { return strings.Contains(m.String(), want) }) {
-					t.Errorf("no mismatch contains %q:\n%s", want, report(res))
+					t.Errorf("no mismatch contains %q:\n%s", want, reportOf(res))
 				}
 			}
 		})

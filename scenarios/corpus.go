@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/leasehold/leasehold/harness"
+	"github.com/leasehold/leasehold/harness/report"
 	"github.com/leasehold/leasehold/impl/storetest"
 	"github.com/leasehold/leasehold/metrics"
 	"github.com/leasehold/leasehold/spec"
@@ -129,7 +130,7 @@ func runCorpus(t *testing.T, target harness.Target, open func(testing.TB) Opener
 			res.Report(&b)
 			if !res.OK() {
 				failed++
-				cmd := harness.TestCommand(target.Env, target.Tags, t.Name())
+				cmd := report.TestCommand(target.Env, target.Tags, t.Name())
 				if replay == "" {
 					replay = cmd
 				}

@@ -111,14 +111,14 @@ func TestModelJudgesBrokenExpectations(t *testing.T) {
 			defer mutant.Set(mutant.CompleteIgnoresGeneration)()
 			res := Run(context.Background(), sc, store.opener(t))
 			if res.OK() {
-				t.Fatalf("the model judge blessed a stale completion:\n%s", report(res))
+				t.Fatalf("the model judge blessed a stale completion:\n%s", reportOf(res))
 			}
 			for _, m := range res.Mismatches {
 				if m.Step != 0 || !strings.HasPrefix(m.Message, "model judge:") {
-					t.Fatalf("the file's own expectations should all hold on the broken store; the judge alone should fail it, got:\n%s", report(res))
+					t.Fatalf("the file's own expectations should all hold on the broken store; the judge alone should fail it, got:\n%s", reportOf(res))
 				}
 			}
-			t.Logf("the broken store passed the file and failed the judge:\n%s", report(res))
+			t.Logf("the broken store passed the file and failed the judge:\n%s", reportOf(res))
 		})
 	}
 }

@@ -37,7 +37,7 @@ func loadAll(t testing.TB) []*Scenario {
 	return corpus
 }
 
-func report(res *Result) string {
+func reportOf(res *Result) string {
 	var b bytes.Buffer
 	res.Report(&b)
 	return b.String()
@@ -231,12 +231,12 @@ func TestRunnerReportsMismatches(t *testing.T) {
 			res := Run(context.Background(), sc, sqliteOpener(t))
 			if tc.want == nil {
 				if !res.OK() {
-					t.Fatalf("control case should pass:\n%s", report(res))
+					t.Fatalf("control case should pass:\n%s", reportOf(res))
 				}
 				return
 			}
 			if res.OK() {
-				t.Fatalf("a broken expectation passed: the runner cannot fail\n%s", report(res))
+				t.Fatalf("a broken expectation passed: the runner cannot fail\n%s", reportOf(res))
 			}
 			for _, m := range res.Mismatches {
 				if m.Step != tc.wantStep {
@@ -250,7 +250,7 @@ func TestRunnerReportsMismatches(t *testing.T) {
 					return
 				}
 			}
-			t.Fatalf("no mismatch at step %d containing %q; got:\n%s", tc.wantStep, tc.want, report(res))
+			t.Fatalf("no mismatch at step %d containing %q; got:\n%s", tc.wantStep, tc.want, reportOf(res))
 		})
 	}
 }
@@ -271,7 +271,7 @@ func TestDeadlockGuard(t *testing.T) {
 	// which the scenario cannot go on: not after some time.
 	res := runGuardedAt(sc, sqliteOpener(t), 8)
 	if res.OK() || !res.Stuck {
-		t.Fatalf("a deadlocked scenario was not stopped by the guard:\n%s", report(res))
+		t.Fatalf("a deadlocked scenario was not stopped by the guard:\n%s", reportOf(res))
 	}
 	msg := res.Mismatches[0].String()
 	for _, want := range []string{"step 8", "deadlock guard", "await api-cancel",
@@ -380,7 +380,7 @@ func TestInlineConfig(t *testing.T) {
 		t.Fatal(err)
 	}
 	if res := Run(context.Background(), sc, sqliteOpener(t)); !res.OK() {
-		t.Fatalf("inline-policy scenario failed:\n%s", report(res))
+		t.Fatalf("inline-policy scenario failed:\n%s", reportOf(res))
 	}
 }
 

@@ -10,7 +10,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/leasehold/leasehold/harness"
+	"github.com/leasehold/leasehold/harness/report"
 	"github.com/leasehold/leasehold/impl/sqlite"
 	"github.com/leasehold/leasehold/spec"
 	"github.com/leasehold/leasehold/storeproto"
@@ -26,7 +26,7 @@ func childCommand(mode string) storeproto.Command {
 	if err != nil {
 		panic(err)
 	}
-	return storeproto.Command{Line: envChild + "=" + harness.ShellQuote(mode) + " exec " + harness.ShellQuote(exe)}
+	return storeproto.Command{Line: envChild + "=" + report.ShellQuote(mode) + " exec " + report.ShellQuote(exe)}
 }
 
 // child runs the test binary as a store process and returns its exit status.

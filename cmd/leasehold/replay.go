@@ -12,7 +12,7 @@ import (
 	"path/filepath"
 	"strings"
 
-	"github.com/leasehold/leasehold/harness"
+	"github.com/leasehold/leasehold/harness/report"
 )
 
 var replayCommand = &command{
@@ -33,7 +33,7 @@ run is incomplete (exit status 1), never ok.`,
 // replay re-runs kept failfiles: every one under reports/failfiles, or the
 // ones given (a failfile or its sidecar).
 func replay(ctx context.Context, out io.Writer, reports string, files []string) error {
-	var kept []harness.Kept
+	var kept []report.Kept
 	if len(files) == 0 {
 		// A mistyped --reports (or a run outside the repository root) is not
 		// "nothing to replay".
@@ -42,7 +42,7 @@ func replay(ctx context.Context, out io.Writer, reports string, files []string) 
 				reports, filepath.Join(reports, "failfiles"))
 		}
 		var err error
-		if kept, err = harness.KeptFailfiles(reports); err != nil {
+		if kept, err = report.KeptFailfiles(reports); err != nil {
 			return err
 		}
 		if len(kept) == 0 {
@@ -56,7 +56,7 @@ func replay(ctx context.Context, out io.Writer, reports string, files []string) 
 		if err != nil {
 			return fmt.Errorf("%s has no sidecar %s.json saying how to replay it: %w", f, f, err)
 		}
-		var k harness.Kept
+		var k report.Kept
 		if err := json.Unmarshal(body, &k); err != nil {
 			return fmt.Errorf("%s.json: %w", f, err)
 		}
@@ -88,7 +88,7 @@ func replay(ctx context.Context, out io.Writer, reports string, files []string) 
 		if k.Tags != "" {
 			args = append(args, "-tags", k.Tags)
 		}
-		args = append(args, k.Package, "-count=1", "-run", harness.RunPattern(k.Test), "-rapid.failfile="+abs)
+		args = append(args, k.Package, "-count=1", "-run", report.RunPattern(k.Test), "-rapid.failfile="+abs)
 		cmd := exec.CommandContext(ctx, "go", args...)
 		// A PostgreSQL test must fail, not skip, when its server is missing.
 		cmd.Env = append(os.Environ(), "LEASEHOLD_REQUIRE_PG=1")

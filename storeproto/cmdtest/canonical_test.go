@@ -13,7 +13,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/leasehold/leasehold/harness"
+	"github.com/leasehold/leasehold/harness/report"
 	"github.com/leasehold/leasehold/spec"
 )
 
@@ -26,7 +26,7 @@ import (
 // would make the two stores disagree about which requests are the same.
 func TestPythonCanonicalizerMatchesGo(t *testing.T) {
 	needPython(t)
-	root, err := harness.RepoRoot()
+	root, err := report.RepoRoot()
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -5,7 +5,7 @@ import (
 	"os/exec"
 	"testing"
 
-	"github.com/leasehold/leasehold/harness"
+	"github.com/leasehold/leasehold/harness/report"
 	"github.com/leasehold/leasehold/impl/postgres/pgtest"
 	"github.com/leasehold/leasehold/leaseholdtest"
 	"github.com/leasehold/leasehold/storeproto"
@@ -18,7 +18,7 @@ const PythonPort = "python3 ports/python-sqlite/store.py"
 // the Python port. Replay commands carry the command.
 func target(t *testing.T) leaseholdtest.Store {
 	t.Helper()
-	root, err := harness.RepoRoot()
+	root, err := report.RepoRoot()
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,4 +1,4 @@
-package harness
+package report
 
 import (
 	"encoding/json"
@@ -124,7 +124,7 @@ func keptIn(transient bool) (string, error) {
 // kept, in the run's reports directory (keptIn).
 func KeepFailfile(testName string, since time.Time, k Kept) (Kept, error) {
 	move := k.Expect == "fail" || k.Transient
-	safe := rapidSafeName(testName)
+	safe := SafeName(testName)
 	matches, _ := filepath.Glob(filepath.Join("testdata", "rapid", safe, safe+"-*.fail"))
 	var newest string
 	var newestTime time.Time
@@ -217,8 +217,9 @@ func failfileSeed(body string) string {
 	return ""
 }
 
-// rapidSafeName mirrors rapid's file naming for a test name.
-func rapidSafeName(name string) string {
+// SafeName is a test name as rapid names its files: every character but
+// a letter, a digit, '-' and '_' becomes '_'.
+func SafeName(name string) string {
 	var b strings.Builder
 	for _, r := range name {
 		if unicode.IsLetter(r) || unicode.IsDigit(r) || r == '-' || r == '_' {
