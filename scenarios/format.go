@@ -12,7 +12,7 @@
 // JSON fields, so the format knows no operation by name. Run plays one
 // scenario on any store an Opener opens, giving every client its own store
 // (its own connections) with its own barrier hook, all sharing one manual
-// clock, records what happened as a harness.History, and reports every
+// clock, records what happened as a history.History (package harness/history), and reports every
 // step's outcome and every mismatch. Nothing in it sleeps: operations are
 // ordered by barriers, awaits and the database's own locks.
 package scenarios
