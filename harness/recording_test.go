@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"github.com/leasehold/leasehold/clock"
+	"github.com/leasehold/leasehold/harness/faults"
 	"github.com/leasehold/leasehold/harness/history"
 	"github.com/leasehold/leasehold/impl/sqlite/sqlitetest"
 	"github.com/leasehold/leasehold/impl/storetest"
@@ -34,7 +35,7 @@ func TestRecordingStoreOffersWhatTheStoreDoes(t *testing.T) {
 			clk := clock.NewManual(1_000)
 			h := c.f(t, storetest.Options{Config: cfg, Clock: clk, Random: &history.ScriptedRandom{}})
 			rec := history.NewRecorder(history.NewProvider())
-			s := NewRecordingStore(t, h, cfg, clk, rec, "api", 1, 1, nil).Store()
+			s := faults.NewRecordingStore(t, h, cfg, clk, rec, "api", 1, 1, nil).Store()
 			_, batches := s.(spec.BatchCompleter)
 			bulk, isBulk := s.(spec.BatchCreator)
 			if batches != c.want || isBulk != c.want {

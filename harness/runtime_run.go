@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/leasehold/leasehold/clock"
+	"github.com/leasehold/leasehold/harness/faults"
 	"github.com/leasehold/leasehold/harness/history"
 	"github.com/leasehold/leasehold/harness/report"
 	"github.com/leasehold/leasehold/harness/validate"
@@ -218,7 +219,7 @@ func runtimeOnce(t *testing.T, target Target, seed uint64) runtimeResult {
 	h := target.Factory(scope, storetest.Options{Config: cfg, Clock: clk, Random: &history.ScriptedRandom{}})
 	provider := history.NewProvider()
 	rec := history.NewRecorder(provider)
-	faults := &Faults{Aborts: 0.02, MaxUnknown: 2, Pauses: 0.15, PauseMs: 2*runtimeLeaseMs + 100,
+	plan := &faults.Faults{Aborts: 0.02, MaxUnknown: 2, Pauses: 0.15, PauseMs: 2*runtimeLeaseMs + 100,
 		Pause: []spec.Op{spec.OpClaim, spec.OpReserveEffect}, PauseBefore: []spec.Op{spec.OpComplete, spec.OpCompleteBatch},
 		PauseFirst: []spec.Op{spec.OpCompleteBatch}, Clock: clk}
 	r := rand.New(rand.NewPCG(seed, 0x72756e74696d65))
@@ -241,10 +242,10 @@ func runtimeOnce(t *testing.T, target Target, seed uint64) runtimeResult {
 
 	workerCtx, stopWorkers := context.WithCancel(ctx)
 	var workers []*worker.Worker
-	var stores []*RecordingStore
+	var stores []*faults.RecordingStore
 	var running sync.WaitGroup
 	for i := range runtimeWorkers {
-		rs := NewRecordingStore(scope, h, cfg, clk, rec, fmt.Sprintf("worker-%d", i+1), 8, seed+uint64(100+i), faults)
+		rs := faults.NewRecordingStore(scope, h, cfg, clk, rec, fmt.Sprintf("worker-%d", i+1), 8, seed+uint64(100+i), plan)
 		stores = append(stores, rs)
 		wc := worker.Config{Store: rs.Store(), Tenants: []string{"t1", "t2"}, Handler: runtimeHandler(clk, provider),
 			ID: fmt.Sprintf("w%d", i+1), Lease: runtimeLeaseMs * time.Millisecond, Concurrency: 3,
@@ -266,7 +267,7 @@ func runtimeOnce(t *testing.T, target Target, seed uint64) runtimeResult {
 	// The API: admissions (a key now and then repeated, with the same or
 	// another payload) and cancels, each retried by the client after an
 	// unavailable or unknown outcome, as a client of a real API would.
-	api := NewRecordingStore(scope, h, cfg, clk, rec, "api", 2, seed+1, faults)
+	api := faults.NewRecordingStore(scope, h, cfg, clk, rec, "api", 2, seed+1, plan)
 	stores = append(stores, api)
 	var created []runRef
 	for i := range runtimeRuns {
@@ -293,7 +294,7 @@ func runtimeOnce(t *testing.T, target Target, seed uint64) runtimeResult {
 
 	// Liveness: no more faults; every run must end, with no reaper but the
 	// workers' own housekeeping.
-	faults.Off.Store(true)
+	plan.Off.Store(true)
 	faultsEnd := clk.Now()
 	reader := h.OpenWith(scope, storetest.Options{Config: cfg, Clock: clk, Random: &history.ScriptedRandom{}})
 	var open []string
@@ -313,7 +314,7 @@ func runtimeOnce(t *testing.T, target Target, seed uint64) runtimeResult {
 		}
 		time.Sleep(5 * time.Millisecond)
 	}
-	res := runtimeResult{faults: faults.Injected(), recoveryMs: clk.Now() - faultsEnd}
+	res := runtimeResult{faults: plan.Injected(), recoveryMs: clk.Now() - faultsEnd}
 	for _, o := range open {
 		res.liveness = append(res.liveness, fmt.Sprintf("liveness: run %s %d ms after the faults stopped (bound %d ms)", o, res.recoveryMs, runtimeLivenessMs))
 	}

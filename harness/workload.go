@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/leasehold/leasehold/clock"
+	"github.com/leasehold/leasehold/harness/faults"
 	"github.com/leasehold/leasehold/harness/history"
 	"github.com/leasehold/leasehold/impl/storetest"
 	"github.com/leasehold/leasehold/model"
@@ -92,50 +93,30 @@ func (b *runBook) pick(r *rand.Rand) (runRef, bool) {
 	return b.refs[r.IntN(n)], true
 }
 
-// isNondeterministic reports an operation whose result the model accepts
-// in many forms (Claim, Reap, ClaimOutbox: any eligible subset): it gets no
-// injected faults, since its unknown outcome would stay pending with one
-// state per subset.
-func isNondeterministic(req spec.Request) bool {
-	switch req.(type) {
-	case spec.ClaimRequest, spec.ReapRequest, spec.ClaimOutboxRequest:
-		return true
-	}
-	return false
-}
-
-var errInjectedAbort = errors.New("harness: injected fault before commit")
-var errInjectedLostReply = errors.New("harness: injected fault after commit (the reply was lost)")
-
 // hook injects the client's pending fault at the point it names.
 func (c *client) hook(ctx context.Context, op spec.Op, point spec.HookPoint) error {
-	f, _ := c.fault.Load().(faultAt)
-	if f.point != point {
+	f, _ := c.fault.Load().(faults.At)
+	if f.Point != point {
 		return nil
 	}
-	c.fault.Store(faultAt{})
-	if f.err == errInjectedLostReply {
+	c.fault.Store(faults.At{})
+	if f.Err == faults.ErrInjectedLostReply {
 		c.armed = false
 		if c.unknowns.Add(1) > int64(c.w.MaxUnknown) {
 			return nil // the history's budget of unknown outcomes is spent
 		}
 	}
-	return f.err
-}
-
-type faultAt struct {
-	point spec.HookPoint
-	err   error
+	return f.Err
 }
 
 // do injects the client's faults, if any, and runs one operation through
 // its Caller. It returns the result as the client saw it.
 func (c *client) do(ctx context.Context, op model.Op) (model.Result, error) {
-	nondeterministic := isNondeterministic(op.Req)
+	nondeterministic := faults.Nondeterministic(op.Req)
 	switch {
 	case c.quiet || !spec.OperationOf(op.Req).Writes:
 	case !nondeterministic && c.r.Float64() < c.w.Aborts:
-		c.fault.Store(faultAt{spec.BeforeCommit, errInjectedAbort})
+		c.fault.Store(faults.At{Point: spec.BeforeCommit, Err: faults.ErrInjectedAbort})
 	case !nondeterministic && c.unknowns.Load() < int64(c.w.MaxUnknown) && (c.armed || c.r.IntN(150) == 0):
 		// Not claims and reaps: an unknown claim stays pending to the end
 		// with one possible state per eligible subset. Model.Unknown for
@@ -144,10 +125,10 @@ func (c *client) do(ctx context.Context, op model.Op) (model.Result, error) {
 		// in hook, only when the operation did commit; until then the fault
 		// stays armed.
 		c.armed = true
-		c.fault.Store(faultAt{spec.AfterCommit, errInjectedLostReply})
+		c.fault.Store(faults.At{Point: spec.AfterCommit, Err: faults.ErrInjectedLostReply})
 	}
 	res, err := c.Do(ctx, op)
-	c.fault.Store(faultAt{})
+	c.fault.Store(faults.At{})
 	return res, err
 }
 

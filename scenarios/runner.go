@@ -13,7 +13,7 @@ import (
 	"time"
 
 	"github.com/leasehold/leasehold/clock"
-	"github.com/leasehold/leasehold/harness"
+	"github.com/leasehold/leasehold/harness/faults"
 	"github.com/leasehold/leasehold/harness/history"
 	"github.com/leasehold/leasehold/harness/validate"
 	"github.com/leasehold/leasehold/internal/hang"
@@ -164,7 +164,7 @@ func run(ctx context.Context, sc *Scenario, open Opener, guard func(ops context.
 	guarded, cancelGuard := guard(ops)
 	defer cancelGuard()
 	ctx = guarded
-	r := &runner{sc: sc, ops: ops, onWait: onWait, clock: clock.NewManual(sc.Start), barriers: harness.NewBarriers(),
+	r := &runner{sc: sc, ops: ops, onWait: onWait, clock: clock.NewManual(sc.Start), barriers: faults.NewBarriers(),
 		rec: history.NewRecorder(nil), callers: map[string]*history.Caller{}, leases: map[string]spec.LeaseRef{},
 		async: map[string]*inflight{}, res: &Result{Scenario: sc.Name, Races: validate.Races{}}}
 	defer r.closeStores()
@@ -201,7 +201,7 @@ type runner struct {
 	onWait   func(step int)  // see run
 	current  *inflight       // the synchronous operation in flight, if any
 	clock    *clock.Manual
-	barriers *harness.Barriers
+	barriers *faults.Barriers
 	rec      *history.Recorder
 	callers  map[string]*history.Caller // by client; readerClient is the runner's own
 	leases   map[string]spec.LeaseRef   // bound lease names
@@ -215,7 +215,7 @@ type runner struct {
 type inflight struct {
 	name    string
 	st      *Step
-	barrier *harness.Barrier
+	barrier *faults.Barrier
 	heldAt  int64 // the recorder's tick when it was seen at its barrier
 	done    chan struct{}
 	res     model.Result

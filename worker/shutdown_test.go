@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/leasehold/leasehold/harness"
+	"github.com/leasehold/leasehold/harness/faults"
 	"github.com/leasehold/leasehold/spec"
 	"github.com/leasehold/leasehold/worker"
 )
@@ -153,7 +153,7 @@ func TestBatchedCompletionWithStaleMember(t *testing.T) {
 	eachStore(t, func(t *testing.T, b backend) {
 		e := newEnv(t, b, separateClocks)
 		e.create("r1")
-		barriers := harness.NewBarriers()
+		barriers := faults.NewBarriers()
 		store, log := recorded(e.storeFor(barriers.Hook("w1")))
 		started := make(chan string, 2)
 		finish := map[string]chan struct{}{"r1": make(chan struct{}), "r2": make(chan struct{})}

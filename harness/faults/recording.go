@@ -1,4 +1,4 @@
-package harness
+package faults
 
 import (
 	"context"
@@ -63,16 +63,16 @@ func (s *RecordingStore) Breaches() []error {
 // poolCaller is one caller of the pool, with the fault its hook injects.
 type poolCaller struct {
 	*history.Caller
-	fault atomic.Value // faultAt, or the zero faultAt for none
+	fault atomic.Value // At, or the zero At for none
 }
 
 func (p *poolCaller) hook(ctx context.Context, op spec.Op, point spec.HookPoint) error {
-	f, _ := p.fault.Load().(faultAt)
-	if f.point != point {
+	f, _ := p.fault.Load().(At)
+	if f.Point != point {
 		return nil
 	}
-	p.fault.Store(faultAt{})
-	return f.err
+	p.fault.Store(At{})
+	return f.Err
 }
 
 // Faults says which faults a RecordingStore injects. Each writing call draws
@@ -234,7 +234,7 @@ func (s *RecordingStore) do(ctx context.Context, req spec.Request) (any, error) 
 		s.holdFrom(ctx, s.faults.Clock.Now())
 	}
 	res, err := p.Do(ctx, op)
-	p.fault.Store(faultAt{})
+	p.fault.Store(At{})
 	if err != nil {
 		// A breach the model cannot judge (an untyped error, a clock read
 		// out of place): kept for Breaches, and unavailable to the program.
@@ -265,13 +265,13 @@ func (s *RecordingStore) plan(p *poolCaller, req spec.Request) (pause, pauseBefo
 	s.rndMu.Lock()
 	draw, pauseDraw := s.rnd.Float64(), s.rnd.Float64()
 	s.rndMu.Unlock()
-	nondeterministic := isNondeterministic(req)
+	nondeterministic := Nondeterministic(req)
 	switch {
 	case !nondeterministic && draw < f.Aborts:
-		p.fault.Store(faultAt{spec.BeforeCommit, errInjectedAbort})
+		p.fault.Store(At{Point: spec.BeforeCommit, Err: ErrInjectedAbort})
 		f.count("rollback")
 	case !nondeterministic && draw < 2*f.Aborts && f.unknowns.Add(1) <= f.MaxUnknown:
-		p.fault.Store(faultAt{spec.AfterCommit, errInjectedLostReply})
+		p.fault.Store(At{Point: spec.AfterCommit, Err: ErrInjectedLostReply})
 		f.count("lost_reply")
 	}
 	paused := pauseDraw < f.Pauses

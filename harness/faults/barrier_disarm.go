@@ -1,4 +1,4 @@
-package harness
+package faults
 
 // Disarm removes x if it is still armed (its operation never reached it) and
 // reports whether it did. A barrier whose operation ended before the hook
