@@ -9,6 +9,8 @@ import (
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/leasehold/leasehold/harness/report"
 )
 
 // actionsRevision is raised when an action of the property's map draws
@@ -20,7 +22,7 @@ const actionsRevision = 1
 // hash of its sorted action names. A failfile is rapid's choices, which
 // mean the same sequence only under the same map (rapid draws an action as
 // an index into the sorted names), so a kept failfile is stamped with it
-// (Kept.Actions) and refused under another.
+// (report.Kept.Actions) and refused under another.
 func ActionsVersion() string {
 	names := make([]string, 0, 64)
 	for name := range (&machine{}).actions() {
@@ -34,7 +36,7 @@ func ActionsVersion() string {
 // StaleFailfile returns why a kept failfile cannot be replayed under this
 // action map, or "" when it can: its sidecar's Actions must be
 // ActionsVersion.
-func StaleFailfile(k Kept) string {
+func StaleFailfile(k report.Kept) string {
 	switch {
 	case k.Actions == "":
 		return fmt.Sprintf("%s was kept before failfiles were stamped with their action map; under this map (%s) its choices drive another sequence: delete %s and rerun %s to keep a fresh one",
@@ -54,7 +56,7 @@ func refuseStaleFailfile(t testing.TB) {
 	if f == nil || f.Value.String() == "" {
 		return
 	}
-	k, err := readKept(f.Value.String() + ".json")
+	k, err := report.ReadKept(f.Value.String() + ".json")
 	if err != nil {
 		if _, statErr := os.Stat(f.Value.String() + ".json"); statErr != nil {
 			return

@@ -49,7 +49,7 @@ func TestMutants(t *testing.T) {
 			f := p.FirstFailure
 			t.Logf("mutant %s caught after %d operations in %s (then shrunk; %s in all)\n%s",
 				name, f.Operations, f.Elapsed.Round(time.Millisecond), time.Since(start).Round(time.Millisecond), firstLines(f.Message, 4))
-			k, err := report.KeepFailfile(t.Name(), start, report.Kept{Test: "TestMutantReplay", Tags: "leasehold_mutants",
+			k, err := report.KeepFailfile(t.Name(), start, report.Kept{Actions: ActionsVersion(), Test: "TestMutantReplay", Tags: "leasehold_mutants",
 				Env: map[string]string{"LEASEHOLD_MUTANT": name}, Expect: "fail"})
 			if err != nil {
 				t.Fatalf("keep the mutant's failfile: %v", err)

@@ -47,7 +47,7 @@ func RunPropertyOn(t *testing.T, target Target) {
 		if !t.Failed() {
 			return
 		}
-		k, err := report.KeepFailfile(t.Name(), start, report.Kept{Test: t.Name(), Store: store, Expect: "pass", Env: target.Env, Tags: target.Tags,
+		k, err := report.KeepFailfile(t.Name(), start, report.Kept{Actions: ActionsVersion(), Test: t.Name(), Store: store, Expect: "pass", Env: target.Env, Tags: target.Tags,
 			Transient: target.Transient})
 		if err != nil {
 			// A vacuous run fails with no failfile: vacuity is judged over

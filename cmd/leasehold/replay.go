@@ -12,6 +12,7 @@ import (
 	"path/filepath"
 	"strings"
 
+	"github.com/leasehold/leasehold/harness"
 	"github.com/leasehold/leasehold/harness/report"
 )
 

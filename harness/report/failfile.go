@@ -33,7 +33,8 @@ type Kept struct {
 	Expect  string `json:"expect"`
 	Command string `json:"command"`
 	// Actions is the property's action map the failfile was drawn against
-	// (ActionsVersion): under another, its choices drive another sequence,
+	// (harness.ActionsVersion; the caller of KeepFailfile sets it): under
+	// another, its choices drive another sequence,
 	// so a replay refuses it (StaleFailfile).
 	Actions string `json:"actions"`
 	// Transient: the store came from outside the repository (Target.Transient),
@@ -158,7 +159,7 @@ func KeepFailfile(testName string, since time.Time, k Kept) (Kept, error) {
 			}
 		}
 		if kept, _ := filepath.Glob(filepath.Join(dir, "*.fail.json")); len(kept) > 0 && !k.Transient {
-			return readKept(kept[0])
+			return ReadKept(kept[0])
 		}
 	}
 	if err := os.MkdirAll(dir, 0o755); err != nil {
@@ -183,7 +184,6 @@ func KeepFailfile(testName string, since time.Time, k Kept) (Kept, error) {
 		}
 	}
 	k.Seed = failfileSeed(string(body))
-	k.Actions = ActionsVersion()
 	k.Command = ReplayCommand(k)
 	sidecar, _ := json.MarshalIndent(k, "", "  ")
 	return k, os.WriteFile(dst+".json", append(sidecar, '\n'), 0o644)
@@ -241,7 +241,7 @@ func KeptFailfiles(reports string) ([]Kept, error) {
 		if err != nil || d.IsDir() || !strings.HasSuffix(path, ".fail.json") {
 			return err
 		}
-		k, err := readKept(path)
+		k, err := ReadKept(path)
 		if err != nil {
 			return err
 		}
@@ -251,8 +251,8 @@ func KeptFailfiles(reports string) ([]Kept, error) {
 	return out, err
 }
 
-// readKept reads one sidecar.
-func readKept(path string) (Kept, error) {
+// ReadKept reads one sidecar (a kept failfile's <file>.json).
+func ReadKept(path string) (Kept, error) {
 	var k Kept
 	body, err := os.ReadFile(path)
 	if err == nil {
