@@ -1,4 +1,4 @@
-package harness
+package report
 
 import (
 	"cmp"
@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"slices"
 
+	"github.com/leasehold/leasehold/harness/history"
 	"github.com/leasehold/leasehold/spec"
 	"github.com/leasehold/leasehold/timeline"
 )
@@ -20,7 +21,7 @@ const maxTimelines = 20
 // same picture `leasehold ui` draws for a run. Runs with a stale write the
 // store accepted come first, then those with a stale write refused, then
 // the rest; at most maxTimelines.
-func Timelines(h *History) []timeline.Section {
+func Timelines(h *history.History) []timeline.Section {
 	type run struct{ tenant, id string }
 	type lane struct {
 		run  run
@@ -110,7 +111,7 @@ func Timelines(h *History) []timeline.Section {
 }
 
 // writeTimelines writes dir/timeline.html (Timelines), when a run has one.
-func writeTimelines(dir string, h *History) error {
+func writeTimelines(dir string, h *history.History) error {
 	secs := Timelines(h)
 	if len(secs) == 0 {
 		return nil

@@ -1,9 +1,10 @@
-package harness
+package report
 
 import (
 	"strings"
 	"testing"
 
+	"github.com/leasehold/leasehold/harness/history"
 	"github.com/leasehold/leasehold/model"
 	"github.com/leasehold/leasehold/spec"
 )
@@ -14,23 +15,23 @@ import (
 // write marked STALE, ACCEPTED; refused, it says stale, refused. A run
 // claimed once and completed is left out.
 func TestTimelinesShowAStaleWrite(t *testing.T) {
-	history := func(staleAccepted bool) *History {
-		claim := func(now int64, owner string, gen int64, run string) Entry {
-			return Entry{Op: model.Op{Now: now, Req: spec.ClaimRequest{Tenant: "t1", Worker: owner, LeaseMs: 30_000, Limit: 1}},
-				Out: Observed{Result: model.Result{Value: []spec.Lease{{Tenant: "t1", RunID: run, Owner: owner, Generation: gen, ExpiresAt: now + 30_000}}}}}
+	recorded := func(staleAccepted bool) *history.History {
+		claim := func(now int64, owner string, gen int64, run string) history.Entry {
+			return history.Entry{Op: model.Op{Now: now, Req: spec.ClaimRequest{Tenant: "t1", Worker: owner, LeaseMs: 30_000, Limit: 1}},
+				Out: history.Observed{Result: model.Result{Value: []spec.Lease{{Tenant: "t1", RunID: run, Owner: owner, Generation: gen, ExpiresAt: now + 30_000}}}}}
 		}
-		complete := func(now int64, owner string, gen int64, run string, err *spec.Error) Entry {
-			out := Observed{Result: model.Result{Value: spec.Run{Tenant: "t1", ID: run}}}
+		complete := func(now int64, owner string, gen int64, run string, err *spec.Error) history.Entry {
+			out := history.Observed{Result: model.Result{Value: spec.Run{Tenant: "t1", ID: run}}}
 			if err != nil {
-				out = Observed{Result: model.Result{Err: err}}
+				out = history.Observed{Result: model.Result{Err: err}}
 			}
-			return Entry{Op: model.Op{Now: now, Req: spec.CompleteRequest{Lease: spec.LeaseRef{Tenant: "t1", RunID: run, Owner: owner, Generation: gen}}}, Out: out}
+			return history.Entry{Op: model.Op{Now: now, Req: spec.CompleteRequest{Lease: spec.LeaseRef{Tenant: "t1", RunID: run, Owner: owner, Generation: gen}}}, Out: out}
 		}
 		var stale *spec.Error
 		if !staleAccepted {
 			stale = &spec.Error{Code: spec.CodeLostLease}
 		}
-		return &History{Entries: []Entry{
+		return &history.History{Entries: []history.Entry{
 			claim(1_000, "w0", 1, "calm"), complete(2_000, "w0", 1, "calm", nil),
 			claim(3_000, "w1", 1, "r1"), claim(40_000, "w2", 2, "r1"), complete(41_000, "w1", 1, "r1", stale),
 		}}
@@ -39,7 +40,7 @@ func TestTimelinesShowAStaleWrite(t *testing.T) {
 		accepted bool
 		verdict  string
 	}{{true, "STALE, ACCEPTED"}, {false, "stale, refused"}} {
-		secs := Timelines(history(c.accepted))
+		secs := Timelines(recorded(c.accepted))
 		if len(secs) != 1 || secs[0].Heading != "run r1 of tenant t1" {
 			t.Fatalf("stale write accepted=%v: sections %+v, want run r1 only", c.accepted, secs)
 		}
