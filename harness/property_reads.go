@@ -17,14 +17,7 @@ func (m *machine) readActions() map[string]func(*rapid.T) {
 		"read": func(t *rapid.T) {
 			tenant := m.tenant(t)
 			id := m.runID(t, tenant)
-			reqs := []spec.Request{
-				spec.GetRunRequest{Tenant: tenant, RunID: id},
-				spec.GetJobRequest{Tenant: tenant, RunID: id},
-				spec.EventsRequest{Tenant: tenant, RunID: id},
-				spec.AttemptsRequest{Tenant: tenant, RunID: id},
-				spec.EffectsRequest{Tenant: tenant, RunID: id},
-				spec.SnapshotRequest{Tenant: tenant},
-			}
+			reqs := append(runReads(tenant, id), spec.SnapshotRequest{Tenant: tenant})
 			m.do(t, model.Op{Req: rapid.SampledFrom(reqs).Draw(t, "read")})
 		},
 	}

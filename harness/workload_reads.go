@@ -17,16 +17,22 @@ func (c *client) read(ctx context.Context, tenant string) error {
 	if ref, ok := c.runs.pick(c.r); ok {
 		tenant, id = ref.tenant, ref.id
 	}
-	reqs := []spec.Request{
+	reqs := runReads(tenant, id)
+	if spec.OperationOf(spec.ListRunsRequest{}).Supports(c.Store) {
+		reqs = append(reqs, spec.ListRunsRequest{Tenant: tenant, Limit: 1 + c.r.IntN(3)})
+	}
+	_, err := c.do(ctx, model.Op{Req: reqs[c.r.IntN(len(reqs))]})
+	return err
+}
+
+// runReads are the reads of one run's rows through the operation table,
+// the ones rapid's read action and the workload's client both draw from.
+func runReads(tenant, id string) []spec.Request {
+	return []spec.Request{
 		spec.GetRunRequest{Tenant: tenant, RunID: id},
 		spec.GetJobRequest{Tenant: tenant, RunID: id},
 		spec.EventsRequest{Tenant: tenant, RunID: id},
 		spec.AttemptsRequest{Tenant: tenant, RunID: id},
 		spec.EffectsRequest{Tenant: tenant, RunID: id},
 	}
-	if spec.OperationOf(spec.ListRunsRequest{}).Supports(c.Store) {
-		reqs = append(reqs, spec.ListRunsRequest{Tenant: tenant, Limit: 1 + c.r.IntN(3)})
-	}
-	_, err := c.do(ctx, model.Op{Req: reqs[c.r.IntN(len(reqs))]})
-	return err
 }
