@@ -353,17 +353,11 @@ func (p *Process) Call(ctx context.Context, op string, params, result any) error
 	p.mu.Unlock()
 	line, _ := json.Marshal(Request{ID: id, Op: op, Params: raw})
 	p.hooks.Wire(">", string(line))
-	if _, err := p.stdin.Write(append(line, '\n')); err != nil {
-		p.mu.Lock()
-		defer p.mu.Unlock()
-		if err := p.deadLocked(); err != nil {
-			return err
-		}
-		p.findLocked(fmt.Sprintf("writing the request: %v", err))
-		return p.finding
-	}
 	timer := time.NewTimer(p.timeout)
 	defer timer.Stop()
+	if _, err := p.stdin.Write(append(line, '\n')); err != nil {
+		return p.afterWriteFailed(ctx, timer, err)
+	}
 	for {
 		p.mu.Lock()
 		if p.reply != nil {
@@ -398,6 +392,35 @@ func (p *Process) Call(ctx context.Context, op string, params, result any) error
 		case <-timer.C:
 			p.mu.Lock()
 			p.findLocked(fmt.Sprintf("no reply within %s (LEASEHOLD_ADAPTER_TIMEOUT)", p.timeout))
+			f := p.finding
+			p.mu.Unlock()
+			return f
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+}
+
+// afterWriteFailed is Call's answer when the request could not be written:
+// the adapter closed its stdin, most often by exiting, and its exit status
+// and stderr tail say why better than a broken pipe does, so it waits for
+// the exit (or a finding) before it reports; past the timeout the write's
+// error is the finding.
+func (p *Process) afterWriteFailed(ctx context.Context, timer *time.Timer, werr error) error {
+	for {
+		p.mu.Lock()
+		if p.exited || p.finding != nil || p.killed {
+			err := p.deadLocked()
+			p.mu.Unlock()
+			return err
+		}
+		ch := p.changed
+		p.mu.Unlock()
+		select {
+		case <-ch:
+		case <-timer.C:
+			p.mu.Lock()
+			p.findLocked(fmt.Sprintf("writing the request: %v", werr))
 			f := p.finding
 			p.mu.Unlock()
 			return f

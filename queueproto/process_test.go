@@ -177,6 +177,26 @@ func TestBadAdapters(t *testing.T) {
 	}
 }
 
+// TestAdapterThatClosesItsInput: an adapter that closes its stdin and then
+// exits fails the request's write with a broken pipe, while it is still
+// running (its second of sleep) or after it exited (a request larger than
+// the pipe's buffer cannot be written before the adapter closed its end); either way the finding
+// is its exit status and stderr tail, never the broken pipe (the crash case
+// of TestBadAdapters met this at random).
+func TestAdapterThatClosesItsInput(t *testing.T) {
+	p, err := Start(Command{Cmd: `exec 0<&-; echo "boom: out of memory" >&2; sleep 1; exit 3`, Timeout: time.Minute}, "bad", Hooks{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	big := map[string]string{"padding": strings.Repeat("x", 1<<20)}
+	err = p.Call(context.Background(), OpHello, big, nil)
+	var f *Finding
+	if !errors.As(err, &f) || !strings.Contains(f.What, "exit status 3") || !strings.Contains(f.Error(), "boom: out of memory") {
+		t.Fatalf("got %v; want a finding with the exit status 3 and the stderr tail", err)
+	}
+}
+
 func TestCloseRequiresACleanExit(t *testing.T) {
 	for _, c := range []struct{ name, script, want string }{
 		{"non-zero exit", `cat >/dev/null; exit 4`, "not 0"},
