@@ -43,20 +43,40 @@ type Kept struct {
 	Transient bool `json:"transient,omitempty"`
 }
 
-// RepoRoot returns the directory holding go.mod, searching up from the
-// working directory (a test's working directory is its package).
+// RepoRoot returns the repository's root, searching up from the working
+// directory (a test's working directory is its package): the directory of
+// the go.work the go command uses there (the root of a repository split into
+// modules, whose commands run from it), else of the nearest go.mod (a port
+// in a repository of its own, or GOWORK=off).
 func RepoRoot() (string, error) {
 	dir, err := os.Getwd()
 	if err != nil {
 		return "", err
 	}
+	switch w := os.Getenv("GOWORK"); {
+	case w == "off":
+	case w != "":
+		return filepath.Dir(w), nil
+	default:
+		if root, ok := above(dir, "go.work"); ok {
+			return root, nil
+		}
+	}
+	if root, ok := above(dir, "go.mod"); ok {
+		return root, nil
+	}
+	return "", errors.New("harness: no go.mod above the working directory")
+}
+
+// above is the nearest of dir and its parents that holds a file named name.
+func above(dir, name string) (string, bool) {
 	for {
-		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
-			return dir, nil
+		if _, err := os.Stat(filepath.Join(dir, name)); err == nil {
+			return dir, true
 		}
 		parent := filepath.Dir(dir)
 		if parent == dir {
-			return "", errors.New("harness: no go.mod above the working directory")
+			return "", false
 		}
 		dir = parent
 	}

@@ -67,3 +67,44 @@ func writeFile(t *testing.T, path, body string) {
 		t.Fatal(err)
 	}
 }
+
+// TestRepoRootOfAWorkspace: in a repository split into modules, the root is
+// the go.work's directory, so that a nested module's test prints a replay
+// command (and keeps its reports) from the root the checks run from; with
+// GOWORK=off it is the nearest go.mod's.
+func TestRepoRootOfAWorkspace(t *testing.T) {
+	root := t.TempDir()
+	pkg := filepath.Join(root, "impl", "x", "pkg")
+	writeFile(t, filepath.Join(root, "go.work"), "go 1.26.0\n\nuse (\n\t.\n\t./impl/x\n)\n")
+	writeFile(t, filepath.Join(root, "go.mod"), "module example.com/root\n")
+	writeFile(t, filepath.Join(root, "impl", "x", "go.mod"), "module example.com/root/impl/x\n")
+	if err := os.MkdirAll(pkg, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	t.Chdir(pkg)
+	for _, c := range []struct{ gowork, root, pkg string }{
+		{"", root, "./impl/x/pkg"},
+		{"off", filepath.Join(root, "impl", "x"), "./pkg"},
+	} {
+		t.Setenv("GOWORK", c.gowork)
+		got, err := RepoRoot()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if r1, _ := filepath.EvalSymlinks(got); r1 != mustEval(t, c.root) {
+			t.Errorf("GOWORK=%q: RepoRoot %s, want %s", c.gowork, got, c.root)
+		}
+		if p := packagePath(); p != c.pkg {
+			t.Errorf("GOWORK=%q: package %s, want %s", c.gowork, p, c.pkg)
+		}
+	}
+}
+
+func mustEval(t *testing.T, p string) string {
+	t.Helper()
+	r, err := filepath.EvalSymlinks(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r
+}
