@@ -355,8 +355,12 @@ func (p *Process) Call(ctx context.Context, op string, params, result any) error
 	p.hooks.Wire(">", string(line))
 	timer := time.NewTimer(p.timeout)
 	defer timer.Stop()
+	hung := fmt.Sprintf("no reply within %s (LEASEHOLD_ADAPTER_TIMEOUT)", p.timeout)
 	if _, err := p.stdin.Write(append(line, '\n')); err != nil {
-		return p.afterWriteFailed(ctx, timer, err)
+		// The adapter closed its stdin, most often by exiting: its exit
+		// (recorded as a finding while the request is in flight) says why
+		// with its status and stderr tail, better than a broken pipe does.
+		hung = fmt.Sprintf("writing the request: %v; the adapter did not exit within %s", err, p.timeout)
 	}
 	for {
 		p.mu.Lock()
@@ -391,36 +395,7 @@ func (p *Process) Call(ctx context.Context, op string, params, result any) error
 		case <-ch:
 		case <-timer.C:
 			p.mu.Lock()
-			p.findLocked(fmt.Sprintf("no reply within %s (LEASEHOLD_ADAPTER_TIMEOUT)", p.timeout))
-			f := p.finding
-			p.mu.Unlock()
-			return f
-		case <-ctx.Done():
-			return ctx.Err()
-		}
-	}
-}
-
-// afterWriteFailed is Call's answer when the request could not be written:
-// the adapter closed its stdin, most often by exiting, and its exit status
-// and stderr tail say why better than a broken pipe does, so it waits for
-// the exit (or a finding) before it reports; past the timeout the write's
-// error is the finding.
-func (p *Process) afterWriteFailed(ctx context.Context, timer *time.Timer, werr error) error {
-	for {
-		p.mu.Lock()
-		if p.exited || p.finding != nil || p.killed {
-			err := p.deadLocked()
-			p.mu.Unlock()
-			return err
-		}
-		ch := p.changed
-		p.mu.Unlock()
-		select {
-		case <-ch:
-		case <-timer.C:
-			p.mu.Lock()
-			p.findLocked(fmt.Sprintf("writing the request: %v", werr))
+			p.findLocked(hung)
 			f := p.finding
 			p.mu.Unlock()
 			return f
