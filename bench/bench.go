@@ -41,10 +41,19 @@ import (
 	"slices"
 	"time"
 
+	"github.com/leasehold/leasehold/impl/postgres/pgcluster"
 	"github.com/leasehold/leasehold/impl/sqlite"
 	"github.com/leasehold/leasehold/spec"
 	"github.com/leasehold/leasehold/worker"
 )
+
+// privateServer is the server of Options.PrivateServer: PostgreSQL's
+// defaults (fsync, full_page_writes and autovacuum on), with the
+// connections the benchmark's clients need; privateServerText says so in
+// the report.
+var privateServer = pgcluster.Options{Durable: true, MaxConnections: 100}
+
+const privateServerText = "a private server the run started and removed (--private-server): PostgreSQL's defaults, fsync and autovacuum on, max_connections 100"
 
 // partial names what a run left out, for the report's mode.
 func partial(o Options) string {
@@ -64,6 +73,11 @@ type Options struct {
 	// creates and drops its own databases beside it, DBLeasehold and
 	// DBPeer). Empty: no PostgreSQL figures.
 	DSN string
+	// PrivateServer starts a PostgreSQL server of the run's own from the
+	// local server binaries (pgcluster) and measures on it instead of DSN:
+	// for a run that needs autovacuum on (the soak's bounded-size goal) when
+	// the shared server runs without it. It is removed when the run ends.
+	PrivateServer bool
 	// Quick is the CI and reviewer mode: smaller N, fewer depth samples, and
 	// the 1M depth point measured with a smaller sample (see Defaults).
 	Quick bool
@@ -378,6 +392,14 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 	if o.SoakOnly && (o.Soak <= 0 || o.DSN == "") {
 		return nil, fmt.Errorf("bench: a soak-only run needs a soak duration and a PostgreSQL server")
 	}
+	if o.PrivateServer {
+		c, err := pgcluster.Start(privateServer)
+		if err != nil {
+			return nil, fmt.Errorf("bench: the private PostgreSQL server (--private-server): %w", err)
+		}
+		defer c.Remove()
+		o.DSN = c.DSN()
+	}
 	start := time.Now()
 	mode := map[bool]string{true: "quick", false: "full"}[o.Quick] + partial(o)
 	if o.SoakOnly {
@@ -437,6 +459,7 @@ func runPostgres(ctx context.Context, o Options, r *Report, logf func(string, ..
 	}
 	defer pg.close()
 	r.Postgres = pg.info
+	r.Postgres.Private = o.PrivateServer
 	logf("PostgreSQL %s (synchronous_commit=%s, fsync=%s, shared_buffers=%s)", pg.info.Version,
 		pg.info.Settings["synchronous_commit"], pg.info.Settings["fsync"], pg.info.Settings["shared_buffers"])
 	if err := pg.recreate(ctx, DBLeasehold); err != nil {

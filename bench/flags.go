@@ -8,6 +8,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/leasehold/leasehold/impl/postgres/pgcluster"
 	"github.com/leasehold/leasehold/impl/sqlite"
 	"github.com/leasehold/leasehold/spec"
 )
@@ -45,6 +46,7 @@ func NewCommandLine(defaultReports string) *CommandLine {
 	}
 	fs.StringVar(&c.Reports, "reports", defaultReports, "directory for bench.json, bench.md and bench.html")
 	fs.StringVar(&o.DSN, "dsn", defaultDSN, "PostgreSQL server (the benchmark creates and drops its databases "+DBLeasehold+" and "+DBPeer+" there; default LEASEHOLD_PG_DSN, else DATABASE_URL)")
+	fs.BoolVar(&o.PrivateServer, "private-server", false, "measure on a PostgreSQL server of the run's own instead of --dsn: started from the local server binaries ("+pgcluster.EnvBin+", default "+pgcluster.DefaultBin+") with PostgreSQL's defaults (autovacuum on, fsync on) and removed at the end; for a soak whose server runs without autovacuum")
 	fs.BoolVar(&o.Quick, "quick", false, "quick mode: under 3 minutes on 2 cores, every ratio measured (3 rounds; noisy ratios flagged)")
 	fs.IntVar(&o.N, "n", 0, "jobs per PostgreSQL drain (default: quick 10000, full 100000)")
 	fs.IntVar(&o.InsertN, "insert-n", 0, "jobs per admission run one per call, both stores (default: quick 2000, full 20000)")

@@ -65,6 +65,9 @@ type HostInfo struct {
 type PostgresInfo struct {
 	Version  string            `json:"version"`
 	Settings map[string]string `json:"settings"`
+	// Private says the server was the run's own (Options.PrivateServer),
+	// started for it and removed after it.
+	Private bool `json:"private,omitempty"`
 }
 
 // Settings are the benchmark's knobs as run.
@@ -727,8 +730,12 @@ func Rerender(dir string) error {
 func (r *Report) Markdown(w io.Writer) {
 	p := func(format string, a ...any) { fmt.Fprintf(w, format, a...) }
 	p("# leasehold benchmark (%s mode)\n\n", r.Mode)
-	p("Commit `%s`, started %s, %.0f s. PostgreSQL: %s. Machine: %d CPUs (%s), %s; load average %s at the start, %s at the end (the machine is shared).\n\n",
-		r.Commit, r.StartedAt, r.ElapsedSec, shortVersion(r.Postgres.Version), r.Host.CPUs, r.Host.CPUModel, r.Host.Go, loadText(r.LoadBefore), loadText(r.LoadAfter))
+	private := ""
+	if r.Postgres.Private {
+		private = " (" + privateServerText + ")"
+	}
+	p("Commit `%s`, started %s, %.0f s. PostgreSQL: %s%s. Machine: %d CPUs (%s), %s; load average %s at the start, %s at the end (the machine is shared).\n\n",
+		r.Commit, r.StartedAt, r.ElapsedSec, shortVersion(r.Postgres.Version), private, r.Host.CPUs, r.Host.CPUModel, r.Host.Go, loadText(r.LoadBefore), loadText(r.LoadAfter))
 	if r.soakOnly() {
 		p("A soak and nothing else (--soak-only, or --soak-smoke: a smoke, to see the soak work, never the evidence): the ratios are in the full run's report.\n\n")
 	} else {

@@ -315,7 +315,7 @@ func evaluateBounded(r SoakRun) SoakVerdict {
 		what += fmt.Sprintf("back to the pre-pin level %.0f s after the pin's end", vacuumed)
 	}
 	if r.Autovacuum == "off" {
-		return SoakVerdict{"not readable", "the server runs with autovacuum off (its setting, not the benchmark's to change): nothing vacuums the pin's dead versions; soak against a server with autovacuum on (--dsn); " + what}
+		return SoakVerdict{"not readable", "the server runs with autovacuum off (its setting, not the benchmark's to change): nothing vacuums the pin's dead versions; soak against a server with autovacuum on (--dsn, or --private-server); " + what}
 	}
 	if vacuumed >= 0 && gPost <= soakGrowthTolerance*gPre {
 		return SoakVerdict{"met", what}

@@ -39,6 +39,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/leasehold/leasehold/impl/postgres"
+	"github.com/leasehold/leasehold/impl/postgres/pgcluster"
 	"github.com/leasehold/leasehold/impl/storetest"
 	"github.com/leasehold/leasehold/internal/hang"
 	"github.com/leasehold/leasehold/spec"
@@ -63,9 +64,9 @@ func Required() bool {
 var shared struct {
 	once    sync.Once
 	dsn     string
-	cluster *Cluster // the private cluster, when no DSN is configured
-	inMain  bool     // Main runs the tests: it stops a private cluster
-	err     error    // why no database is available
+	cluster *pgcluster.Cluster // the private cluster, when no DSN is configured
+	inMain  bool               // Main runs the tests: it stops a private cluster
+	err     error              // why no database is available
 }
 
 // DSN returns the connection string of the test server, starting the
@@ -103,7 +104,7 @@ func provision() {
 		shared.err = fmt.Errorf("%s and %s are unset, and this test binary cannot start a private cluster: its TestMain does not call pgtest.Main, which stops it", EnvDSN, EnvDSNAlt)
 		return
 	}
-	c, err := startPrivate()
+	c, err := pgcluster.Start(pgcluster.Options{})
 	if err != nil {
 		shared.err = fmt.Errorf("%s and %s are unset and no private cluster could start (%v)", EnvDSN, EnvDSNAlt, err)
 		return
@@ -123,7 +124,7 @@ func Main(m *testing.M) {
 	shared.inMain = true
 	code := m.Run()
 	if shared.cluster != nil {
-		if err := shared.cluster.remove(); err != nil {
+		if err := shared.cluster.Remove(); err != nil {
 			fmt.Fprintf(os.Stderr, "pgtest: stopping the private PostgreSQL cluster: %v\n", err)
 		}
 	}
