@@ -151,7 +151,10 @@ func insertLeaseholdPG(ctx context.Context, pg *server, dsn string, o Options, m
 		return res, err
 	}
 	res.Seconds, res.JobsPerSec, res.Cost = elapsed.Seconds(), float64(n)/elapsed.Seconds(), c
-	logf("round %d: leasehold postgres %s: %.0f jobs/s", round, res.Method, res.JobsPerSec)
+	st := s.AdmissionStats()
+	res.Admission = &AdmissionStats{Coalesced: st.Coalesced, SharedTransactions: st.SharedTransactions, Retried: st.Retried, Fresh: st.Fresh}
+	logf("round %d: leasehold postgres %s: %.0f jobs/s (%d admission attempts retried; %d calls coalesced into %d transactions)",
+		round, res.Method, res.JobsPerSec, st.Retried, st.Coalesced, st.SharedTransactions)
 	return res, nil
 }
 

@@ -266,6 +266,18 @@ type InsertResult struct {
 	// NotMeasured says why a method has no figure (a store without
 	// spec.BatchCreator); such a result is never estimated.
 	NotMeasured string `json:"not_measured,omitempty"`
+	// Admission is what leasehold's PostgreSQL store says its admissions
+	// did (postgres.Store.AdmissionStats): for the coalesced run, how many
+	// calls shared how many transactions.
+	Admission *AdmissionStats `json:"admission,omitempty"`
+}
+
+// AdmissionStats are postgres.AdmissionStats as the report keeps them.
+type AdmissionStats struct {
+	Coalesced          int64 `json:"coalesced_calls"`
+	SharedTransactions int64 `json:"shared_transactions"`
+	Retried            int64 `json:"retried_attempts"`
+	Fresh              int64 `json:"fresh_admissions"`
 }
 
 // CeilingResult is the database's own commit rate.
@@ -872,6 +884,10 @@ func methodText(in InsertResult) string {
 	switch {
 	case in.Method == methodOne && lh:
 		return "CreateRun, one run per call, W goroutines"
+	case in.Method == methodCoalesced && in.Admission != nil && in.Admission.SharedTransactions > 0:
+		a := in.Admission
+		return fmt.Sprintf("CreateRun, one run per call, W goroutines, concurrent calls coalesced (Options.CoalesceCreateRun): %d calls in %d transactions, %.1f per transaction, %d attempts retried",
+			a.Coalesced, a.SharedTransactions, float64(a.Coalesced)/float64(a.SharedTransactions), a.Retried)
 	case in.Method == methodCoalesced:
 		return "CreateRun, one run per call, W goroutines, concurrent calls coalesced (Options.CoalesceCreateRun)"
 	case in.Method == methodOne:
