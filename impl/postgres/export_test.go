@@ -27,6 +27,9 @@ var (
 	DecidedRunsSQL      = lockDecidedRuns
 )
 
+// IndexPlans are the planner settings of the store's connections.
+var IndexPlans = indexPlans
+
 // SetAnnounceTimeout sets announceTimeout, which announcers read as they use it,
 // and returns the function that restores it.
 func SetAnnounceTimeout(d time.Duration) (restore func()) {
