@@ -53,7 +53,7 @@ import (
 // the report.
 var privateServer = pgcluster.Options{Durable: true, MaxConnections: 100}
 
-const privateServerText = "a private server the run started and removed (--private-server): PostgreSQL's defaults, fsync and autovacuum on, max_connections 100"
+const privateServerText = "a private server the run started and removed, --private-server: PostgreSQL's defaults, fsync and autovacuum on, max_connections 100"
 
 // partial names what a run left out, for the report's mode.
 func partial(o Options) string {
