@@ -140,3 +140,38 @@ func TestKeyLookupsPlannedOnAnEmptyTable(t *testing.T) {
 		}
 	})
 }
+
+// TestPlansOnAnEmptyTable: the statements TestPlansAtDepth checks at depth,
+// planned generically on empty tables (the plan a connection keeps when
+// its sixth execution came before any ANALYZE, as on a fresh database or a
+// server without autovacuum), read the index each reads at depth. A plan
+// that took another index there would keep reading it as the tables grow
+// (migration 0012).
+func TestPlansOnAnEmptyTable(t *testing.T) {
+	ctx := context.Background()
+	dsn, schema := pgtest.Schema(t)
+	s, err := postgres.Open(ctx, dsn, postgres.Options{Config: spec.DefaultConfig(), Schema: schema, MaxConns: 2})
+	if err != nil {
+		t.Fatalf("open: %v", err)
+	}
+	t.Cleanup(func() { s.Close() })
+	conn := pgtest.Conn(t, dsn, schema)
+	for k, v := range postgres.IndexPlans {
+		if _, err := conn.Exec(ctx, fmt.Sprintf("SET %s = %s", k, v)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, c := range planCases() {
+		if c.wantIndex == "" {
+			continue
+		}
+		t.Run(c.name, func(t *testing.T) {
+			plan := genericPlan(t, ctx, conn, c.query, c.args)
+			var text strings.Builder
+			printPlan(&text, plan, 0)
+			if !strings.Contains(text.String(), "using "+c.wantIndex+" ") {
+				t.Errorf("the generic plan on empty tables does not read %s, which the plan at depth reads:\n%s", c.wantIndex, text.String())
+			}
+		})
+	}
+}

@@ -140,38 +140,27 @@ func explain(t *testing.T, ctx context.Context, conn *pgx.Conn, query string, a 
 	return out[0]
 }
 
-// TestPlansAtDepth loads a deep queue and checks, on the exact statements the
-// store runs and with its parameters, that claim (including expiry
-// reclaim), reap, admission's idempotency lookup and purge are index scans,
-// and that the fresh admission reads no table: no Seq Scan on any table, in
-// the plan for these parameters (run with EXPLAIN ANALYZE in a rolled-back
-// transaction, and logged) and in the generic plan a prepared statement may
-// cache; and the intended index used.
-func TestPlansAtDepth(t *testing.T) {
-	ctx := context.Background()
-	dsn, schema := pgtest.Schema(t)
-	s, err := postgres.Open(ctx, dsn, postgres.Options{Config: spec.DefaultConfig(), Schema: schema, MaxConns: 2})
-	if err != nil {
-		t.Fatalf("open: %v", err)
-	}
-	t.Cleanup(func() { s.Close() })
-	conn := pgtest.Conn(t, dsn, schema)
-	loadDepth(t, ctx, conn)
+// planCase is one statement of the store with arguments for the depth
+// load, and what its plan must read.
+type planCase struct {
+	name      string
+	query     string
+	args      pgx.NamedArgs
+	wantIndex string  // must appear in the plan; "": the plan reads no table at all
+	wantRows  float64 // rows the statement's top node returns
+	// indexRows, when set, bounds the rows the wantIndex scan reads: a
+	// branch that stops at the limit, rather than reading every match
+	// and sorting it.
+	indexRows float64
+	// generic: the store runs the statement's generic plan
+	// (genericPlans), so that plan is the one run and checked here.
+	generic bool
+}
 
-	cases := []struct {
-		name      string
-		query     string
-		args      pgx.NamedArgs
-		wantIndex string  // must appear in the plan; "": the plan reads no table at all
-		wantRows  float64 // rows the statement's top node returns
-		// indexRows, when set, bounds the rows the wantIndex scan reads: a
-		// branch that stops at the limit, rather than reading every match
-		// and sorting it.
-		indexRows float64
-		// generic: the store runs the statement's generic plan
-		// (genericPlans), so that plan is the one run and checked here.
-		generic bool
-	}{
+// planCases are the statements whose plans TestPlansAtDepth checks at depth
+// and TestPlansOnAnEmptyTable checks planned on empty tables.
+func planCases() []planCase {
+	return []planCase{
 		{"claim 1", postgres.ClaimSQL, pgx.NamedArgs{"tenant": "acme", "worker": "w2", "now": depthNow, "lease_ms": 30_000, "latest": int64(math.MaxInt64 - 30_000), "limit": 1},
 			"jobs_due", 2, 1, true}, // the lease and the clock row
 		{"claim batch of 100", postgres.ClaimSQL, pgx.NamedArgs{"tenant": "acme", "worker": "w2", "now": depthNow, "lease_ms": 30_000, "latest": int64(math.MaxInt64 - 30_000), "limit": 100},
@@ -205,6 +194,27 @@ func TestPlansAtDepth(t *testing.T) {
 		// index still, no sort).
 		{"list queued runs", postgres.ListRunsSQL, listing("acme", "queued", math.MaxInt64, ""), "runs_created", 101, 0, false},
 	}
+}
+
+// TestPlansAtDepth loads a deep queue and checks, on the exact statements the
+// store runs and with its parameters, that claim (including expiry
+// reclaim), reap, admission's idempotency lookup and purge are index scans,
+// and that the fresh admission reads no table: no Seq Scan on any table, in
+// the plan for these parameters (run with EXPLAIN ANALYZE in a rolled-back
+// transaction, and logged) and in the generic plan a prepared statement may
+// cache; and the intended index used.
+func TestPlansAtDepth(t *testing.T) {
+	ctx := context.Background()
+	dsn, schema := pgtest.Schema(t)
+	s, err := postgres.Open(ctx, dsn, postgres.Options{Config: spec.DefaultConfig(), Schema: schema, MaxConns: 2})
+	if err != nil {
+		t.Fatalf("open: %v", err)
+	}
+	t.Cleanup(func() { s.Close() })
+	conn := pgtest.Conn(t, dsn, schema)
+	loadDepth(t, ctx, conn)
+
+	cases := planCases()
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			plan := explain(t, ctx, conn, c.query, c.args)
