@@ -8,8 +8,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/leasehold/leasehold/impl/postgres/pgcluster"
 	"github.com/leasehold/leasehold/impl/postgres/pgtest"
-	"github.com/leasehold/leasehold/internal/server"
 	"github.com/leasehold/leasehold/probe/control"
 	"github.com/leasehold/leasehold/queueproto"
 )
@@ -68,7 +68,7 @@ func needsPrivateServer(t *testing.T, store string, probes []string) {
 	if store != control.Postgres || !slices.Contains(probes, "db-restart") {
 		return
 	}
-	if _, err := server.PGBin(); err != nil {
+	if _, err := pgcluster.BinDir(); err != nil {
 		if pgtest.Required() {
 			t.Fatal(err)
 		}

@@ -21,6 +21,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/leasehold/leasehold/impl/postgres/pgcluster"
 	"github.com/leasehold/leasehold/internal/server"
 	"github.com/leasehold/leasehold/queueproto"
 )
@@ -129,7 +130,7 @@ type target struct {
 
 	postgres string
 	redis    string
-	pg       *server.Postgres
+	pg       *pgcluster.Cluster
 	rd       *server.Redis
 }
 
@@ -179,11 +180,17 @@ func (t *target) missing() string {
 	return ""
 }
 
+// privatePostgres is db-restart's server: fsync off, since a crash here
+// kills the server's processes, never the operating system, so what a
+// process wrote is in the page cache and the crash loses exactly what
+// PostgreSQL had not written.
+var privatePostgres = pgcluster.Options{MaxConnections: 100}
+
 // private moves the target to a private server of its own (db-restart).
 func (t *target) private(hello queueproto.Hello) error {
 	switch t.needs {
 	case queueproto.NeedPostgres:
-		pg, err := server.StartPostgres()
+		pg, err := pgcluster.Start(privatePostgres)
 		if err != nil {
 			return err
 		}
@@ -250,7 +257,7 @@ func (t *target) cleanup(ns string) error {
 // close stops the target's private server.
 func (t *target) close() {
 	if t.pg != nil {
-		t.pg.Close()
+		t.pg.Remove()
 	}
 	if t.rd != nil {
 		t.rd.Close()

@@ -41,7 +41,7 @@ var coverage = []coverageNote{
 	{"", "./impl/sqlite/sqlitetest", "a test helper: no proof of its own"},
 	{"", "./impl/postgres", "the PostgreSQL store: conformance, rapid, linearizability, runtime, scenarios, its runtime's faults, power loss; its own internals (concurrency, the announcer, plans, migrations, the coalesced path) with --full (postgres-store), as in make test"},
 	{"", "./impl/postgres/pgtest", "a test helper (schemas, private clusters): its own tests run under make test"},
-	{"", "./impl/postgres/pgcluster", "starts a private PostgreSQL server (pgtest's clusters, bench --private-server): its own test runs under make test"},
+	{"", "./impl/postgres/pgcluster", "starts a private PostgreSQL server (pgtest's clusters, the probes' db-restart, bench --private-server): its own test runs under make test"},
 	{"", "./impl/etcd", "the etcd store on a three-member cluster: its conformance and scenarios (etcd-suite), its property, linearizability under faults and runtime (etcd)"},
 	{"", "./impl/etcd/etcdtest", "a test helper (the cluster): no proof of its own"},
 	{"", "./impl/etcd/internal/member", "the etcd member process the tests start: exercised by every etcd check"},

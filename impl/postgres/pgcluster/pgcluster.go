@@ -7,8 +7,9 @@
 //
 // It is for whoever needs a server nobody else uses: fault tests that stop,
 // restart or crash their server (through pgtest, which wraps it for
-// testing.TB), and a benchmark that needs settings a shared server does not
-// have (autovacuum on, fsync on). It never touches a shared server.
+// testing.TB), the probes' db-restart, and a benchmark that needs settings
+// a shared server does not have (autovacuum on, fsync on). It never
+// touches a shared server.
 package pgcluster
 
 import (
@@ -16,14 +17,15 @@ import (
 	"cmp"
 	"context"
 	"fmt"
-	"net"
 	"os"
 	"os/exec"
 	"os/user"
 	"path/filepath"
 	"strconv"
+	"strings"
 
 	"github.com/leasehold/leasehold/internal/hang"
+	"github.com/leasehold/leasehold/internal/server"
 )
 
 // EnvBin names the directory holding initdb and pg_ctl; default DefaultBin.
@@ -174,7 +176,7 @@ func (c *Cluster) Start() error {
 	first := c.port == 0
 	for try := 0; ; try++ {
 		if first {
-			port, err := freePort()
+			port, err := server.FreePort()
 			if err != nil {
 				return err
 			}
@@ -222,13 +224,34 @@ func (c *Cluster) Stop() error {
 	return nil
 }
 
-// Remove stops the cluster if it runs (immediate mode: its data is thrown
-// away) and removes its temporary directory.
+// Crash stops the cluster in pg_ctl's immediate mode: the postmaster and
+// every backend are killed with no checkpoint; the next Start replays the
+// WAL, as after a crash.
+func (c *Cluster) Crash() error {
+	if out, err := c.pgCtl("stop", "-m", "immediate", "-w", "-t", pgCtlWait()); err != nil {
+		return fmt.Errorf("pg_ctl stop -m immediate: %v\n%s", err, out)
+	}
+	return nil
+}
+
+// PID returns the running postmaster's process id (postmaster.pid), so a
+// caller can prove a restart happened.
+func (c *Cluster) PID() (int, error) {
+	raw, err := os.ReadFile(filepath.Join(c.data, "postmaster.pid"))
+	if err != nil {
+		return 0, err
+	}
+	first, _, _ := strings.Cut(string(raw), "\n")
+	return strconv.Atoi(strings.TrimSpace(first))
+}
+
+// Remove stops the cluster if it runs (Crash: its data is thrown away) and
+// removes its temporary directory.
 func (c *Cluster) Remove() error {
 	var err error
 	if _, statErr := os.Stat(filepath.Join(c.data, "postmaster.pid")); statErr == nil {
-		if out, stopErr := c.pgCtl("stop", "-m", "immediate", "-w", "-t", pgCtlWait()); stopErr != nil {
-			err = fmt.Errorf("stopping the cluster in %s: %v\n%s", c.dir, stopErr, out)
+		if err = c.Crash(); err != nil {
+			err = fmt.Errorf("stopping the cluster in %s: %w", c.dir, err)
 		}
 	}
 	os.RemoveAll(c.dir)
@@ -251,16 +274,6 @@ func (c *Cluster) run(tool string, args ...string) ([]byte, error) {
 	cmd := exec.CommandContext(ctx, name, argv...)
 	cmd.Dir = c.dir
 	return cmd.CombinedOutput()
-}
-
-// freePort returns a loopback TCP port that was free a moment ago.
-func freePort() (int, error) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, fmt.Errorf("finding a free port: %v", err)
-	}
-	defer ln.Close()
-	return ln.Addr().(*net.TCPAddr).Port, nil
 }
 
 // pgCtlWait is how long pg_ctl waits for the server to start or stop (its

@@ -14,8 +14,8 @@ import (
 )
 
 // TestStartAndRemove: a started cluster accepts connections with the
-// settings it was given, and removing it stops it and leaves no directory
-// behind.
+// settings it was given; after Crash and Start the same DSN reaches a new
+// postmaster; removing it stops it and leaves no directory behind.
 func TestStartAndRemove(t *testing.T) {
 	if _, err := pgcluster.BinDir(); err != nil {
 		if pgtest.Required() {
@@ -47,6 +47,33 @@ func TestStartAndRemove(t *testing.T) {
 	conn.Close(ctx)
 	if want := "autovacuum=on autovacuum_naptime=7 fsync=on max_connections=42"; err != nil || strings.Join(got, " ") != want {
 		t.Errorf("settings = %q, %v; want %q", got, err, want)
+	}
+	// A crash and a start: the same DSN reaches a new postmaster.
+	before, err := c.PID()
+	if err != nil {
+		c.Remove()
+		t.Fatalf("PID: %v", err)
+	}
+	if err := c.Crash(); err != nil {
+		c.Remove()
+		t.Fatalf("Crash: %v", err)
+	}
+	if _, err := c.PID(); err == nil {
+		c.Remove()
+		t.Fatal("postmaster.pid is still there after Crash")
+	}
+	if err := c.Start(); err != nil {
+		c.Remove()
+		t.Fatalf("Start after Crash: %v", err)
+	}
+	after, err := c.PID()
+	if err != nil || after == before {
+		t.Errorf("postmaster after the restart = %d, %v; before it %d: want a new one", after, err, before)
+	}
+	if conn, err := pgx.Connect(ctx, c.DSN()); err != nil {
+		t.Errorf("connect after the restart: %v", err)
+	} else {
+		conn.Close(ctx)
 	}
 	if err := c.Remove(); err != nil {
 		t.Fatalf("Remove: %v", err)
