@@ -2,7 +2,6 @@ package postgres_test
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"strings"
 	"testing"
@@ -16,8 +15,30 @@ import (
 
 // foreignKeyCheck is the query PostgreSQL's foreign-key trigger runs for
 // each row inserted into a table referencing runs (jobs, outbox, a replay's
-// run): each connection plans it once and keeps the plan.
-const foreignKeyCheck = `SELECT 1 FROM ONLY runs x WHERE tenant OPERATOR(pg_catalog.=) $1 AND run_id OPERATOR(pg_catalog.=) $2 FOR KEY SHARE OF x`
+// run), its parameters named: each connection plans it once and keeps the
+// plan.
+const foreignKeyCheck = `SELECT 1 FROM ONLY runs x WHERE tenant OPERATOR(pg_catalog.=) @tenant AND run_id OPERATOR(pg_catalog.=) @run_id FOR KEY SHARE OF x`
+
+// emptySchema opens a store on a fresh schema, which migrates it and leaves
+// its tables empty, and returns a connection to it with the store's planner
+// settings.
+func emptySchema(t *testing.T) *pgx.Conn {
+	t.Helper()
+	ctx := context.Background()
+	dsn, schema := pgtest.Schema(t)
+	s, err := postgres.Open(ctx, dsn, postgres.Options{Config: spec.DefaultConfig(), Schema: schema, MaxConns: 2})
+	if err != nil {
+		t.Fatalf("open: %v", err)
+	}
+	t.Cleanup(func() { s.Close() })
+	conn := pgtest.Conn(t, dsn, schema)
+	for k, v := range postgres.IndexPlans {
+		if _, err := conn.Exec(ctx, fmt.Sprintf("SET %s = %s", k, v)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return conn
+}
 
 // TestKeyLookupsPlannedOnAnEmptyTable: a lookup of runs by key, planned
 // while the table is empty and kept (a generic plan, as a prepared
@@ -28,73 +49,25 @@ const foreignKeyCheck = `SELECT 1 FROM ONLY runs x WHERE tenant OPERATOR(pg_cata
 // tied with the key's index on an empty table and won, and every such
 // lookup then read all of its tenant's entries, or all records, as the
 // table grew (migration 0012, bench/findings.md §34). The last subtest puts
-// the plain indexes back, in a transaction rolled back, and sees the same
-// plans take them.
+// the plain indexes back and sees the same plans take them.
 func TestKeyLookupsPlannedOnAnEmptyTable(t *testing.T) {
 	ctx := context.Background()
-	dsn, schema := pgtest.Schema(t)
-	s, err := postgres.Open(ctx, dsn, postgres.Options{Config: spec.DefaultConfig(), Schema: schema, MaxConns: 2})
-	if err != nil {
-		t.Fatalf("open: %v", err)
-	}
-	t.Cleanup(func() { s.Close() })
-	conn := pgtest.Conn(t, dsn, schema)
+	conn := emptySchema(t)
 	lookups := []struct {
 		name, sql string
-		args      pgx.NamedArgs // nil: positional, both 'acme'
+		args      pgx.NamedArgs
 	}{
-		{"foreign key check", foreignKeyCheck, nil},
+		{"foreign key check", foreignKeyCheck, pgx.NamedArgs{"tenant": "acme", "run_id": "r1"}},
 		{"CreateRun's record lookup", postgres.IdempotencySQL, pgx.NamedArgs{"tenant": "acme", "operation": "work", "key": "k1"}},
 		{"bulk admission's lookups", postgres.AdmissionLookupsSQL, pgx.NamedArgs{"tenants": []string{"acme"}, "operations": []string{"work"},
 			"keys": []string{"k1"}, "run_ids": []string{"r1"}}},
 	}
-	// plans returns each lookup's generic plan, planned in tx with the
-	// store's planner settings.
-	plans := func(t *testing.T, tx pgx.Tx) map[string]string {
-		t.Helper()
-		for k, v := range postgres.IndexPlans {
-			if _, err := tx.Exec(ctx, fmt.Sprintf("SET LOCAL %s = %s", k, v)); err != nil {
-				t.Fatal(err)
-			}
-		}
-		if _, err := tx.Exec(ctx, "SET LOCAL plan_cache_mode = force_generic_plan"); err != nil {
-			t.Fatal(err)
-		}
+	// plans returns each lookup's generic plan, printed.
+	plans := func(t *testing.T) map[string]string {
 		out := map[string]string{}
-		for i, l := range lookups {
-			sql, lits := l.sql, []string{"'acme'", "'acme'"}
-			if l.args != nil {
-				var list []any
-				if sql, list, err = l.args.RewriteQuery(ctx, conn, l.sql, nil); err != nil {
-					t.Fatal(err)
-				}
-				lits = lits[:0]
-				for _, v := range list {
-					switch v := v.(type) {
-					case string:
-						lits = append(lits, "'"+v+"'")
-					case []string:
-						lits = append(lits, "'{"+strings.Join(v, ",")+"}'")
-					}
-				}
-			}
-			name := fmt.Sprintf("lh_key_%d", i)
-			if _, err := tx.Exec(ctx, "PREPARE "+name+" AS "+sql); err != nil {
-				t.Fatalf("%v\n%s", err, sql)
-			}
-			var raw []byte
-			if err := tx.QueryRow(ctx, "EXPLAIN (FORMAT JSON) EXECUTE "+name+"("+strings.Join(lits, ", ")+")").Scan(&raw); err != nil {
-				t.Fatal(err)
-			}
-			if _, err := tx.Exec(ctx, "DEALLOCATE "+name); err != nil {
-				t.Fatal(err)
-			}
-			var ex []explained
-			if err := json.Unmarshal(raw, &ex); err != nil || len(ex) != 1 {
-				t.Fatalf("EXPLAIN JSON: %v", err)
-			}
+		for _, l := range lookups {
 			var b strings.Builder
-			printPlan(&b, ex[0].Plan, 0)
+			printPlan(&b, genericPlan(t, ctx, conn, l.sql, l.args), 0)
 			out[l.name] = b.String()
 		}
 		return out
@@ -110,29 +83,21 @@ func TestKeyLookupsPlannedOnAnEmptyTable(t *testing.T) {
 	}
 
 	t.Run("with the partial indexes", func(t *testing.T) {
-		tx, err := conn.Begin(ctx)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer tx.Rollback(ctx)
-		for name, plan := range plans(t, tx) {
+		for name, plan := range plans(t) {
 			if idx := foreign(plan); idx != "" || !strings.Contains(plan, "using runs_") {
 				t.Errorf("%s: the generic plan on an empty table reads %q, not only the key's own index:\n%s", name, idx, plan)
 			}
 		}
 	})
+	// The schema is this test's own: the plain indexes replace the partial
+	// ones for good.
 	t.Run("the check bites on the plain indexes", func(t *testing.T) {
-		tx, err := conn.Begin(ctx)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer tx.Rollback(ctx)
-		if _, err := tx.Exec(ctx, `DROP INDEX runs_created; CREATE INDEX runs_created ON runs (tenant, created_at, run_id);
+		if _, err := conn.Exec(ctx, `DROP INDEX runs_created; CREATE INDEX runs_created ON runs (tenant, created_at, run_id);
 			DROP INDEX runs_idempotency_expiry; CREATE INDEX runs_idempotency_expiry ON runs (idempotency_expires_at, tenant, operation, idempotency_key)
 				WHERE idempotency_key IS NOT NULL`); err != nil {
 			t.Fatal(err)
 		}
-		for name, plan := range plans(t, tx) {
+		for name, plan := range plans(t) {
 			if foreign(plan) == "" {
 				t.Errorf("%s: with the plain indexes the generic plan reads neither; the check above would not catch their return:\n%s", name, plan)
 			}
@@ -149,18 +114,7 @@ func TestKeyLookupsPlannedOnAnEmptyTable(t *testing.T) {
 // (migration 0012).
 func TestPlansOnAnEmptyTable(t *testing.T) {
 	ctx := context.Background()
-	dsn, schema := pgtest.Schema(t)
-	s, err := postgres.Open(ctx, dsn, postgres.Options{Config: spec.DefaultConfig(), Schema: schema, MaxConns: 2})
-	if err != nil {
-		t.Fatalf("open: %v", err)
-	}
-	t.Cleanup(func() { s.Close() })
-	conn := pgtest.Conn(t, dsn, schema)
-	for k, v := range postgres.IndexPlans {
-		if _, err := conn.Exec(ctx, fmt.Sprintf("SET %s = %s", k, v)); err != nil {
-			t.Fatal(err)
-		}
-	}
+	conn := emptySchema(t)
 	for _, c := range planCases() {
 		if c.wantIndex == "" {
 			continue

@@ -319,6 +319,8 @@ func genericPlan(t *testing.T, ctx context.Context, conn *pgx.Conn, query string
 		switch v := v.(type) {
 		case string:
 			lits[i] = "'" + strings.ReplaceAll(v, "'", "''") + "'"
+		case []string: // plain names only: no quoting inside the array
+			lits[i] = "'{" + strings.Join(v, ",") + "}'"
 		default:
 			lits[i] = fmt.Sprint(v)
 		}
